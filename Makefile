@@ -1,0 +1,44 @@
+# kernelgate: `make run` serves on 127.0.0.1:8888, `make test` runs every test.
+SHELL := /bin/sh
+GO ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
+GOFMT := $(dir $(GO))gofmt
+BIN := bin/kernelgate
+KERNELS := $(CURDIR)/.kernels
+export CGO_ENABLED := 0
+
+.PHONY: all build kernels run test test-deps fuzz bench vet clean
+
+all: build
+
+build:
+	$(GO) build -trimpath -o $(BIN) .
+
+# The Python and Deno kernels and their kernelspecs in .kernels/ (idempotent).
+kernels:
+	@scripts/install-kernels.sh
+
+run: kernels build
+	./$(BIN) serve --kernelspec-dir $(KERNELS)
+
+# What the tests need beyond the kernels (idempotent).
+test-deps: kernels
+	@scripts/install-test-deps.sh
+
+vet:
+	@test -z "$$($(GOFMT) -l .)" || { echo "gofmt needed:"; $(GOFMT) -l .; exit 1; }
+	$(GO) vet ./...
+
+test: test-deps vet
+	$(GO) test -count=1 -timeout 15m ./...
+	$(MAKE) fuzz
+
+# Short, bounded fuzzing of the parsers that take untrusted input.
+fuzz:
+	$(GO) test ./jupyter -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 10s
+	$(GO) test ./kernelspecs -run '^$$' -fuzz '^FuzzResourcePath$$' -fuzztime 5s
+
+bench: kernels build
+	$(GO) test ./jupyter -run '^$$' -bench . -benchtime 200x
+
+clean:
+	rm -rf bin

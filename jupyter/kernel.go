@@ -1,0 +1,737 @@
+package jupyter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/google/uuid"
+
+	"kernelgate/kernelspecs"
+)
+
+// Timings of the kernel life cycle.
+const (
+	// deathGrace is how long a socket EOF waits for the process exit to
+	// learn its status before the kernel is declared dead anyway.
+	deathGrace = 500 * time.Millisecond
+	// nudgeInterval is how long Ready waits for a kernel_info reply or an
+	// iopub message before asking again.
+	nudgeInterval = 500 * time.Millisecond
+	// iopubWait is how long Ready waits for iopub after a reply.
+	iopubWait = 100 * time.Millisecond
+	// Shutdown escalation: shutdown_request, then SIGTERM, then SIGKILL.
+	politeWait = 2 * time.Second
+	termWait   = time.Second
+	killWait   = 5 * time.Second
+	// recentCalls is how many finished requests still receive late iopub
+	// messages (a kernel may publish after its idle status).
+	recentCalls = 32
+)
+
+// Config describes a kernel to start.
+type Config struct {
+	// ID names the kernel; empty means a new UUID.
+	ID   string
+	Spec *kernelspecs.Spec
+	// Env is added to the kernel's environment.
+	Env map[string]string
+	// Cwd is the kernel's working directory.
+	Cwd    string
+	Logger *slog.Logger
+}
+
+// Handler receives the messages that answer one request. It is called from
+// the socket reader goroutines, possibly concurrently for different
+// channels, and must not block.
+type Handler func(ch Channel, m *Message)
+
+// CallOptions say what a request waits for.
+type CallOptions struct {
+	// IOPub routes iopub messages whose parent is the request to the
+	// handler, and makes the call complete only once both its reply and its
+	// status: idle have arrived, in either order.
+	IOPub bool
+}
+
+// Call is a request in flight.
+type Call struct {
+	ID      string
+	handler Handler
+	opts    CallOptions
+
+	// guarded by the kernel's mu
+	reply    *Message
+	idle     bool
+	finished bool
+	err      error
+
+	done chan struct{}
+}
+
+// Done is closed when the call completed or failed.
+func (c *Call) Done() <-chan struct{} { return c.done }
+
+// Result returns the reply, or why there is none. Valid once Done is closed.
+func (c *Call) Result() (*Message, error) {
+	<-c.done
+	return c.reply, c.err
+}
+
+// Wait waits for the call to complete. When ctx ends first it returns
+// ctx.Err() and the call stays registered: its messages keep flowing.
+func (c *Call) Wait(ctx context.Context) (*Message, error) {
+	select {
+	case <-c.done:
+		return c.reply, c.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// KernelInfo is the kernel_info_reply the kernel gave when it started.
+type KernelInfo struct {
+	ProtocolVersion       string `json:"protocol_version"`
+	Implementation        string `json:"implementation"`
+	ImplementationVersion string `json:"implementation_version"`
+	LanguageInfo          struct {
+		Name          string `json:"name"`
+		Version       string `json:"version"`
+		MimeType      string `json:"mimetype"`
+		FileExtension string `json:"file_extension"`
+	} `json:"language_info"`
+	Raw json.RawMessage `json:"-"`
+}
+
+type subscriber struct{ fn func(*Message) }
+
+// Kernel is one running kernel process and the client connected to it.
+// Its life ends when it is shut down or dies; a restart makes a new Kernel.
+// Shutdown must be called once it is no longer wanted, even after it died:
+// that reaps the process and removes what it left behind.
+type Kernel struct {
+	cfg     Config
+	prov    Provisioner
+	proc    Process
+	signer  *Signer
+	session string
+	log     *slog.Logger
+	info    KernelInfo
+	started time.Time
+
+	ctx    context.Context // life line of the sockets; only death or shutdown cancels it
+	cancel context.CancelFunc
+	ch     *channels
+	hbReq  chan chan error
+	wg     sync.WaitGroup // readers, watcher, heartbeat
+
+	mu         sync.Mutex
+	pending    map[string]*Call
+	recent     [recentCalls]*Call
+	recentNext int
+	closing    bool
+	dead       error
+	done       chan struct{}
+
+	subMu sync.Mutex
+	subs  atomic.Pointer[[]*subscriber]
+
+	shutdownOnce sync.Once
+}
+
+// Start launches a kernel with p, connects its channels and waits until it
+// is ready: a kernel_info reply received and iopub proven live. On failure
+// nothing is left running, and the error carries the end of the kernel's
+// output; it matches ErrStartFailed.
+func Start(ctx context.Context, p Provisioner, cfg Config) (*Kernel, error) {
+	if cfg.ID == "" {
+		cfg.ID = uuid.NewString()
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	t0 := time.Now()
+	proc, err := p.Launch(ctx, LaunchRequest{KernelID: cfg.ID, Spec: cfg.Spec, Env: cfg.Env, Cwd: cfg.Cwd})
+	if err != nil {
+		return nil, err
+	}
+	ci := proc.ConnInfo()
+	signer, err := NewSigner(ci.SignatureScheme, []byte(ci.Key), 0)
+	if err != nil {
+		abandon(proc)
+		return nil, fmt.Errorf("%w: %w", ErrStartFailed, err)
+	}
+	k := &Kernel{
+		cfg: cfg, prov: p, proc: proc, signer: signer,
+		session: uuid.NewString(),
+		log:     logger.With("kernel", cfg.ID),
+		started: t0,
+		hbReq:   make(chan chan error),
+		pending: make(map[string]*Call),
+		done:    make(chan struct{}),
+	}
+	k.subs.Store(&[]*subscriber{})
+	k.ctx, k.cancel = context.WithCancel(context.Background())
+
+	// The dial retries until the kernel binds; give up when the process
+	// dies or ctx ends.
+	dialing := make(chan struct{})
+	go func() {
+		select {
+		case <-proc.Done():
+			k.cancel()
+		case <-ctx.Done():
+			k.cancel()
+		case <-dialing:
+		}
+	}()
+	k.ch, err = dialChannels(k.ctx, &ci, k.session)
+	close(dialing)
+	if err != nil {
+		return nil, k.failStart(ctx, err)
+	}
+	for _, c := range []Channel{Shell, Control, Stdin, IOPub} {
+		k.wg.Add(1)
+		go k.read(c, k.ch.socket(c))
+	}
+	k.wg.Add(2)
+	go k.watch()
+	go k.heartbeat()
+	if err := k.ready(ctx); err != nil {
+		return nil, k.failStart(ctx, err)
+	}
+	k.log.Debug("kernel ready", "spec", cfg.Spec.Name, "pid", proc.PID(), "took", time.Since(t0))
+	return k, nil
+}
+
+// abandon kills a process that never got a client and cleans up after it.
+func abandon(proc Process) {
+	proc.Signal(syscall.SIGKILL)
+	select {
+	case <-proc.Done():
+	case <-time.After(killWait):
+	}
+	proc.Cleanup()
+}
+
+// failStart tears down a kernel that did not become ready and explains why.
+func (k *Kernel) failStart(ctx context.Context, cause error) error {
+	var died *DiedError
+	if !errors.As(cause, &died) {
+		select {
+		case <-k.proc.Done():
+			died = &DiedError{Status: k.proc.ExitStatus(), Output: k.proc.Output()}
+		default:
+		}
+	}
+	k.mu.Lock()
+	k.closing = true
+	k.mu.Unlock()
+	k.proc.Signal(syscall.SIGKILL)
+	k.Shutdown(context.Background())
+	if died != nil {
+		died.During = "start"
+		return fmt.Errorf("%w: %w", ErrStartFailed, died)
+	}
+	if ctx.Err() != nil {
+		cause = ErrStartTimeout
+	}
+	out := k.proc.Output()
+	if out != "" {
+		return fmt.Errorf("%w: %w: %s", ErrStartFailed, cause, out)
+	}
+	return fmt.Errorf("%w: %w", ErrStartFailed, cause)
+}
+
+// ready sends kernel_info requests until one is answered and an iopub
+// message has arrived, so that no early output of the first real request
+// can be lost to a subscription not yet in place.
+func (k *Kernel) ready(ctx context.Context) error {
+	iopubSeen := make(chan struct{})
+	var once sync.Once
+	unsubscribe := k.Subscribe(func(*Message) { once.Do(func() { close(iopubSeen) }) })
+	defer unsubscribe()
+	for {
+		m, err := k.NewMessage(KernelInfoRequest, nil, nil)
+		if err != nil {
+			return err
+		}
+		c, err := k.Request(Shell, m, nil, CallOptions{})
+		if err != nil {
+			return err
+		}
+		t := time.NewTimer(nudgeInterval)
+		select {
+		case <-c.Done():
+			t.Stop()
+			reply, err := c.Result()
+			if err != nil {
+				return err
+			}
+			if err := k.setInfo(reply); err != nil {
+				return err
+			}
+			t = time.NewTimer(iopubWait)
+			select {
+			case <-iopubSeen:
+				t.Stop()
+				return nil
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			}
+		case <-t.C:
+			k.Forget(c)
+		case <-k.done:
+			t.Stop()
+			return k.Err()
+		case <-ctx.Done():
+			t.Stop()
+			k.Forget(c)
+			return ctx.Err()
+		}
+	}
+}
+
+func (k *Kernel) setInfo(reply *Message) error {
+	var info KernelInfo
+	if err := reply.DecodeContent(&info); err != nil {
+		return err
+	}
+	info.Raw = reply.RawContent
+	k.mu.Lock()
+	k.info = info
+	k.mu.Unlock()
+	return nil
+}
+
+// ID is the kernel's id.
+func (k *Kernel) ID() string { return k.cfg.ID }
+
+// Spec is the kernelspec it was started from.
+func (k *Kernel) Spec() *kernelspecs.Spec { return k.cfg.Spec }
+
+// Config is what the kernel was started with.
+func (k *Kernel) Config() Config { return k.cfg }
+
+// PID is the kernel's local process id, or 0.
+func (k *Kernel) PID() int { return k.proc.PID() }
+
+// Session is the session id of kernelgate's own messages.
+func (k *Kernel) Session() string { return k.session }
+
+// Started is when the kernel was launched.
+func (k *Kernel) Started() time.Time { return k.started }
+
+// Info is the kernel_info_reply received when the kernel started.
+func (k *Kernel) Info() KernelInfo {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.info
+}
+
+// Done is closed when the kernel died or was shut down.
+func (k *Kernel) Done() <-chan struct{} { return k.done }
+
+// Err says why Done was closed: a *DiedError, ErrKernelShutdown, or nil
+// while the kernel is alive.
+func (k *Kernel) Err() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.dead
+}
+
+// Output is the tail of the kernel's stdout and stderr.
+func (k *Kernel) Output() string { return k.proc.Output() }
+
+// NewMessage builds a message in the kernel client's session.
+func (k *Kernel) NewMessage(t MsgType, content any, parent *Message) (*Message, error) {
+	return NewMessage(k.session, t, content, parent)
+}
+
+// Subscribe calls fn with every iopub message, in order, from the iopub
+// reader goroutine; fn must not block. The returned func unsubscribes.
+func (k *Kernel) Subscribe(fn func(*Message)) (unsubscribe func()) {
+	s := &subscriber{fn: fn}
+	k.subMu.Lock()
+	old := *k.subs.Load()
+	next := make([]*subscriber, len(old), len(old)+1)
+	copy(next, old)
+	next = append(next, s)
+	k.subs.Store(&next)
+	k.subMu.Unlock()
+	return func() {
+		k.subMu.Lock()
+		defer k.subMu.Unlock()
+		old := *k.subs.Load()
+		next := make([]*subscriber, 0, len(old))
+		for _, o := range old {
+			if o != s {
+				next = append(next, o)
+			}
+		}
+		k.subs.Store(&next)
+	}
+}
+
+// Send signs m and sends it on ch without waiting for anything.
+func (k *Kernel) Send(ch Channel, m *Message) error {
+	if err := k.Err(); err != nil {
+		return err
+	}
+	s := k.ch.socket(ch)
+	if s == nil || ch == IOPub || ch == Heartbeat {
+		return fmt.Errorf("%w: %s", ErrChannelUnsupported, ch)
+	}
+	return s.SendMulti(zmq4.NewMsgFrom(Encode(m, k.signer)...))
+}
+
+// Request sends m on ch (shell or control) and routes the messages that
+// answer it to h (which may be nil). See CallOptions for when it completes.
+func (k *Kernel) Request(ch Channel, m *Message, h Handler, opts CallOptions) (*Call, error) {
+	if ch != Shell && ch != Control {
+		return nil, fmt.Errorf("%w: %s", ErrChannelUnsupported, ch)
+	}
+	c := &Call{ID: m.Header.MsgID, handler: h, opts: opts, done: make(chan struct{})}
+	k.mu.Lock()
+	if k.dead != nil {
+		err := k.dead
+		k.mu.Unlock()
+		return nil, err
+	}
+	k.pending[c.ID] = c
+	k.mu.Unlock()
+	if err := k.Send(ch, m); err != nil {
+		k.Forget(c)
+		return nil, err
+	}
+	return c, nil
+}
+
+// Forget stops routing messages to c; its Done stays open unless it was
+// already closed.
+func (k *Kernel) Forget(c *Call) {
+	k.mu.Lock()
+	if k.pending[c.ID] == c {
+		delete(k.pending, c.ID)
+	}
+	k.mu.Unlock()
+}
+
+// ExecuteContent is the content of an execute_request.
+type ExecuteContent struct {
+	Code            string            `json:"code"`
+	Silent          bool              `json:"silent"`
+	StoreHistory    bool              `json:"store_history"`
+	UserExpressions map[string]string `json:"user_expressions"`
+	AllowStdin      bool              `json:"allow_stdin"`
+	StopOnError     bool              `json:"stop_on_error"`
+}
+
+// NewExecute returns the content of an ordinary execute_request of code.
+func NewExecute(code string) ExecuteContent {
+	return ExecuteContent{Code: code, StoreHistory: true, StopOnError: true, UserExpressions: map[string]string{}}
+}
+
+// StartExecute sends an execute_request; the call completes once both its
+// reply and its status: idle have arrived.
+func (k *Kernel) StartExecute(content ExecuteContent, h Handler) (*Call, error) {
+	m, err := k.NewMessage(ExecuteRequest, content, nil)
+	if err != nil {
+		return nil, err
+	}
+	return k.Request(Shell, m, h, CallOptions{IOPub: true})
+}
+
+// Execute runs code and returns its execute_reply; every iopub and stdin
+// message it causes goes to h.
+func (k *Kernel) Execute(ctx context.Context, code string, h Handler) (*Message, error) {
+	c, err := k.StartExecute(NewExecute(code), h)
+	if err != nil {
+		return nil, err
+	}
+	reply, err := c.Wait(ctx)
+	if err != nil {
+		k.Forget(c)
+	}
+	return reply, err
+}
+
+// Interrupt interrupts what the kernel is running: SIGINT to its process
+// group, or an interrupt_request on control when its spec says
+// interrupt_mode "message".
+func (k *Kernel) Interrupt(ctx context.Context) error {
+	if err := k.Err(); err != nil {
+		return err
+	}
+	if k.cfg.Spec.InterruptMode != kernelspecs.InterruptMessage {
+		return k.proc.Signal(syscall.SIGINT)
+	}
+	m, err := k.NewMessage(InterruptRequest, nil, nil)
+	if err != nil {
+		return err
+	}
+	c, err := k.Request(Control, m, nil, CallOptions{})
+	if err != nil {
+		return err
+	}
+	if _, err := c.Wait(ctx); err != nil {
+		k.Forget(c)
+		if errors.Is(err, context.DeadlineExceeded) {
+			return ErrInterruptTimeout
+		}
+		return err
+	}
+	return nil
+}
+
+// Ping sends a heartbeat and waits for its echo.
+func (k *Kernel) Ping(ctx context.Context) error {
+	r := make(chan error, 1)
+	select {
+	case k.hbReq <- r:
+	case <-k.done:
+		return k.Err()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-r:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// heartbeat owns the REQ socket: one ping at a time, on demand.
+func (k *Kernel) heartbeat() {
+	defer k.wg.Done()
+	for {
+		select {
+		case r := <-k.hbReq:
+			err := k.ch.hb.SendMulti(zmq4.NewMsg([]byte("ping")))
+			if err == nil {
+				_, err = k.ch.hb.Recv()
+			}
+			r <- err
+		case <-k.ctx.Done():
+			return
+		}
+	}
+}
+
+// Shutdown stops the kernel: shutdown_request on control, then SIGTERM,
+// then SIGKILL of its process group, each after a bounded wait (at once
+// when ctx ends). It waits for the process to be reaped and every
+// goroutine of the kernel to end, then cleans up. It is idempotent and
+// safe after the kernel died.
+func (k *Kernel) Shutdown(ctx context.Context) error {
+	k.shutdownOnce.Do(func() {
+		k.mu.Lock()
+		k.closing = true
+		alive := k.dead == nil && k.ch != nil
+		k.mu.Unlock()
+		if alive {
+			if m, err := k.NewMessage(ShutdownRequest, map[string]bool{"restart": false}, nil); err == nil {
+				k.Send(Control, m)
+			}
+		}
+		k.escalate(ctx)
+		k.die(ErrKernelShutdown)
+		k.wg.Wait()
+		if err := k.proc.Cleanup(); err != nil {
+			k.log.Warn("kernel cleanup", "err", err)
+		}
+	})
+	return nil
+}
+
+// escalate waits for the process to exit, signalling harder each time.
+func (k *Kernel) escalate(ctx context.Context) {
+	steps := []struct {
+		sig  syscall.Signal
+		wait time.Duration
+	}{{0, politeWait}, {syscall.SIGTERM, termWait}, {syscall.SIGKILL, killWait}}
+	for _, s := range steps {
+		if s.sig != 0 {
+			k.proc.Signal(s.sig)
+		}
+		t := time.NewTimer(s.wait)
+		select {
+		case <-k.proc.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			if s.sig != syscall.SIGKILL {
+				continue
+			}
+			<-t.C
+		}
+	}
+	k.log.Warn("kernel process did not exit after SIGKILL", "pid", k.proc.PID())
+}
+
+// Restart shuts the kernel down and starts a new one with the same
+// configuration: a new process with new sockets.
+func (k *Kernel) Restart(ctx context.Context) (*Kernel, error) {
+	k.Shutdown(ctx)
+	return Start(ctx, k.prov, k.cfg)
+}
+
+// read is the one goroutine reading socket s.
+func (k *Kernel) read(ch Channel, s socket) {
+	defer k.wg.Done()
+	for {
+		zm, err := s.Recv()
+		if err != nil {
+			k.lost(ch, err)
+			return
+		}
+		m, err := Decode(zm.Frames, k.signer)
+		if err != nil {
+			k.log.Warn("dropped a message from the kernel", "channel", ch.String(), "err", err)
+			continue
+		}
+		k.dispatch(ch, m)
+	}
+}
+
+// dispatch hands m to the iopub subscribers and to the call it answers.
+func (k *Kernel) dispatch(ch Channel, m *Message) {
+	if ch == IOPub {
+		for _, s := range *k.subs.Load() {
+			s.fn(m)
+		}
+	}
+	if m.ParentID == "" {
+		return
+	}
+	k.mu.Lock()
+	c := k.pending[m.ParentID]
+	if c == nil {
+		c = k.findRecent(m.ParentID)
+	}
+	if c == nil || (ch == IOPub && !c.opts.IOPub) {
+		k.mu.Unlock()
+		return
+	}
+	finish := false
+	if !c.finished {
+		switch {
+		case ch == IOPub && m.Header.MsgType == StatusMsg:
+			c.idle = c.idle || isIdle(m)
+		case (ch == Shell || ch == Control) && m.Header.MsgType.IsReply():
+			c.reply = m
+		}
+		if c.reply != nil && (c.idle || !c.opts.IOPub) {
+			finish = true
+			c.finished = true
+			delete(k.pending, c.ID)
+			if c.opts.IOPub {
+				k.recent[k.recentNext] = c
+				k.recentNext = (k.recentNext + 1) % recentCalls
+			}
+		}
+	}
+	h := c.handler
+	k.mu.Unlock()
+	if h != nil {
+		h(ch, m)
+	}
+	if finish {
+		close(c.done)
+	}
+}
+
+func (k *Kernel) findRecent(id string) *Call {
+	for _, c := range k.recent {
+		if c != nil && c.ID == id {
+			return c
+		}
+	}
+	return nil
+}
+
+func isIdle(m *Message) bool {
+	var s struct {
+		State ExecutionState `json:"execution_state"`
+	}
+	return json.Unmarshal(m.RawContent, &s) == nil && s.State == StateIdle
+}
+
+// watch ends the kernel when its process ends.
+func (k *Kernel) watch() {
+	defer k.wg.Done()
+	select {
+	case <-k.proc.Done():
+		k.die(k.diedError())
+	case <-k.ctx.Done():
+	}
+}
+
+// lost is called when a socket reader stops.
+func (k *Kernel) lost(ch Channel, err error) {
+	if k.ctx.Err() != nil {
+		return
+	}
+	k.log.Debug("kernel socket closed", "channel", ch.String(), "err", err)
+	t := time.NewTimer(deathGrace)
+	select {
+	case <-k.proc.Done():
+	case <-t.C:
+	case <-k.ctx.Done():
+	}
+	t.Stop()
+	k.die(k.diedError())
+}
+
+func (k *Kernel) diedError() error {
+	return &DiedError{Status: k.proc.ExitStatus(), Output: k.proc.Output()}
+}
+
+// die records why the kernel ended, fails every pending call, closes the
+// sockets and makes sure the process is gone. Only the first call counts.
+func (k *Kernel) die(err error) {
+	k.mu.Lock()
+	if k.dead != nil {
+		k.mu.Unlock()
+		return
+	}
+	if k.closing {
+		err = ErrKernelShutdown
+	}
+	k.dead = err
+	calls := k.pending
+	k.pending = nil
+	for _, c := range calls {
+		c.err, c.finished = err, true
+	}
+	k.mu.Unlock()
+	for _, c := range calls {
+		close(c.done)
+	}
+	close(k.done)
+	k.cancel()
+	if k.ch != nil {
+		k.ch.close()
+	}
+	select {
+	case <-k.proc.Done():
+	default:
+		k.proc.Signal(syscall.SIGKILL)
+	}
+	if !errors.Is(err, ErrKernelShutdown) {
+		k.log.Info("kernel died", "err", err)
+	}
+}

@@ -1,0 +1,44 @@
+package jupyter
+
+import (
+	"context"
+	"syscall"
+
+	"kernelgate/kernelspecs"
+)
+
+// Provisioner starts kernel processes and hands back how to reach them.
+// The local one runs child processes; others may run kernels elsewhere, so
+// nothing above a Process may assume a local PID or connection file.
+type Provisioner interface {
+	Launch(ctx context.Context, req LaunchRequest) (Process, error)
+}
+
+// LaunchRequest says what to start.
+type LaunchRequest struct {
+	KernelID string
+	Spec     *kernelspecs.Spec
+	// Env is added to the kernel's environment after the spec's env.
+	Env map[string]string
+	// Cwd is the kernel's working directory; empty means the provisioner's.
+	Cwd string
+}
+
+// Process is one launched kernel process.
+type Process interface {
+	// ConnInfo is how to reach the kernel's sockets.
+	ConnInfo() ConnInfo
+	// PID is the local process id, or 0 when the kernel is not a local process.
+	PID() int
+	// Signal sends sig to the kernel (its whole process group when local).
+	Signal(sig syscall.Signal) error
+	// Done is closed once the process has ended and been reaped.
+	Done() <-chan struct{}
+	// ExitStatus says how the process ended, once Done is closed.
+	ExitStatus() string
+	// Output is the tail of what the kernel wrote to stdout and stderr.
+	Output() string
+	// Cleanup removes what the launch left behind (connection file and
+	// its directory). Call it after Done.
+	Cleanup() error
+}

@@ -1,0 +1,1 @@
+// Loaded by the notebook front-end for this kernel.
