@@ -4,40 +4,159 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
+	"time"
 
+	"kernelgate/gateway"
+	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	"kernelgate/sessions"
 )
 
-type stringList []string
+// version is kernelgate's version, set at build time.
+var version = "0.1.0"
 
-func (s *stringList) String() string     { return strings.Join(*s, ",") }
-func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+const usage = `kernelgate: a Jupyter kernel gateway and code interpreter.
+
+Usage:
+  kernelgate serve [flags]   serve the API (kernelgate serve --help lists the flags)
+  kernelgate version         print the version
+`
 
 func main() {
-	if len(os.Args) < 2 || os.Args[1] != "serve" {
-		fmt.Fprintln(os.Stderr, "usage: kernelgate serve [flags]")
-		os.Exit(2)
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
 	}
-	fs := flag.NewFlagSet("serve", flag.ExitOnError)
-	var dirs stringList
-	fs.Var(&dirs, "kernelspec-dir", "directory of kernelspecs, searched before the Jupyter path (repeatable)")
-	fs.Parse(os.Args[2:])
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	cat := kernelspecs.Load(kernelspecs.SearchPath(dirs, os.Getenv))
-	for _, s := range cat.All() {
+	switch args[0] {
+	case "serve":
+		cfg, err := parseConfig(args[1:], os.Getenv, stderr)
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "kernelgate:", err)
+			return 2
+		}
+		if err := serve(cfg, stdout, stderr); err != nil {
+			fmt.Fprintln(stderr, "kernelgate:", err)
+			return 1
+		}
+		return 0
+	case "version", "--version":
+		fmt.Fprintln(stdout, "kernelgate", version)
+		return 0
+	case "help", "--help", "-h":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprint(stderr, usage)
+	return 2
+}
+
+func newLogger(cfg *config, w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch cfg.LogFormat {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format must be text or json")
+}
+
+func joinHostPort(host, port string) string { return net.JoinHostPort(host, port) }
+
+func serve(cfg *config, stdout, stderr io.Writer) error {
+	log, err := newLogger(cfg, stderr)
+	if err != nil {
+		return err
+	}
+	if cfg.Token == "" && !isLoopback(cfg.IP) {
+		return fmt.Errorf("refusing to listen on %s without a token: set --token (or KERNELGATE_TOKEN), or listen on 127.0.0.1", cfg.IP)
+	}
+
+	specs := kernelspecs.Load(kernelspecs.SearchPath(cfg.KernelspecDirs, os.Getenv))
+	for _, p := range specs.Problems() {
+		log.Warn("kernelspec skipped: fix or remove its kernel.json", "path", p.Path, "err", p.Err)
+	}
+	for _, s := range specs.All() {
 		log.Info("kernelspec", "name", s.Name, "language", s.Language, "dir", s.Dir)
 	}
-	for _, p := range cat.Problems() {
-		log.Warn("kernelspec skipped", "path", p.Path, "err", p.Err)
+	if len(specs.Names()) == 0 {
+		log.Warn("no kernelspecs found: run `make kernels` or pass --kernelspec-dir", "searched", specs.Dirs())
+	}
+
+	prov := &jupyter.LocalProvisioner{RuntimeDir: cfg.RuntimeDir}
+	mgr := sessions.New(sessions.Config{
+		DefaultKernel:   cfg.DefaultKernel,
+		MaxKernels:      cfg.MaxKernels,
+		CullIdleTimeout: cfg.CullIdle,
+		CullInterval:    cfg.CullInterval,
+		CullConnected:   cfg.CullConnected,
+		CullBusy:        cfg.CullBusy,
+		EnvAllow:        cfg.EnvAllow,
+	}, specs, prov, log)
+	srv := gateway.New(gateway.Config{
+		Token:          cfg.Token,
+		AllowOrigins:   cfg.AllowOrigins,
+		BaseURL:        cfg.BaseURL,
+		MaxBodyBytes:   cfg.MaxBody,
+		ProductVersion: version,
+	}, mgr, log)
+
+	l, err := net.Listen("tcp", cfg.addr())
+	if err != nil {
+		mgr.Close(context.Background())
+		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	<-ctx.Done()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+
+	url := "http://" + l.Addr().String() + srv.BaseURL()
+	if cfg.Token == "" {
+		log.Warn("no token set: anyone on this machine can run code; listening on loopback only")
+	}
+	fmt.Fprintf(stdout, "kernelgate %s serving at %s\n", version, url)
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case err := <-served:
+		if err != nil {
+			log.Error("server stopped", "err", err)
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv.Shutdown(sctx)
+	mgr.Close(sctx)
+	log.Info("stopped")
+	return nil
+}
+
+func isLoopback(ip string) bool {
+	if ip == "localhost" {
+		return true
+	}
+	p := net.ParseIP(ip)
+	return p != nil && p.IsLoopback()
 }

@@ -46,6 +46,9 @@ type Config struct {
 	// Cwd is the kernel's working directory.
 	Cwd    string
 	Logger *slog.Logger
+	// IOPub, when set, is subscribed before the kernel is dialled, so it
+	// sees every iopub message of the process, those of start-up included.
+	IOPub func(*Message)
 }
 
 // Handler receives the messages that answer one request. It is called from
@@ -179,6 +182,9 @@ func Start(ctx context.Context, p Provisioner, cfg Config) (*Kernel, error) {
 		done:    make(chan struct{}),
 	}
 	k.subs.Store(&[]*subscriber{})
+	if cfg.IOPub != nil {
+		k.Subscribe(cfg.IOPub)
+	}
 	k.ctx, k.cancel = context.WithCancel(context.Background())
 
 	// The dial retries until the kernel binds; give up when the process

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// config is everything kernelgate serve can be told, by flag or by the
+// matching KERNELGATE_* environment variable (a flag wins).
+type config struct {
+	IP             string
+	Port           int
+	Token          string
+	AllowOrigins   []string
+	KernelspecDirs []string
+	DefaultKernel  string
+	MaxKernels     int
+	CullIdle       time.Duration
+	CullInterval   time.Duration
+	CullConnected  bool
+	CullBusy       bool
+	EnvAllow       []string
+	BaseURL        string
+	RuntimeDir     string
+	LogLevel       string
+	LogFormat      string
+	MaxBody        int64
+}
+
+// listFlag is a repeatable flag; the environment gives it comma-separated.
+type listFlag struct{ v *[]string }
+
+func (l listFlag) String() string {
+	if l.v == nil {
+		return ""
+	}
+	return strings.Join(*l.v, ",")
+}
+func (l listFlag) Set(s string) error {
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			*l.v = append(*l.v, part)
+		}
+	}
+	return nil
+}
+
+// parseConfig reads the serve flags from args and the environment.
+func parseConfig(args []string, getenv func(string) string, out io.Writer) (*config, error) {
+	c := &config{}
+	fs := flag.NewFlagSet("kernelgate serve", flag.ContinueOnError)
+	fs.SetOutput(out)
+	type entry struct{ flag, env string }
+	var entries []entry
+	add := func(name string) { entries = append(entries, entry{name, "KERNELGATE_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))}) }
+
+	fs.StringVar(&c.IP, "ip", "127.0.0.1", "address to listen on")
+	add("ip")
+	fs.IntVar(&c.Port, "port", 8888, "port to listen on")
+	add("port")
+	fs.StringVar(&c.Token, "token", "", "token every request but GET /api must carry; without one kernelgate listens on loopback only")
+	add("token")
+	fs.Var(listFlag{&c.AllowOrigins}, "allow-origin", "origin allowed for CORS and websockets besides the gateway's own, e.g. https://lab.example.com; * allows any (repeatable)")
+	add("allow-origin")
+	fs.Var(listFlag{&c.KernelspecDirs}, "kernelspec-dir", "directory of kernelspecs searched before the Jupyter path (repeatable)")
+	entries = append(entries, entry{"kernelspec-dir", "KERNELGATE_KERNELSPEC_DIRS"})
+	fs.StringVar(&c.DefaultKernel, "default-kernel", "python3", "kernelspec used when a request names none")
+	add("default-kernel")
+	fs.IntVar(&c.MaxKernels, "max-kernels", 0, "most kernels alive or starting at once (0: no limit)")
+	add("max-kernels")
+	fs.DurationVar(&c.CullIdle, "cull-idle-timeout", 0, "shut down kernels idle this long (0: never)")
+	add("cull-idle-timeout")
+	fs.DurationVar(&c.CullInterval, "cull-interval", 5*time.Minute, "how often idle kernels are looked for")
+	add("cull-interval")
+	fs.BoolVar(&c.CullConnected, "cull-connected", false, "cull idle kernels even with clients connected")
+	add("cull-connected")
+	fs.BoolVar(&c.CullBusy, "cull-busy", false, "cull kernels even while busy")
+	add("cull-busy")
+	fs.Var(listFlag{&c.EnvAllow}, "env-allow", "environment variable a kernel-create request may set besides KERNEL_* (repeatable)")
+	add("env-allow")
+	fs.StringVar(&c.BaseURL, "base-url", "/", "path prefix kernelgate is served under")
+	add("base-url")
+	fs.StringVar(&c.RuntimeDir, "runtime-dir", "", "directory for kernels' connection files (default: $TMPDIR/kernelgate-<uid>)")
+	add("runtime-dir")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	add("log-level")
+	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
+	add("log-format")
+	fs.Int64Var(&c.MaxBody, "max-body", 16<<20, "largest request body in bytes")
+	add("max-body")
+
+	fs.Usage = func() {
+		fmt.Fprintf(out, "Usage: kernelgate serve [flags]\n\nEvery flag can also be set with the environment variable shown.\n\n")
+		for _, e := range entries {
+			f := fs.Lookup(e.flag)
+			def := ""
+			if f.DefValue != "" {
+				def = " (default " + f.DefValue + ")"
+			}
+			fmt.Fprintf(out, "  --%s  [%s]%s\n      %s\n", f.Name, e.env, def, f.Usage)
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, e := range entries {
+		if v := getenv(e.env); v != "" && !set[e.flag] {
+			if err := fs.Set(e.flag, v); err != nil {
+				return nil, fmt.Errorf("%s: %w", e.env, err)
+			}
+		}
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if c.Port < 0 || c.Port > 65535 {
+		return nil, fmt.Errorf("--port %d out of range", c.Port)
+	}
+	return c, nil
+}
+
+func (c *config) addr() string { return joinHostPort(c.IP, strconv.Itoa(c.Port)) }

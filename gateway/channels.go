@@ -1,0 +1,196 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/labstack/echo/v4"
+
+	"kernelgate/sessions"
+)
+
+const writeWait = 10 * time.Second
+
+var writeBuffers = &sync.Pool{}
+
+// channels upgrades to the kernel websocket and bridges it to the kernel.
+func (s *Server) channels(c echo.Context) error {
+	r := c.Request()
+	if !isUpgrade(r) {
+		return newError(http.StatusBadRequest, "BAD_REQUEST", "this endpoint needs a websocket upgrade")
+	}
+	if !s.originAllowed(r) {
+		return newError(http.StatusForbidden, "FORBIDDEN", "Blocking Cross Origin WebSocket Attempt: origin not allowed")
+	}
+	k, err := s.kernel(c)
+	if err != nil {
+		return err
+	}
+	client, err := k.Attach(r.URL.Query().Get("session_id"))
+	if err != nil {
+		return err
+	}
+	up := websocket.Upgrader{
+		Subprotocols:    []string{v1Protocol},
+		CheckOrigin:     func(*http.Request) bool { return true }, // checked above
+		ReadBufferSize:  4096,
+		WriteBufferSize: 32 << 10,
+		WriteBufferPool: writeBuffers,
+	}
+	conn, err := up.Upgrade(c.Response(), r, nil)
+	if err != nil {
+		client.Close()
+		return nil // the upgrader answered the client
+	}
+	ws := &wsConn{s: s, conn: conn, client: client, proto: legacyProtocol}
+	if conn.Subprotocol() == v1Protocol {
+		ws.proto = v1
+	}
+	ws.ctx, ws.cancel = context.WithCancel(context.Background())
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		ws.finish()
+		return nil
+	}
+	s.conns[ws] = struct{}{}
+	s.wg.Add(2)
+	s.mu.Unlock()
+	go ws.readPump()
+	go ws.writePump()
+	return nil
+}
+
+// wsConn is one kernel websocket: a read pump forwarding client messages
+// to the kernel and a write pump sending the client's queue.
+type wsConn struct {
+	s      *Server
+	conn   *websocket.Conn
+	client *sessions.Client
+	proto  wsProtocol
+	ctx    context.Context
+	cancel context.CancelFunc
+	once   sync.Once
+}
+
+func (ws *wsConn) finish() {
+	ws.once.Do(func() {
+		ws.cancel()
+		ws.client.Close()
+		ws.conn.Close()
+		ws.s.mu.Lock()
+		delete(ws.s.conns, ws)
+		ws.s.mu.Unlock()
+	})
+}
+
+// closeGoingAway tells the client the gateway is going away.
+func (ws *wsConn) closeGoingAway() {
+	ws.conn.WriteControl(websocket.CloseMessage,
+		websocket.FormatCloseMessage(websocket.CloseGoingAway, "kernelgate is shutting down"), time.Now().Add(time.Second))
+	ws.finish()
+}
+
+func (ws *wsConn) pongWait() time.Duration { return 3 * ws.s.cfg.PingInterval }
+
+func (ws *wsConn) readPump() {
+	defer ws.s.wg.Done()
+	defer ws.finish()
+	ws.conn.SetReadLimit(ws.s.cfg.MaxFrameBytes)
+	ws.conn.SetReadDeadline(time.Now().Add(ws.pongWait()))
+	ws.conn.SetPongHandler(func(string) error {
+		return ws.conn.SetReadDeadline(time.Now().Add(ws.pongWait()))
+	})
+	for {
+		mt, data, err := ws.conn.ReadMessage()
+		if err != nil {
+			return
+		}
+		ws.conn.SetReadDeadline(time.Now().Add(ws.pongWait()))
+		var chName string
+		var m *sessions.Message
+		switch {
+		case ws.proto == v1:
+			chName, m, err = decodeV1(data)
+		case mt == websocket.TextMessage:
+			chName, m, err = decodeLegacyText(data)
+		default:
+			chName, m, err = decodeLegacyBinary(data)
+		}
+		if err != nil {
+			ws.s.log.Debug("dropped a malformed websocket message", "err", err)
+			continue
+		}
+		ch, ok := sessions.ParseChannel(chName)
+		if !ok {
+			ws.s.log.Debug("dropped a websocket message for an unknown channel", "channel", chName)
+			continue
+		}
+		if err := ws.client.Send(ws.ctx, ch, m); err != nil {
+			if errors.Is(err, sessions.ErrKernelGone) || errors.Is(err, sessions.ErrClientClosed) || ws.ctx.Err() != nil {
+				return
+			}
+			ws.s.log.Debug("message not forwarded to the kernel", "err", err)
+		}
+	}
+}
+
+func (ws *wsConn) writePump() {
+	defer ws.s.wg.Done()
+	defer ws.finish()
+	var buf []byte
+	for {
+		ctx, cancel := context.WithTimeout(ws.ctx, ws.s.cfg.PingInterval)
+		items, err := ws.client.Next(ctx)
+		cancel()
+		if err != nil {
+			switch {
+			case errors.Is(err, context.DeadlineExceeded) && ws.ctx.Err() == nil:
+				if ws.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeWait)) != nil {
+					return
+				}
+				continue
+			case errors.Is(err, sessions.ErrKernelGone):
+				ws.closeWith(websocket.CloseNormalClosure, "kernel shut down")
+			case errors.Is(err, sessions.ErrSlowClient):
+				ws.closeWith(websocket.CloseTryAgainLater, "client too slow: reconnect")
+			}
+			return
+		}
+		ws.conn.SetWriteDeadline(time.Now().Add(writeWait))
+		for _, o := range items {
+			if buf, err = ws.write(buf[:0], o); err != nil {
+				return
+			}
+		}
+	}
+}
+
+func (ws *wsConn) closeWith(code int, text string) {
+	ws.conn.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, text), time.Now().Add(time.Second))
+}
+
+// write sends one message in the connection's framing.
+func (ws *wsConn) write(buf []byte, o sessions.Outgoing) ([]byte, error) {
+	ch := o.Channel.String()
+	if ws.proto == v1 {
+		w, err := ws.conn.NextWriter(websocket.BinaryMessage)
+		if err != nil {
+			return buf, err
+		}
+		if err := writeV1(w, ch, o.Msg); err != nil {
+			return buf, err
+		}
+		return buf, w.Close()
+	}
+	if len(o.Msg.Buffers) > 0 {
+		buf = appendLegacyBinary(buf, ch, o.Msg)
+		return buf, ws.conn.WriteMessage(websocket.BinaryMessage, buf)
+	}
+	buf = appendLegacyJSON(buf, ch, o.Msg, true)
+	return buf, ws.conn.WriteMessage(websocket.TextMessage, buf)
+}

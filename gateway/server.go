@@ -1,0 +1,210 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"kernelgate/sessions"
+)
+
+// Version is what GET /api reports: the jupyter_server API version
+// kernelgate is compatible with.
+const Version = "2.14.2"
+
+// Config is the gateway's HTTP configuration.
+type Config struct {
+	// Token, when set, is required on every route but /api.
+	Token string
+	// AllowOrigins lists the exact origins (scheme://host[:port]) allowed
+	// for CORS and websocket upgrades besides the gateway's own; "*"
+	// allows any.
+	AllowOrigins []string
+	// BaseURL is the path prefix the gateway is served under ("/").
+	BaseURL string
+	// MaxBodyBytes bounds request bodies; MaxFrameBytes websocket frames.
+	MaxBodyBytes  int64
+	MaxFrameBytes int64
+	// PingInterval is how often websockets are pinged.
+	PingInterval time.Duration
+	// ProductVersion is kernelgate's own version.
+	ProductVersion string
+	// Web serves the browser front-end at the base URL (optional).
+	Web http.Handler
+}
+
+func (c *Config) fill() {
+	if c.BaseURL == "" {
+		c.BaseURL = "/"
+	}
+	if !strings.HasPrefix(c.BaseURL, "/") {
+		c.BaseURL = "/" + c.BaseURL
+	}
+	if !strings.HasSuffix(c.BaseURL, "/") {
+		c.BaseURL += "/"
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = 16 << 20
+	}
+	if c.MaxFrameBytes <= 0 {
+		c.MaxFrameBytes = 64 << 20
+	}
+	if c.PingInterval <= 0 {
+		c.PingInterval = 30 * time.Second
+	}
+}
+
+// Server is the HTTP side of kernelgate.
+type Server struct {
+	cfg  Config
+	mgr  *sessions.Manager
+	log  *slog.Logger
+	echo *echo.Echo
+	http *http.Server
+
+	mu     sync.Mutex
+	conns  map[*wsConn]struct{}
+	closed bool
+	wg     sync.WaitGroup // websocket pumps
+}
+
+// New builds the gateway's routes over mgr.
+func New(cfg Config, mgr *sessions.Manager, log *slog.Logger) *Server {
+	cfg.fill()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{cfg: cfg, mgr: mgr, log: log, conns: make(map[*wsConn]struct{})}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = s.errorHandler
+	e.Logger.SetOutput(discard{})
+	s.echo = e
+	s.routes()
+	s.http = &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+	}
+	return s
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// ServeHTTP serves one request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.echo.ServeHTTP(w, r)
+}
+
+// Handler is the gateway as an http.Handler.
+func (s *Server) Handler() http.Handler { return s }
+
+// Serve accepts connections on l until Shutdown.
+func (s *Server) Serve(l net.Listener) error {
+	err := s.http.Serve(l)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops accepting requests, closes every websocket and waits for
+// the requests in flight (up to ctx).
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	conns := make([]*wsConn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	err := s.http.Shutdown(ctx)
+	for _, c := range conns {
+		c.closeGoingAway()
+	}
+	s.wg.Wait()
+	return err
+}
+
+func (s *Server) path(p string) string { return s.cfg.BaseURL + strings.TrimPrefix(p, "/") }
+
+// tag marks the routes of a group with their error surface.
+func tag(sf surface) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			c.Set(surfaceKey, sf)
+			return next(c)
+		}
+	}
+}
+
+func (s *Server) routes() {
+	e := s.echo
+	e.Pre(s.trimTrailingSlash)
+	e.Use(s.securityHeaders, s.cors)
+	base := e.Group(strings.TrimSuffix(s.cfg.BaseURL, "/"))
+
+	// Jupyter Server compatible surface.
+	j := base.Group("", tag(jupyterSurface))
+	j.GET("/api", s.getAPI)
+	ja := base.Group("", tag(jupyterSurface), s.authenticate)
+	ja.GET("/api/status", s.getStatus)
+	ja.GET("/api/kernelspecs", s.listKernelspecs)
+	ja.GET("/api/kernelspecs/:name", s.getKernelspec)
+	ja.GET("/kernelspecs/:name/*", s.getKernelspecResource)
+	ja.HEAD("/kernelspecs/:name/*", s.getKernelspecResource)
+	ja.GET("/api/kernels", s.listKernels)
+	ja.POST("/api/kernels", s.startKernel)
+	ja.GET("/api/kernels/:id", s.getKernel)
+	ja.DELETE("/api/kernels/:id", s.deleteKernel)
+	ja.POST("/api/kernels/:id/interrupt", s.interruptKernel)
+	ja.POST("/api/kernels/:id/restart", s.restartKernel)
+	ja.GET("/api/kernels/:id/channels", s.channels)
+	ja.GET("/api/sessions", s.listSessions)
+	ja.POST("/api/sessions", s.createSession)
+	ja.GET("/api/sessions/:id", s.getSession)
+	ja.PATCH("/api/sessions/:id", s.updateSession)
+	ja.DELETE("/api/sessions/:id", s.deleteSession)
+
+	if s.cfg.Web != nil {
+		w := echo.WrapHandler(http.StripPrefix(strings.TrimSuffix(s.cfg.BaseURL, "/"), s.cfg.Web))
+		base.GET("/", w)
+		base.GET("/static/*", w)
+	}
+}
+
+// trimTrailingSlash routes /api/kernels/ like /api/kernels.
+func (s *Server) trimTrailingSlash(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		if p := r.URL.Path; len(p) > 1 && strings.HasSuffix(p, "/") && p != s.cfg.BaseURL {
+			r.URL.Path = strings.TrimRight(p, "/")
+			if r.URL.RawPath != "" {
+				r.URL.RawPath = strings.TrimRight(r.URL.RawPath, "/")
+			}
+		}
+		return next(c)
+	}
+}
+
+// securityHeaders are sent on every response.
+func (s *Server) securityHeaders(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Response().Header()
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		return next(c)
+	}
+}
+
+// BaseURL is the path prefix the gateway serves under, with a trailing slash.
+func (s *Server) BaseURL() string { return s.cfg.BaseURL }

@@ -1,0 +1,188 @@
+package sessions
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"kernelgate/jupyter"
+)
+
+// ErrSlowClient closes a client that stopped reading.
+var ErrSlowClient = errors.New("sessions: client too slow, its queue overflowed")
+
+// maxClientCalls bounds the requests of one client awaiting a reply.
+const maxClientCalls = 1024
+
+// Client is one connection (a websocket) attached to a kernel: it sends to
+// the kernel and reads what the kernel sends back, from a bounded queue.
+type Client struct {
+	k *Kernel
+	// Session is the client's session id (may be empty).
+	Session string
+
+	mu     sync.Mutex
+	q      queue
+	wake   chan struct{}
+	done   chan struct{}
+	closed bool
+	err    error
+	calls  map[string]*callRef
+}
+
+type callRef struct {
+	jk   *jupyter.Kernel
+	call *jupyter.Call
+}
+
+func newClient(k *Kernel, session string, maxMsgs, maxBytes int) *Client {
+	return &Client{
+		k: k, Session: session,
+		q:     newQueue(maxMsgs, maxBytes),
+		wake:  make(chan struct{}, 1),
+		done:  make(chan struct{}),
+		calls: make(map[string]*callRef),
+	}
+}
+
+// Kernel is the kernel the client is attached to.
+func (c *Client) Kernel() *Kernel { return c.k }
+
+// Done is closed when the client was closed, by Close, because its kernel
+// was deleted, or because it could not keep up.
+func (c *Client) Done() <-chan struct{} { return c.done }
+
+// push queues o for the client; it never blocks. It reports false when
+// the client's queue overflowed: the client is then closed and the caller,
+// which holds k.mu, detaches it.
+func (c *Client) push(o Outgoing) bool {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return true
+	}
+	if !c.q.push(o) {
+		c.mu.Unlock()
+		c.closeWith(ErrSlowClient)
+		return false
+	}
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// Next returns the queued messages, waiting for at least one. It returns
+// an error once the client is closed and its queue drained.
+func (c *Client) Next(ctx context.Context) ([]Outgoing, error) {
+	for {
+		c.mu.Lock()
+		if c.q.len() > 0 || c.q.dropped > 0 {
+			items := c.q.take()
+			c.mu.Unlock()
+			return items, nil
+		}
+		if c.closed {
+			err := c.err
+			c.mu.Unlock()
+			return nil, err
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.wake:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Send forwards a message from the client to the kernel on ch (shell,
+// control or stdin), waiting while the kernel (re)starts. Replies and
+// input requests answering it come back to this client.
+func (c *Client) Send(ctx context.Context, ch Channel, m *Message) error {
+	if ch != Shell && ch != Control && ch != Stdin {
+		return ErrBadChannel
+	}
+	jk, err := c.k.running(ctx)
+	if err != nil {
+		return err
+	}
+	if ch == Stdin || !m.Type().IsRequest() {
+		return jk.Send(ch, m)
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClientClosed
+	}
+	if len(c.calls) >= maxClientCalls {
+		for id, r := range c.calls { // forget one that never got its reply
+			r.jk.Forget(r.call)
+			delete(c.calls, id)
+			break
+		}
+	}
+	c.mu.Unlock()
+	call, err := jk.Request(ch, m, c.answer, jupyter.CallOptions{})
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	select {
+	case <-call.Done(): // answered already
+	default:
+		if c.calls != nil {
+			c.calls[call.ID] = &callRef{jk: jk, call: call}
+		}
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+// answer receives the replies and stdin requests of the client's requests.
+func (c *Client) answer(ch Channel, m *Message) {
+	if m.Type().IsReply() {
+		c.mu.Lock()
+		delete(c.calls, m.ParentID)
+		c.mu.Unlock()
+	}
+	o := Outgoing{Channel: ch, Msg: m}
+	c.k.mu.Lock()
+	defer c.k.mu.Unlock()
+	if _, attached := c.k.clients[c]; attached {
+		if !c.push(o) {
+			delete(c.k.clients, c)
+		}
+	} else if len(c.k.clients) == 0 {
+		// The client went away: keep the answer for the next one.
+		c.k.offline.push(o)
+	}
+}
+
+// Close detaches the client from its kernel.
+func (c *Client) Close() {
+	c.closeWith(ErrClientClosed)
+	c.k.detach(c)
+}
+
+func (c *Client) closeWith(err error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed, c.err = true, err
+	close(c.done)
+	calls := c.calls
+	c.calls = nil
+	c.mu.Unlock()
+	// Answers still due go to the next client (see answer); the kernel
+	// bounds how many it waits for.
+	c.k.orphan(calls)
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}

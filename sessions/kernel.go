@@ -1,0 +1,435 @@
+package sessions
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+
+	"kernelgate/jupyter"
+	"kernelgate/kernelspecs"
+)
+
+// KernelModel is a kernel as the Jupyter REST API shows it.
+type KernelModel struct {
+	ID             string `json:"id"`
+	Name           string `json:"name"`
+	LastActivity   string `json:"last_activity"`
+	ExecutionState string `json:"execution_state"`
+	Connections    int    `json:"connections"`
+	Reason         string `json:"reason,omitempty"`
+}
+
+// restartPolicy says what happens when a kernel's process dies.
+type restartPolicy int
+
+const (
+	// restartNow restarts it at once, a bounded number of times (the
+	// Jupyter surface: clients see status restarting, then a new kernel).
+	restartNow restartPolicy = iota
+	// restartLazily leaves it dead until the next run asks for it (the
+	// contexts of the code-interpreter API, whose callers are told the
+	// state was lost).
+	restartLazily
+)
+
+// Kernel is a kernel the gateway manages under a stable id. Its process
+// may be restarted (a new jupyter.Kernel each time); clients stay attached.
+type Kernel struct {
+	id      string
+	spec    *kernelspecs.Spec
+	m       *Manager
+	env     map[string]string
+	cwd     string
+	created time.Time
+	policy  restartPolicy
+
+	// life serialises start, restart and shutdown.
+	life sync.Mutex
+
+	mu       sync.Mutex
+	jk       *jupyter.Kernel
+	gen      int           // process generation, bumped by every start
+	ready    chan struct{} // non-nil while a (re)start is in progress
+	state    jupyter.ExecutionState
+	reason   string
+	lastAct  time.Time
+	clients  map[*Client]struct{}
+	offline  queue
+	restarts []time.Time
+	orphans  []*callRef
+	removed  bool
+	onDeath  []func(gen int, err error)
+}
+
+func newKernel(m *Manager, id string, spec *kernelspecs.Spec, env map[string]string, cwd string, policy restartPolicy) *Kernel {
+	now := time.Now()
+	return &Kernel{
+		id: id, spec: spec, m: m, env: env, cwd: cwd, created: now, policy: policy,
+		state:   jupyter.StateStarting,
+		lastAct: now,
+		clients: make(map[*Client]struct{}),
+		offline: newQueue(m.cfg.ReplayMessages, m.cfg.ReplayBytes),
+	}
+}
+
+// ID is the kernel's id.
+func (k *Kernel) ID() string { return k.id }
+
+// SpecName is the name of its kernelspec.
+func (k *Kernel) SpecName() string { return k.spec.Name }
+
+// Model returns the kernel's REST model.
+func (k *Kernel) Model() KernelModel {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return KernelModel{
+		ID:             k.id,
+		Name:           k.spec.Name,
+		LastActivity:   FormatTime(k.lastAct),
+		ExecutionState: string(k.state),
+		Connections:    len(k.clients),
+		Reason:         k.reason,
+	}
+}
+
+// PID is the local process id of the running kernel, or 0.
+func (k *Kernel) PID() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.jk == nil {
+		return 0
+	}
+	return k.jk.PID()
+}
+
+// Running reports whether the kernel process is up.
+func (k *Kernel) Running() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.jk != nil
+}
+
+func (k *Kernel) config() jupyter.Config {
+	return jupyter.Config{ID: k.id, Spec: k.spec, Env: k.env, Cwd: k.cwd, Logger: k.m.log, IOPub: k.onIOPub}
+}
+
+// launch starts a process for the kernel; the caller holds k.life.
+func (k *Kernel) launch(ctx context.Context) error {
+	k.mu.Lock()
+	if k.removed {
+		k.mu.Unlock()
+		return ErrKernelGone
+	}
+	if k.ready == nil {
+		k.ready = make(chan struct{})
+	}
+	k.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(ctx, k.m.cfg.StartTimeout)
+	defer cancel()
+	jk, err := k.m.start(ctx, k.config())
+
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	close(k.ready)
+	k.ready = nil
+	if err != nil {
+		k.state = jupyter.StateDead
+		k.reason = err.Error()
+		k.pushStatusLocked(jupyter.StateDead)
+		return startError(err)
+	}
+	if k.removed {
+		go jk.Shutdown(context.Background())
+		return ErrKernelGone
+	}
+	k.jk = jk
+	k.gen++
+	k.state = jupyter.StateIdle
+	k.reason = ""
+	k.lastAct = time.Now()
+	gen := k.gen
+	k.m.goroutine(func() { k.watch(jk, gen) })
+	return nil
+}
+
+// startError turns a start failure into an API error carrying the
+// kernel's last output.
+func startError(err error) error {
+	switch {
+	case errors.Is(err, jupyter.ErrStartTimeout), errors.Is(err, context.DeadlineExceeded):
+		return &Error{Kind: ErrStartTimeout, Msg: "the kernel did not start in time: " + err.Error()}
+	case errors.Is(err, ErrKernelGone):
+		return err
+	}
+	return &Error{Kind: ErrKernelStart, Msg: err.Error()}
+}
+
+// watch waits for a process to end and handles its death.
+func (k *Kernel) watch(jk *jupyter.Kernel, gen int) {
+	select {
+	case <-jk.Done():
+	case <-k.m.closing:
+		return
+	}
+	err := jk.Err()
+	if errors.Is(err, jupyter.ErrKernelShutdown) {
+		return
+	}
+	// Reap the dead process and remove what it left behind.
+	jk.Shutdown(context.Background())
+	k.died(jk, gen, err)
+}
+
+// died records a process death and restarts the kernel per its policy.
+func (k *Kernel) died(jk *jupyter.Kernel, gen int, err error) {
+	k.life.Lock()
+	defer k.life.Unlock()
+	k.mu.Lock()
+	if k.jk != jk || k.removed {
+		k.mu.Unlock()
+		return
+	}
+	k.jk = nil
+	k.m.log.Warn("kernel died", "kernel", k.id, "spec", k.spec.Name, "err", err)
+	now := time.Now()
+	recent := k.restarts[:0]
+	for _, t := range k.restarts {
+		if now.Sub(t) < k.m.cfg.RestartWindow {
+			recent = append(recent, t)
+		}
+	}
+	k.restarts = recent
+	restart := k.policy == restartNow && len(k.restarts) < k.m.cfg.RestartLimit
+	if restart {
+		k.restarts = append(k.restarts, now)
+		k.state = jupyter.StateRestarting
+		k.ready = make(chan struct{})
+	} else {
+		k.state = jupyter.StateDead
+		k.reason = err.Error()
+	}
+	k.pushStatusLocked(k.state)
+	listeners := k.onDeath
+	k.mu.Unlock()
+	for _, fn := range listeners {
+		fn(gen, err)
+	}
+	if restart {
+		if err := k.launch(context.Background()); err != nil {
+			k.m.log.Warn("kernel restart failed", "kernel", k.id, "err", err)
+		} else {
+			k.m.log.Info("kernel restarted after it died", "kernel", k.id)
+		}
+	}
+}
+
+// running returns the kernel's process, waiting while it starts or
+// restarts.
+func (k *Kernel) running(ctx context.Context) (*jupyter.Kernel, error) {
+	for {
+		k.mu.Lock()
+		jk, ready, removed := k.jk, k.ready, k.removed
+		reason := k.reason
+		k.mu.Unlock()
+		switch {
+		case removed:
+			return nil, ErrKernelGone
+		case jk != nil:
+			return jk, nil
+		case ready == nil:
+			return nil, &Error{Kind: ErrKernelDead, Msg: "the kernel is dead: " + reason}
+		}
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return nil, &Error{Kind: ErrTimeout, Msg: "the kernel is still starting"}
+		}
+	}
+}
+
+// Interrupt interrupts the kernel (signal or message, per its spec).
+func (k *Kernel) Interrupt(ctx context.Context) error {
+	jk, err := k.running(ctx)
+	if err != nil {
+		return err
+	}
+	if err := jk.Interrupt(ctx); err != nil {
+		return &Error{Kind: ErrTimeout, Msg: "interrupting the kernel: " + err.Error()}
+	}
+	return nil
+}
+
+// Restart replaces the kernel's process with a new one: state is lost, the
+// id and the attached clients stay.
+func (k *Kernel) Restart(ctx context.Context) error {
+	k.life.Lock()
+	defer k.life.Unlock()
+	k.mu.Lock()
+	if k.removed {
+		k.mu.Unlock()
+		return ErrKernelGone
+	}
+	jk := k.jk
+	k.jk = nil
+	k.state = jupyter.StateRestarting
+	k.ready = make(chan struct{})
+	k.pushStatusLocked(jupyter.StateRestarting)
+	k.restarts = nil
+	gen := k.gen
+	listeners := k.onDeath
+	k.mu.Unlock()
+	if jk != nil {
+		jk.Shutdown(ctx)
+		for _, fn := range listeners {
+			fn(gen, errRestarted)
+		}
+	}
+	return k.launch(ctx)
+}
+
+var errRestarted = errors.New("the kernel was restarted")
+
+// shutdown stops the kernel for good and disconnects its clients.
+func (k *Kernel) shutdown(ctx context.Context) {
+	k.life.Lock()
+	defer k.life.Unlock()
+	k.mu.Lock()
+	if k.removed {
+		k.mu.Unlock()
+		return
+	}
+	k.removed = true
+	jk := k.jk
+	k.jk = nil
+	k.state = jupyter.StateDead
+	k.pushStatusLocked(jupyter.StateDead)
+	clients := k.clients
+	k.clients = map[*Client]struct{}{}
+	gen := k.gen
+	listeners := k.onDeath
+	k.mu.Unlock()
+	for c := range clients {
+		c.closeWith(ErrKernelGone)
+	}
+	if jk != nil {
+		jk.Shutdown(ctx)
+	}
+	for _, fn := range listeners {
+		fn(gen, ErrKernelGone)
+	}
+}
+
+// onIOPub is subscribed to every process of the kernel: it keeps the
+// kernel's state and activity and fans each message out to the clients,
+// or to the replay buffer while none is connected.
+func (k *Kernel) onIOPub(m *Message) {
+	now := time.Now()
+	var state jupyter.ExecutionState
+	if m.Type() == jupyter.StatusMsg {
+		var s struct {
+			State jupyter.ExecutionState `json:"execution_state"`
+		}
+		if json.Unmarshal(m.RawContent, &s) == nil {
+			state = s.State
+		}
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.removed {
+		return
+	}
+	if state != "" && k.jk != nil && state != jupyter.StateStarting {
+		k.state = state
+	}
+	k.lastAct = now
+	k.deliverLocked(Outgoing{Channel: IOPub, Msg: m})
+}
+
+// deliverLocked gives o to every client, or keeps it for the next client
+// while none is connected.
+func (k *Kernel) deliverLocked(o Outgoing) {
+	if len(k.clients) == 0 {
+		k.offline.push(o)
+		return
+	}
+	for c := range k.clients {
+		if !c.push(o) {
+			delete(k.clients, c)
+		}
+	}
+}
+
+// orphan takes over the requests of a closed client that still await an
+// answer, forgetting the oldest past maxClientCalls.
+func (k *Kernel) orphan(calls map[string]*callRef) {
+	if len(calls) == 0 {
+		return
+	}
+	k.mu.Lock()
+	for _, r := range calls {
+		k.orphans = append(k.orphans, r)
+	}
+	var forget []*callRef
+	if over := len(k.orphans) - maxClientCalls; over > 0 {
+		forget = append(forget, k.orphans[:over]...)
+		k.orphans = append(k.orphans[:0], k.orphans[over:]...)
+	}
+	k.mu.Unlock()
+	for _, r := range forget {
+		r.jk.Forget(r.call)
+	}
+}
+
+// pushStatusLocked tells clients the kernel's state as jupyter_server does
+// (an iopub status message without parent).
+func (k *Kernel) pushStatusLocked(state jupyter.ExecutionState) {
+	m, err := jupyter.NewMessage(k.m.session, jupyter.StatusMsg, map[string]string{"execution_state": string(state)}, nil)
+	if err != nil {
+		return
+	}
+	k.deliverLocked(Outgoing{Channel: IOPub, Msg: m})
+}
+
+// Attach connects a client (a websocket) to the kernel. It first receives
+// what was kept while no client was connected, then the live messages.
+func (k *Kernel) Attach(session string) (*Client, error) {
+	c := newClient(k, session, k.m.cfg.ClientMessages, k.m.cfg.ClientBytes)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.removed {
+		return nil, ErrKernelGone
+	}
+	if len(k.clients) == 0 {
+		for _, o := range k.offline.take() {
+			c.push(o)
+		}
+	}
+	k.clients[c] = struct{}{}
+	return c, nil
+}
+
+// detach removes a client; what the kernel sends next is kept for the
+// next client if it was the last.
+func (k *Kernel) detach(c *Client) {
+	k.mu.Lock()
+	delete(k.clients, c)
+	k.lastAct = time.Now()
+	k.mu.Unlock()
+}
+
+// cullable reports whether the culler should shut the kernel down: idle
+// past the timeout (a kernel starting or restarting is not idle), and busy
+// or connected only when the policy allows.
+func (k *Kernel) cullable(cfg *Config) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.ready != nil || (k.jk == nil && k.state != jupyter.StateDead) {
+		return false
+	}
+	return time.Since(k.lastAct) >= cfg.CullIdleTimeout &&
+		(cfg.CullBusy || k.state != jupyter.StateBusy) &&
+		(cfg.CullConnected || len(k.clients) == 0)
+}

@@ -1,0 +1,397 @@
+package sessions
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"kernelgate/jupyter"
+	"kernelgate/kernelspecs"
+)
+
+// Config holds the manager's limits and policies. Zero values take the
+// defaults of DefaultConfig.
+type Config struct {
+	// DefaultKernel is the kernelspec used when a request names none.
+	DefaultKernel string
+	// MaxKernels bounds the kernels alive or starting at once (0: no bound).
+	MaxKernels int
+	// StartTimeout bounds a kernel start.
+	StartTimeout time.Duration
+	// RestartLimit is how many times a dying kernel is restarted within
+	// RestartWindow before it is left dead.
+	RestartLimit  int
+	RestartWindow time.Duration
+	// Culling: kernels idle longer than CullIdleTimeout (0: never) are
+	// shut down; checked every CullInterval; busy kernels only with
+	// CullBusy, kernels with clients only with CullConnected.
+	CullIdleTimeout time.Duration
+	CullInterval    time.Duration
+	CullConnected   bool
+	CullBusy        bool
+	// EnvAllow names the variables a kernel-create request may set besides
+	// KERNEL_*.
+	EnvAllow []string
+	// Replay buffer kept while no client is connected, and the queue of
+	// each client.
+	ReplayMessages, ReplayBytes int
+	ClientMessages, ClientBytes int
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		DefaultKernel:  "python3",
+		StartTimeout:   60 * time.Second,
+		RestartLimit:   5,
+		RestartWindow:  time.Minute,
+		CullInterval:   5 * time.Minute,
+		ReplayMessages: 2000,
+		ReplayBytes:    8 << 20,
+		ClientMessages: 10000,
+		ClientBytes:    64 << 20,
+	}
+}
+
+func (c *Config) fill() {
+	d := DefaultConfig()
+	if c.DefaultKernel == "" {
+		c.DefaultKernel = d.DefaultKernel
+	}
+	if c.StartTimeout <= 0 {
+		c.StartTimeout = d.StartTimeout
+	}
+	if c.RestartLimit <= 0 {
+		c.RestartLimit = d.RestartLimit
+	}
+	if c.RestartWindow <= 0 {
+		c.RestartWindow = d.RestartWindow
+	}
+	if c.CullInterval <= 0 {
+		c.CullInterval = d.CullInterval
+	}
+	if c.ReplayMessages <= 0 {
+		c.ReplayMessages = d.ReplayMessages
+	}
+	if c.ReplayBytes <= 0 {
+		c.ReplayBytes = d.ReplayBytes
+	}
+	if c.ClientMessages <= 0 {
+		c.ClientMessages = d.ClientMessages
+	}
+	if c.ClientBytes <= 0 {
+		c.ClientBytes = d.ClientBytes
+	}
+}
+
+// Manager owns every kernel of the gateway.
+type Manager struct {
+	cfg     Config
+	specs   *kernelspecs.Catalog
+	prov    jupyter.Provisioner
+	log     *slog.Logger
+	session string // session id of the gateway's own messages
+	started time.Time
+
+	// start launches a kernel process; a field so tests can count starts.
+	start func(context.Context, jupyter.Config) (*jupyter.Kernel, error)
+
+	closing   chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+
+	mu       sync.Mutex
+	kernels  map[string]*Kernel
+	sessions map[string]*Session
+	closed   bool
+}
+
+// New returns a manager of kernels started from specs with prov.
+func New(cfg Config, specs *kernelspecs.Catalog, prov jupyter.Provisioner, log *slog.Logger) *Manager {
+	cfg.fill()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m := &Manager{
+		cfg: cfg, specs: specs, prov: prov, log: log,
+		session:  uuid.NewString(),
+		started:  time.Now(),
+		closing:  make(chan struct{}),
+		kernels:  make(map[string]*Kernel),
+		sessions: make(map[string]*Session),
+	}
+	m.start = func(ctx context.Context, c jupyter.Config) (*jupyter.Kernel, error) {
+		return jupyter.Start(ctx, m.prov, c)
+	}
+	if cfg.CullIdleTimeout > 0 {
+		m.goroutine(m.cull)
+	}
+	return m
+}
+
+// goroutine runs fn as a goroutine that Close waits for.
+func (m *Manager) goroutine(fn func()) {
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		fn()
+	}()
+}
+
+// Specs is the kernelspec catalog.
+func (m *Manager) Specs() *kernelspecs.Catalog { return m.specs }
+
+// DefaultKernel is the kernelspec used when none is named.
+func (m *Manager) DefaultKernel() string {
+	if _, err := m.specs.Get(m.cfg.DefaultKernel); err == nil {
+		return m.cfg.DefaultKernel
+	}
+	if names := m.specs.Names(); len(names) > 0 {
+		return names[0]
+	}
+	return m.cfg.DefaultKernel
+}
+
+// Spec returns the named kernelspec ("" is the default one).
+func (m *Manager) Spec(name string) (*kernelspecs.Spec, error) {
+	if name == "" {
+		name = m.DefaultKernel()
+	}
+	s, err := m.specs.Get(name)
+	if err != nil {
+		return nil, errorf(ErrNoSuchSpec, "no kernelspec named %q; available: %s", name, strings.Join(m.specs.Names(), ", "))
+	}
+	return s, nil
+}
+
+// StartOptions say which kernel to start.
+type StartOptions struct {
+	// Name is the kernelspec; "" means the default.
+	Name string
+	// ID is a kernel id chosen by the client (a UUID); an id in use
+	// returns that kernel.
+	ID string
+	// Env comes from the client: only KERNEL_* and the configured names
+	// are kept; KERNEL_WORKING_DIR, when it names a directory, becomes the
+	// working directory.
+	Env map[string]string
+}
+
+// MaxEnvValue bounds the length of an environment value from a client.
+const MaxEnvValue = 4096
+
+// filterEnv keeps the allowed variables of a kernel-create request.
+func (m *Manager) filterEnv(env map[string]string) (map[string]string, string, error) {
+	out := map[string]string{}
+	cwd := ""
+	for k, v := range env {
+		if !strings.HasPrefix(k, "KERNEL_") && !contains(m.cfg.EnvAllow, k) {
+			continue
+		}
+		if len(v) > MaxEnvValue || strings.ContainsAny(v, "\x00\r\n") {
+			return nil, "", errorf(ErrBadRequest, "env %s: values must be at most %d bytes without NUL or line breaks", k, MaxEnvValue)
+		}
+		out[k] = v
+	}
+	if dir := out["KERNEL_WORKING_DIR"]; dir != "" {
+		if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+			cwd = dir
+		}
+	}
+	return out, cwd, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// reserve adds k to the kernels if the limit allows, counting kernels
+// that are still starting.
+func (m *Manager) reserve(k *Kernel) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrShuttingDown
+	}
+	if _, taken := m.kernels[k.id]; taken {
+		return errorf(ErrConflict, "kernel id %s is in use", k.id)
+	}
+	if m.cfg.MaxKernels > 0 && len(m.kernels) >= m.cfg.MaxKernels {
+		return errorf(ErrTooManyKernels, "the limit of %d kernels is reached; shut one down or try later", m.cfg.MaxKernels)
+	}
+	m.kernels[k.id] = k
+	return nil
+}
+
+func (m *Manager) forget(k *Kernel) {
+	m.mu.Lock()
+	if m.kernels[k.id] == k {
+		delete(m.kernels, k.id)
+	}
+	m.mu.Unlock()
+}
+
+// StartKernel starts a kernel and returns once it is ready.
+func (m *Manager) StartKernel(ctx context.Context, o StartOptions) (*Kernel, error) {
+	spec, err := m.Spec(o.Name)
+	if err != nil {
+		return nil, err
+	}
+	id := o.ID
+	if id != "" {
+		if _, err := uuid.Parse(id); err != nil {
+			return nil, errorf(ErrBadRequest, "kernel_id must be a UUID")
+		}
+		if k, err := m.Kernel(id); err == nil {
+			return k, nil
+		}
+	} else {
+		id = uuid.NewString()
+	}
+	env, cwd, err := m.filterEnv(o.Env)
+	if err != nil {
+		return nil, err
+	}
+	return m.startKernel(ctx, id, spec, env, cwd, restartNow)
+}
+
+func (m *Manager) startKernel(ctx context.Context, id string, spec *kernelspecs.Spec, env map[string]string, cwd string, policy restartPolicy) (*Kernel, error) {
+	k := newKernel(m, id, spec, env, cwd, policy)
+	if err := m.reserve(k); err != nil {
+		return nil, err
+	}
+	k.life.Lock()
+	err := k.launch(ctx)
+	k.life.Unlock()
+	if err != nil {
+		m.forget(k)
+		k.shutdown(context.Background())
+		return nil, err
+	}
+	m.log.Info("kernel started", "kernel", id, "spec", spec.Name, "took", time.Since(k.created).Round(time.Millisecond))
+	return k, nil
+}
+
+// Kernel returns the kernel with id.
+func (m *Manager) Kernel(id string) (*Kernel, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k, ok := m.kernels[id]
+	if !ok {
+		return nil, errorf(ErrNoSuchKernel, "Kernel does not exist: %s", id)
+	}
+	return k, nil
+}
+
+// Kernels lists the kernels, oldest first.
+func (m *Manager) Kernels() []*Kernel {
+	m.mu.Lock()
+	ks := make([]*Kernel, 0, len(m.kernels))
+	for _, k := range m.kernels {
+		ks = append(ks, k)
+	}
+	m.mu.Unlock()
+	sort.Slice(ks, func(i, j int) bool { return ks[i].created.Before(ks[j].created) })
+	return ks
+}
+
+// ShutdownKernel stops a kernel and forgets it.
+func (m *Manager) ShutdownKernel(ctx context.Context, id string) error {
+	k, err := m.Kernel(id)
+	if err != nil {
+		return err
+	}
+	m.forget(k)
+	k.shutdown(ctx)
+	m.log.Info("kernel shut down", "kernel", id)
+	return nil
+}
+
+// Status is the gateway's /api/status.
+type Status struct {
+	Started      string `json:"started"`
+	LastActivity string `json:"last_activity"`
+	Kernels      int    `json:"kernels"`
+	Connections  int    `json:"connections"`
+}
+
+// Status reports the kernels, connections and latest activity.
+func (m *Manager) Status() Status {
+	last := m.started
+	conns := 0
+	ks := m.Kernels()
+	for _, k := range ks {
+		k.mu.Lock()
+		if k.lastAct.After(last) {
+			last = k.lastAct
+		}
+		conns += len(k.clients)
+		k.mu.Unlock()
+	}
+	return Status{Started: FormatTime(m.started), LastActivity: FormatTime(last), Kernels: len(ks), Connections: conns}
+}
+
+// cull shuts down idle kernels.
+func (m *Manager) cull() {
+	t := time.NewTicker(m.cfg.CullInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			m.CullOnce()
+		case <-m.closing:
+			return
+		}
+	}
+}
+
+// CullOnce shuts down the kernels idle past the timeout, now.
+func (m *Manager) CullOnce() {
+	for _, k := range m.Kernels() {
+		if !k.cullable(&m.cfg) {
+			continue
+		}
+		m.log.Info("culling idle kernel", "kernel", k.id, "spec", k.spec.Name)
+		m.ShutdownKernel(context.Background(), k.id)
+	}
+}
+
+// Close shuts every kernel down and waits for the manager's goroutines.
+func (m *Manager) Close(ctx context.Context) error {
+	m.closeOnce.Do(func() {
+		m.mu.Lock()
+		m.closed = true
+		ks := make([]*Kernel, 0, len(m.kernels))
+		for _, k := range m.kernels {
+			ks = append(ks, k)
+		}
+		m.kernels = map[string]*Kernel{}
+		m.mu.Unlock()
+		close(m.closing)
+		var wg sync.WaitGroup
+		for _, k := range ks {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				k.shutdown(ctx)
+			}()
+		}
+		wg.Wait()
+		m.wg.Wait()
+	})
+	return nil
+}
+
+var _ = errors.Is

@@ -1,0 +1,18 @@
+package sessions
+
+import "fmt"
+
+// Error is an error meant for the API's caller: Msg says what happened and
+// what to do; Kind is the sentinel the gateway maps to a status code.
+type Error struct {
+	Kind error
+	Msg  string
+}
+
+func (e *Error) Error() string { return e.Msg }
+func (e *Error) Unwrap() error { return e.Kind }
+
+// errorf returns an *Error of kind with a formatted message.
+func errorf(kind error, format string, args ...any) error {
+	return &Error{Kind: kind, Msg: fmt.Sprintf(format, args...)}
+}
