@@ -274,9 +274,10 @@ func (k *Kernel) Restart(ctx context.Context) error {
 	}
 	jk := k.jk
 	k.jk = nil
+	// As in jupyter_server, clients learn of a requested restart from the
+	// new process's status, not from a pushed one (that means it died).
 	k.state = jupyter.StateRestarting
 	k.ready = make(chan struct{})
-	k.pushStatusLocked(jupyter.StateRestarting)
 	k.restarts = nil
 	gen := k.gen
 	listeners := k.onDeath
