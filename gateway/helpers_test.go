@@ -35,7 +35,13 @@ type gwOption func(*sessions.Config, *Config)
 // newGateway serves a gateway over the real kernelspecs on a test server.
 func newGateway(t *testing.T, opts ...gwOption) *testGateway {
 	t.Helper()
-	specs := kernelspecs.Load([]string{testkernels.Dir(t)})
+	return newGatewayWithDirs(t, nil, opts...)
+}
+
+// newGatewayWithDirs searches dirs for kernelspecs before the real ones.
+func newGatewayWithDirs(t *testing.T, dirs []string, opts ...gwOption) *testGateway {
+	t.Helper()
+	specs := kernelspecs.Load(append(dirs, testkernels.Dir(t)))
 	mcfg := sessions.Config{}
 	gcfg := Config{Token: testToken}
 	for _, o := range opts {

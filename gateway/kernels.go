@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"mime"
 	"net/http"
 	"strings"
 
@@ -108,6 +109,12 @@ func (s *Server) readJSON(c echo.Context, v any) error {
 	}
 	if len(strings.TrimSpace(string(body))) == 0 {
 		return nil
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+			return newError(http.StatusUnsupportedMediaType, "UNSUPPORTED_MEDIA_TYPE", "the body must be JSON: send Content-Type: application/json")
+		}
 	}
 	if err := json.Unmarshal(body, v); err != nil {
 		return newError(http.StatusBadRequest, "BAD_REQUEST", "the request body is not valid JSON: "+err.Error())

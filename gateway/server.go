@@ -175,6 +175,20 @@ func (s *Server) routes() {
 	ja.PATCH("/api/sessions/:id", s.updateSession)
 	ja.DELETE("/api/sessions/:id", s.deleteSession)
 
+	// Code-interpreter surface.
+	ci := base.Group("", tag(apiSurface), s.authenticate)
+	ci.POST("/api/execute", s.execute)
+	ci.POST("/api/contexts", s.createContext)
+	ci.GET("/api/contexts", s.listContexts)
+	ci.GET("/api/contexts/:id", s.getContext)
+	ci.DELETE("/api/contexts/:id", s.deleteContext)
+	ci.POST("/api/contexts/:id/interrupt", s.interruptContext)
+	ci.POST("/api/contexts/:id/restart", s.restartContext)
+	ci.GET("/api/runs/:id", s.getRun)
+	ci.GET("/api/runs/:id/events", s.runEvents)
+	ci.POST("/api/runs/:id/interrupt", s.interruptRun)
+	ci.POST("/api/runs/:id/input", s.inputRun)
+
 	if s.cfg.Web != nil {
 		w := echo.WrapHandler(http.StripPrefix(strings.TrimSuffix(s.cfg.BaseURL, "/"), s.cfg.Web))
 		base.GET("/", w)

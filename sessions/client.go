@@ -105,7 +105,7 @@ func (c *Client) Send(ctx context.Context, ch Channel, m *Message) error {
 	if ch != Shell && ch != Control && ch != Stdin {
 		return ErrBadChannel
 	}
-	jk, err := c.k.running(ctx)
+	jk, err := c.k.ensure(ctx)
 	if err != nil {
 		return err
 	}

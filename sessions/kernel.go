@@ -250,6 +250,31 @@ func (k *Kernel) running(ctx context.Context) (*jupyter.Kernel, error) {
 	}
 }
 
+// ensure returns the kernel's process like running, but first starts a
+// new one when a kernel of the lazy policy is dead.
+func (k *Kernel) ensure(ctx context.Context) (*jupyter.Kernel, error) {
+	jk, err := k.running(ctx)
+	if !errors.Is(err, ErrKernelDead) || k.policy != restartLazily {
+		return jk, err
+	}
+	k.life.Lock()
+	k.mu.Lock()
+	dead := k.jk == nil && k.ready == nil && !k.removed
+	if dead {
+		k.state = jupyter.StateStarting
+		k.reason = ""
+	}
+	k.mu.Unlock()
+	if dead {
+		err = k.launch(ctx)
+	}
+	k.life.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	return k.running(ctx)
+}
+
 // Interrupt interrupts the kernel (signal or message, per its spec).
 func (k *Kernel) Interrupt(ctx context.Context) error {
 	jk, err := k.running(ctx)

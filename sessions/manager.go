@@ -43,20 +43,49 @@ type Config struct {
 	// each client.
 	ReplayMessages, ReplayBytes int
 	ClientMessages, ClientBytes int
+
+	// Code interpreter: the kernelspec of each language; how many runs
+	// may wait per context; what a run keeps of its output; how long and
+	// how many finished runs are kept; how long an interrupted run may
+	// take to stop before its kernel is restarted.
+	Languages      map[string]string
+	QueueLimit     int
+	RunLimits      Limits
+	RunRetention   time.Duration
+	RunsKept       int
+	InterruptGrace time.Duration
+	// PoolSize is how many ready kernels each kernelspec keeps for
+	// isolated runs (0: no pool).
+	PoolSize int
+	// LateOutputWait is how long a run waits after its reply and idle
+	// status for more output, on kernels that publish some late
+	// (LateOutputKernels, by kernel_info implementation name); negative
+	// turns the wait off.
+	LateOutputWait    time.Duration
+	LateOutputKernels []string
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		DefaultKernel:  "python3",
-		StartTimeout:   60 * time.Second,
-		RestartLimit:   5,
-		RestartWindow:  time.Minute,
-		CullInterval:   5 * time.Minute,
-		ReplayMessages: 2000,
-		ReplayBytes:    8 << 20,
-		ClientMessages: 10000,
-		ClientBytes:    64 << 20,
+		DefaultKernel:     "python3",
+		StartTimeout:      60 * time.Second,
+		RestartLimit:      5,
+		RestartWindow:     time.Minute,
+		CullInterval:      5 * time.Minute,
+		ReplayMessages:    2000,
+		ReplayBytes:       8 << 20,
+		ClientMessages:    10000,
+		ClientBytes:       64 << 20,
+		Languages:         map[string]string{"python": "python3", "javascript": "deno", "typescript": "deno"},
+		QueueLimit:        64,
+		RunLimits:         Limits{LogBytes: 8 << 20, ResultBytes: 32 << 20},
+		RunRetention:      10 * time.Minute,
+		RunsKept:          1000,
+		InterruptGrace:    3 * time.Second,
+		PoolSize:          1,
+		LateOutputWait:    5 * time.Millisecond,
+		LateOutputKernels: []string{"Deno kernel"},
 	}
 }
 
@@ -89,6 +118,36 @@ func (c *Config) fill() {
 	if c.ClientBytes <= 0 {
 		c.ClientBytes = d.ClientBytes
 	}
+	if c.Languages == nil {
+		c.Languages = d.Languages
+	}
+	if c.QueueLimit <= 0 {
+		c.QueueLimit = d.QueueLimit
+	}
+	if c.RunLimits.LogBytes <= 0 {
+		c.RunLimits.LogBytes = d.RunLimits.LogBytes
+	}
+	if c.RunLimits.ResultBytes <= 0 {
+		c.RunLimits.ResultBytes = d.RunLimits.ResultBytes
+	}
+	if c.RunRetention <= 0 {
+		c.RunRetention = d.RunRetention
+	}
+	if c.RunsKept <= 0 {
+		c.RunsKept = d.RunsKept
+	}
+	if c.InterruptGrace <= 0 {
+		c.InterruptGrace = d.InterruptGrace
+	}
+	if c.PoolSize < 0 {
+		c.PoolSize = 0
+	}
+	if c.LateOutputWait == 0 {
+		c.LateOutputWait = d.LateOutputWait
+	}
+	if c.LateOutputKernels == nil {
+		c.LateOutputKernels = d.LateOutputKernels
+	}
 }
 
 // Manager owns every kernel of the gateway.
@@ -110,6 +169,10 @@ type Manager struct {
 	mu       sync.Mutex
 	kernels  map[string]*Kernel
 	sessions map[string]*Session
+	contexts map[string]*Context
+	runs     map[string]*Run
+	runOrder []*Run
+	pools    map[string]*pool
 	closed   bool
 }
 
@@ -126,6 +189,9 @@ func New(cfg Config, specs *kernelspecs.Catalog, prov jupyter.Provisioner, log *
 		closing:  make(chan struct{}),
 		kernels:  make(map[string]*Kernel),
 		sessions: make(map[string]*Session),
+		contexts: make(map[string]*Context),
+		runs:     make(map[string]*Run),
+		pools:    make(map[string]*pool),
 	}
 	m.start = func(ctx context.Context, c jupyter.Config) (*jupyter.Kernel, error) {
 		return jupyter.Start(ctx, m.prov, c)
@@ -378,8 +444,19 @@ func (m *Manager) Close(ctx context.Context) error {
 			ks = append(ks, k)
 		}
 		m.kernels = map[string]*Kernel{}
+		ctxs := make([]*Context, 0, len(m.contexts))
+		for _, c := range m.contexts {
+			ctxs = append(ctxs, c)
+		}
+		pools := m.pools
 		m.mu.Unlock()
 		close(m.closing)
+		for _, c := range ctxs {
+			m.deleteContext(c)
+		}
+		for _, p := range pools {
+			p.drain(ctx)
+		}
 		var wg sync.WaitGroup
 		for _, k := range ks {
 			wg.Add(1)

@@ -1,0 +1,322 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"kernelgate/sessions"
+)
+
+// executeBody is POST /api/execute.
+type executeBody struct {
+	Code     *string            `json:"code"`
+	Language string             `json:"language"`
+	Context  string             `json:"context"`
+	Isolated bool               `json:"isolated"`
+	Cwd      string             `json:"cwd"`
+	Env      map[string]*string `json:"env"`
+	Timeout  *float64           `json:"timeout"`
+	Stdin    bool               `json:"stdin"`
+}
+
+// streamFormat is how a run's events are written.
+type streamFormat int
+
+const (
+	noStream streamFormat = iota
+	ndjson
+	sse
+)
+
+// wantStream reads the Accept header.
+func wantStream(r *http.Request) streamFormat {
+	for _, part := range strings.Split(r.Header.Get("Accept"), ",") {
+		mt, _, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil {
+			continue
+		}
+		switch mt {
+		case "application/x-ndjson", "application/jsonl", "application/json-seq":
+			return ndjson
+		case "text/event-stream":
+			return sse
+		}
+	}
+	return noStream
+}
+
+// envBody converts an env object; values must be strings.
+func envBody(raw map[string]*string) (map[string]string, error) {
+	if raw == nil {
+		return nil, nil
+	}
+	env := make(map[string]string, len(raw))
+	for k, v := range raw {
+		if v == nil {
+			return nil, newError(http.StatusBadRequest, "BAD_REQUEST", "env "+k+": values must be strings")
+		}
+		env[k] = *v
+	}
+	return env, nil
+}
+
+// decodeStrict decodes a JSON body with strict types.
+func (s *Server) decodeBody(c echo.Context, v any) error {
+	if err := s.readJSON(c, v); err != nil {
+		var ae *apiError
+		if errors.As(err, &ae) && ae.status == http.StatusBadRequest {
+			return newError(http.StatusBadRequest, "BAD_REQUEST", ae.msg)
+		}
+		return err
+	}
+	return nil
+}
+
+func (s *Server) execute(c echo.Context) error {
+	var body executeBody
+	if err := s.decodeBody(c, &body); err != nil {
+		return err
+	}
+	if body.Code == nil {
+		return newError(http.StatusBadRequest, "BAD_REQUEST", "code is required")
+	}
+	env, err := envBody(body.Env)
+	if err != nil {
+		return err
+	}
+	var timeout time.Duration
+	if body.Timeout != nil {
+		t := *body.Timeout
+		if t < 0 || math.IsNaN(t) || t > 365*24*3600 {
+			return newError(http.StatusBadRequest, "BAD_REQUEST", "timeout is a number of seconds, 0 or more")
+		}
+		timeout = time.Duration(t * float64(time.Second))
+	}
+	req := sessions.ExecuteRequest{
+		Code: *body.Code, Language: body.Language, Context: body.Context, Isolated: body.Isolated,
+		Cwd: body.Cwd, Env: env, Timeout: timeout, Stdin: body.Stdin,
+	}
+	format := wantStream(c.Request())
+	if req.Stdin && format == noStream {
+		return newError(http.StatusBadRequest, "BAD_REQUEST", "stdin needs a streamed run: send Accept: application/x-ndjson or text/event-stream")
+	}
+	run, err := s.mgr.Execute(c.Request().Context(), req)
+	if err != nil {
+		return err
+	}
+	c.Response().Header().Set("X-Run-Id", run.ID)
+	if format != noStream {
+		return s.streamRun(c, run, 0, format)
+	}
+	// The run outlives this request: a client that goes away loses only
+	// the answer, which stays readable at /api/runs/{id}.
+	if err := run.Wait(c.Request().Context()); err != nil {
+		return nil
+	}
+	if f := run.Failure(); f != nil {
+		return f
+	}
+	return c.JSONBlob(http.StatusOK, run.ExecutionJSON())
+}
+
+// keepaliveEvery is how long a stream stays quiet before a keepalive.
+var keepaliveEvery = 5 * time.Second
+
+// streamRun writes the run's events after seq `after` and follows it live
+// until its end.
+func (s *Server) streamRun(c echo.Context, run *sessions.Run, after int, format streamFormat) error {
+	w := c.Response()
+	h := w.Header()
+	if format == sse {
+		h.Set("Content-Type", "text/event-stream")
+	} else {
+		h.Set("Content-Type", "application/x-ndjson")
+	}
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	ctx := c.Request().Context()
+	var buf bytes.Buffer
+	write := func(seq int, js []byte) error {
+		buf.Reset()
+		if format == sse {
+			fmt.Fprintf(&buf, "id: %d\ndata: ", seq)
+			buf.Write(js)
+			buf.WriteString("\n\n")
+		} else {
+			buf.Write(js)
+			buf.WriteByte('\n')
+		}
+		if _, err := w.Write(buf.Bytes()); err != nil {
+			return err
+		}
+		w.Flush()
+		return nil
+	}
+	last := after
+	for {
+		events, changed, done := run.Events(last)
+		for _, e := range events {
+			if err := write(e.Seq, e.JSON); err != nil {
+				return nil
+			}
+			last = e.Seq
+		}
+		if done && len(events) == 0 {
+			return nil
+		}
+		if len(events) > 0 {
+			continue
+		}
+		t := time.NewTimer(keepaliveEvery)
+		select {
+		case <-changed:
+			t.Stop()
+		case <-t.C:
+			if err := write(last, sessions.KeepaliveJSON(last)); err != nil {
+				return nil
+			}
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		}
+	}
+}
+
+func (s *Server) getRun(c echo.Context) error {
+	run, err := s.mgr.Run(c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, run.Model())
+}
+
+func (s *Server) runEvents(c echo.Context) error {
+	run, err := s.mgr.Run(c.Param("id"))
+	if err != nil {
+		return err
+	}
+	after := 0
+	if a := c.QueryParam("after"); a != "" {
+		n, err := strconv.Atoi(a)
+		if err != nil || n < 0 {
+			return newError(http.StatusBadRequest, "BAD_REQUEST", "after is the seq of the last event received (a number)")
+		}
+		after = n
+	}
+	if id := c.Request().Header.Get("Last-Event-ID"); id != "" && c.QueryParam("after") == "" {
+		if n, err := strconv.Atoi(id); err == nil && n >= 0 {
+			after = n
+		}
+	}
+	format := wantStream(c.Request())
+	if format == noStream {
+		format = ndjson
+	}
+	return s.streamRun(c, run, after, format)
+}
+
+func (s *Server) interruptRun(c echo.Context) error {
+	run, err := s.mgr.Run(c.Param("id"))
+	if err != nil {
+		return err
+	}
+	run.Interrupt()
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (s *Server) inputRun(c echo.Context) error {
+	run, err := s.mgr.Run(c.Param("id"))
+	if err != nil {
+		return err
+	}
+	var body struct {
+		Value *string `json:"value"`
+	}
+	if err := s.decodeBody(c, &body); err != nil {
+		return err
+	}
+	if body.Value == nil {
+		return newError(http.StatusBadRequest, "BAD_REQUEST", "value is required")
+	}
+	if err := run.Input(*body.Value); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+// contextBody is POST /api/contexts.
+type contextBody struct {
+	ID       string             `json:"id"`
+	Language string             `json:"language"`
+	Cwd      string             `json:"cwd"`
+	Env      map[string]*string `json:"env"`
+}
+
+func (s *Server) createContext(c echo.Context) error {
+	var body contextBody
+	if err := s.decodeBody(c, &body); err != nil {
+		return err
+	}
+	env, err := envBody(body.Env)
+	if err != nil {
+		return err
+	}
+	ctx, err := s.mgr.CreateContext(c.Request().Context(), sessions.ContextRequest{ID: body.ID, Language: body.Language, Cwd: body.Cwd, Env: env})
+	if err != nil {
+		return err
+	}
+	c.Response().Header().Set("Location", s.path("api/contexts/"+ctx.ID))
+	return c.JSON(http.StatusCreated, ctx.Model())
+}
+
+func (s *Server) listContexts(c echo.Context) error {
+	cs := s.mgr.Contexts()
+	out := make([]sessions.ContextModel, 0, len(cs))
+	for _, ctx := range cs {
+		out = append(out, ctx.Model())
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (s *Server) getContext(c echo.Context) error {
+	ctx, err := s.mgr.Context(c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, ctx.Model())
+}
+
+func (s *Server) deleteContext(c echo.Context) error {
+	if err := s.mgr.DeleteContext(c.Request().Context(), c.Param("id")); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (s *Server) interruptContext(c echo.Context) error {
+	if err := s.mgr.InterruptContext(c.Request().Context(), c.Param("id")); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (s *Server) restartContext(c echo.Context) error {
+	ctx, err := s.mgr.RestartContext(c.Request().Context(), c.Param("id"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, ctx.Model())
+}
+
+var _ = json.Marshal

@@ -1,0 +1,595 @@
+package gateway
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"kernelgate/sessions"
+)
+
+// run posts /api/execute and decodes the Execution.
+func (g *testGateway) run(body map[string]any) sessions.Execution {
+	g.t.Helper()
+	status, out := g.do("POST", "/api/execute", body)
+	if status != 200 {
+		g.t.Fatalf("POST /api/execute %v: %d %s", body, status, out)
+	}
+	return decode[sessions.Execution](g.t, out)
+}
+
+func exitCode(e sessions.Execution) string {
+	if e.Process.ExitCode == nil {
+		return "none"
+	}
+	return strconv.Itoa(*e.Process.ExitCode)
+}
+
+func TestExecuteSeeds(t *testing.T) {
+	g := newGateway(t, func(m *sessions.Config, _ *Config) { m.PoolSize = 1 })
+	t.Run("shared kernel keeps state", func(t *testing.T) {
+		g.run(map[string]any{"code": "sales = [120, 95]"})
+		e := g.run(map[string]any{"code": "sum(sales)"})
+		if len(e.Results) != 1 || e.Results[0].Text != "215" || !e.Results[0].IsMainResult {
+			t.Fatalf("results %+v", e.Results)
+		}
+		if e.ExecutionCount == nil || *e.ExecutionCount != 2 || e.Error != nil || e.Context != "code-python" {
+			t.Errorf("execution %+v", e)
+		}
+		if e.Process.Reason != sessions.Completed || exitCode(e) != "0" {
+			t.Errorf("process %+v", e.Process)
+		}
+	})
+	t.Run("context env", func(t *testing.T) {
+		status, body := g.do("POST", "/api/contexts", map[string]any{"language": "python", "env": map[string]string{"REGION": "east"}})
+		if status != 201 {
+			t.Fatalf("%d %s", status, body)
+		}
+		ctx := decode[sessions.ContextModel](t, body)
+		if !ctx.Active || ctx.KernelID == nil || len(ctx.Env) != 1 || ctx.Env[0] != "REGION" {
+			t.Errorf("context %s", body)
+		}
+		e := g.run(map[string]any{"code": "import os; os.environ['REGION']", "context": ctx.ID})
+		if len(e.Results) != 1 || e.Results[0].Text != "'east'" {
+			t.Errorf("results %+v", e.Results)
+		}
+	})
+	t.Run("javascript", func(t *testing.T) {
+		e := g.run(map[string]any{"code": "[2, 3, 5, 7].reduce((a, b) => a + b)", "language": "javascript"})
+		if len(e.Results) != 1 || e.Results[0].Text != "17" {
+			t.Fatalf("results %+v", e.Results)
+		}
+		if !strings.Contains(string(e.Results[0].Data["text/plain"]), `\u001b[`) {
+			t.Errorf("data should stay as the kernel sent it (with colours): %s", e.Results[0].Data["text/plain"])
+		}
+	})
+	t.Run("typescript", func(t *testing.T) {
+		e := g.run(map[string]any{"code": "const n: number = 40; console.log('ts'); n + 2", "language": "typescript"})
+		if len(e.Results) != 1 || e.Results[0].Text != "42" || len(e.Logs.Stdout) != 1 || e.Logs.Stdout[0] != "ts\n" {
+			t.Fatalf("execution %+v", e)
+		}
+	})
+	t.Run("isolated has no state", func(t *testing.T) {
+		g.run(map[string]any{"code": "value = 42"})
+		e := g.run(map[string]any{"code": "print(value)", "isolated": true})
+		if e.Error == nil || e.Error.Name != "NameError" || e.Process.Reason != sessions.Errored || exitCode(e) != "1" {
+			t.Fatalf("execution %+v", e)
+		}
+		for _, line := range e.Error.Traceback {
+			if strings.Contains(line, "\x1b") {
+				t.Errorf("traceback keeps ANSI codes: %q", line)
+			}
+		}
+		if e.Error.Message != e.Error.Value {
+			t.Errorf("message %q != value %q", e.Error.Message, e.Error.Value)
+		}
+	})
+	t.Run("isolated cwd and env", func(t *testing.T) {
+		dir := t.TempDir()
+		e := g.run(map[string]any{"code": "import os; (os.getcwd(), os.environ['MODE'])", "isolated": true, "cwd": dir, "env": map[string]string{"MODE": "iso"}})
+		if want := fmt.Sprintf("('%s', 'iso')", dir); len(e.Results) != 1 || e.Results[0].Text != want {
+			t.Fatalf("results %+v, want %s", e.Results, want)
+		}
+	})
+	t.Run("dataframe", func(t *testing.T) {
+		e := g.run(map[string]any{"code": "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': [3, 4]})"})
+		if len(e.Results) != 1 || e.Results[0].HTML == "" || e.Results[0].Text == "" {
+			t.Fatalf("results %+v", e.Results)
+		}
+	})
+	t.Run("matplotlib", func(t *testing.T) {
+		e := g.run(map[string]any{"code": "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()"})
+		if len(e.Results) != 1 || len(e.Results[0].PNG) < 100 || e.Results[0].IsMainResult {
+			t.Fatalf("results %+v", e.Results)
+		}
+	})
+	t.Run("stdout and stderr", func(t *testing.T) {
+		e := g.run(map[string]any{"code": "import sys\nprint('out')\nprint('err', file=sys.stderr)"})
+		if strings.Join(e.Logs.Stdout, "") != "out\n" || strings.Join(e.Logs.Stderr, "") != "err\n" {
+			t.Fatalf("logs %+v", e.Logs)
+		}
+	})
+	t.Run("input without stdin fails fast", func(t *testing.T) {
+		e := g.run(map[string]any{"code": "input('name? ')", "timeout": 10})
+		if e.Error == nil || e.Error.Name != "StdinNotImplementedError" {
+			t.Fatalf("execution %+v", e)
+		}
+	})
+	t.Run("display updates and clear_output", func(t *testing.T) {
+		code := "from IPython.display import display, clear_output\n" +
+			"h = display('step 0', display_id=True)\n" +
+			"for i in range(1, 4): h.update(f'step {i}')\n" +
+			"print('before clear')\nclear_output(wait=True)\nprint('after clear')"
+		e := g.run(map[string]any{"code": code})
+		if strings.Join(e.Logs.Stdout, "") != "after clear\n" || len(e.Results) != 0 {
+			t.Fatalf("after clear_output(wait=True): %+v", e)
+		}
+		e = g.run(map[string]any{"code": "h = display('step 0', display_id=True)\nfor i in range(1, 4): h.update(f'step {i}')"})
+		if len(e.Results) != 1 || e.Results[0].Text != "'step 3'" || e.Results[0].DisplayID == "" {
+			t.Fatalf("updated display: %+v", e.Results)
+		}
+	})
+}
+
+func TestExecuteErrorCodes(t *testing.T) {
+	g := newGateway(t, func(m *sessions.Config, _ *Config) {
+		m.QueueLimit = 1
+		m.PoolSize = 0
+		m.MaxKernels = 3
+		m.Languages = map[string]string{"python": "python3", "javascript": "deno", "typescript": "deno", "broken": "broken"}
+	})
+	// A kernelspec whose kernel cannot start.
+	dir := t.TempDir()
+	os.MkdirAll(dir+"/broken", 0o755)
+	os.WriteFile(dir+"/broken/kernel.json", []byte(`{"argv":["/usr/bin/python3","-c","import sys; print('kernel exploded', file=sys.stderr); sys.exit(1)","{connection_file}"],"display_name":"b","language":"python"}`), 0o644)
+	g.mgr.Specs() // the catalog is fixed: make the broken spec visible through a second gateway
+	gb := newGatewayWithDirs(t, []string{dir}, func(m *sessions.Config, _ *Config) {
+		m.Languages = map[string]string{"python": "broken"}
+	})
+
+	status, body := g.do("POST", "/api/contexts", map[string]any{"id": "busy"})
+	if status != 201 {
+		t.Fatalf("%d %s", status, body)
+	}
+	cases := []struct {
+		name   string
+		gw     *testGateway
+		method string
+		path   string
+		body   any
+		hdr    map[string]string
+		status int
+		code   string
+	}{
+		{"malformed JSON", g, "POST", "/api/execute", `{"code":`, nil, 400, "BAD_REQUEST"},
+		{"missing code", g, "POST", "/api/execute", map[string]any{"language": "python"}, nil, 400, "BAD_REQUEST"},
+		{"unknown language", g, "POST", "/api/execute", map[string]any{"code": "1", "language": "cobol"}, nil, 400, "BAD_REQUEST"},
+		{"isolated with context", g, "POST", "/api/execute", map[string]any{"code": "1", "isolated": true, "context": "busy"}, nil, 400, "BAD_REQUEST"},
+		{"env with context", g, "POST", "/api/execute", map[string]any{"code": "1", "context": "busy", "env": map[string]string{"A": "b"}}, nil, 400, "BAD_REQUEST"},
+		{"language mismatch", g, "POST", "/api/execute", map[string]any{"code": "1", "context": "busy", "language": "javascript"}, nil, 400, "BAD_REQUEST"},
+		{"denied env name", g, "POST", "/api/execute", map[string]any{"code": "1", "isolated": true, "env": map[string]string{"LD_PRELOAD": "/x.so"}}, nil, 400, "BAD_REQUEST"},
+		{"bad context id", g, "POST", "/api/contexts", map[string]any{"id": "no spaces allowed"}, nil, 400, "BAD_REQUEST"},
+		{"long context id", g, "POST", "/api/contexts", map[string]any{"id": strings.Repeat("a", 129)}, nil, 400, "BAD_REQUEST"},
+		{"no credentials", g, "POST", "/api/execute", map[string]any{"code": "1"}, map[string]string{}, 401, "UNAUTHORIZED"},
+		{"wrong credentials", g, "GET", "/api/contexts", nil, map[string]string{"Authorization": "Bearer wrong"}, 401, "UNAUTHORIZED"},
+		{"unknown context", g, "POST", "/api/execute", map[string]any{"code": "1", "context": "nope"}, nil, 404, "SESSION_NOT_FOUND"},
+		{"get unknown context", g, "GET", "/api/contexts/nope", nil, nil, 404, "SESSION_NOT_FOUND"},
+		{"delete unknown context", g, "DELETE", "/api/contexts/nope", nil, nil, 404, "SESSION_NOT_FOUND"},
+		{"interrupt unknown context", g, "POST", "/api/contexts/nope/interrupt", nil, nil, 404, "SESSION_NOT_FOUND"},
+		{"restart unknown context", g, "POST", "/api/contexts/nope/restart", nil, nil, 404, "SESSION_NOT_FOUND"},
+		{"unknown run", g, "GET", "/api/runs/nope", nil, nil, 404, "NOT_FOUND"},
+		{"unknown run events", g, "GET", "/api/runs/nope/events", nil, nil, 404, "NOT_FOUND"},
+		{"unknown route", g, "GET", "/api/nothing/here", nil, nil, 404, "NOT_FOUND"},
+		{"duplicate context", g, "POST", "/api/contexts", map[string]any{"id": "busy"}, nil, 409, "NAME_CONFLICT"},
+		{"too large", g, "POST", "/api/execute", `{"code":"` + strings.Repeat("x", 17<<20) + `"}`, nil, 413, "PAYLOAD_TOO_LARGE"},
+		{"not JSON", g, "POST", "/api/execute", "code=1", map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, 415, "UNSUPPORTED_MEDIA_TYPE"},
+		{"kernel start failed", gb, "POST", "/api/execute", map[string]any{"code": "1"}, nil, 503, "KERNEL_START_FAILED"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			hdr := map[string]string{"Authorization": "token " + c.gw.token, "Content-Type": "application/json"}
+			if c.hdr != nil {
+				if len(c.hdr) == 0 {
+					delete(hdr, "Authorization")
+				}
+				for k, v := range c.hdr {
+					hdr[k] = v
+				}
+			}
+			status, body := c.gw.doWith(c.method, c.path, c.body, hdr)
+			got := decode[map[string]any](t, body)
+			if status != c.status || got["code"] != c.code || got["message"] == "" {
+				t.Fatalf("%d %s, want %d %s", status, body, c.status, c.code)
+			}
+			if c.code == "KERNEL_START_FAILED" && !strings.Contains(got["message"].(string), "kernel exploded") {
+				t.Errorf("message lacks the kernel's output: %s", got["message"])
+			}
+		})
+	}
+
+	t.Run("unsupported env on the shared kernel", func(t *testing.T) {
+		g.run(map[string]any{"code": "1", "env": map[string]string{"A": "1"}})
+		status, body := g.do("POST", "/api/execute", map[string]any{"code": "1", "env": map[string]string{"A": "2"}})
+		if got := decode[map[string]any](t, body); status != 409 || got["code"] != "UNSUPPORTED_OPERATION" {
+			t.Fatalf("%d %s", status, body)
+		}
+		if e := g.run(map[string]any{"code": "2", "env": map[string]string{"A": "1"}}); e.Process.Reason != sessions.Completed {
+			t.Errorf("same env refused: %+v", e.Process)
+		}
+	})
+	t.Run("queue full", func(t *testing.T) {
+		first := startStream(t, g, map[string]any{"code": "import time; time.sleep(3)", "context": "busy"})
+		defer first.Body.Close()
+		second := startStream(t, g, map[string]any{"code": "1", "context": "busy"})
+		defer second.Body.Close()
+		status, body := g.do("POST", "/api/execute", map[string]any{"code": "1", "context": "busy"})
+		if got := decode[map[string]any](t, body); status != 429 || got["code"] != "QUEUE_FULL" {
+			t.Fatalf("%d %s", status, body)
+		}
+	})
+	t.Run("resource exhausted", func(t *testing.T) {
+		// busy, code-python and this one make three.
+		g.do("POST", "/api/contexts", map[string]any{"id": "third"})
+		status, body := g.do("POST", "/api/contexts", map[string]any{"id": "fourth"})
+		if got := decode[map[string]any](t, body); status != 429 || got["code"] != "RESOURCE_EXHAUSTED" {
+			t.Fatalf("%d %s", status, body)
+		}
+		g.do("DELETE", "/api/contexts/third", nil)
+	})
+	t.Run("request timeout", func(t *testing.T) {
+		status, body := g.do("POST", "/api/execute", map[string]any{"code": "1", "isolated": true, "timeout": 0.05})
+		if got := decode[map[string]any](t, body); status != 408 || got["code"] != "REQUEST_TIMEOUT" {
+			t.Fatalf("%d %s", status, body)
+		}
+	})
+}
+
+// startStream starts a streamed run and returns its body.
+func startStream(t *testing.T, g *testGateway, body map[string]any) *http.Response {
+	t.Helper()
+	js, _ := json.Marshal(body)
+	req, _ := http.NewRequest("POST", g.url+"/api/execute", strings.NewReader(string(js)))
+	req.Header.Set("Authorization", "token "+g.token)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/x-ndjson")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 {
+		t.Fatalf("stream: %d", resp.StatusCode)
+	}
+	return resp
+}
+
+type event struct {
+	Type           string                  `json:"type"`
+	Seq            int                     `json:"seq"`
+	Text           string                  `json:"text"`
+	Run            string                  `json:"run"`
+	Prompt         string                  `json:"prompt"`
+	Process        sessions.ProcessState   `json:"process"`
+	ExecutionCount *int                    `json:"executionCount"`
+	Truncated      bool                    `json:"truncated"`
+	Result         *sessions.Result        `json:"-"`
+	Raw            json.RawMessage         `json:"-"`
+}
+
+func readEvents(t *testing.T, sc *bufio.Scanner, stop func(event) bool) []event {
+	t.Helper()
+	var out []event
+	for sc.Scan() {
+		var e event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("bad event line %q: %v", sc.Text(), err)
+		}
+		e.Raw = append(json.RawMessage{}, sc.Bytes()...)
+		out = append(out, e)
+		if stop(e) {
+			return out
+		}
+	}
+	return out
+}
+
+func TestTimeouts(t *testing.T) {
+	g := newGateway(t)
+	g.run(map[string]any{"code": "kept = 'yes'"})
+	queued := make(chan sessions.Execution, 1)
+	t0 := time.Now()
+	go func() {
+		// Queued behind the sleep; its timeout ends before its turn.
+		<-time.After(300 * time.Millisecond)
+		status, body := g.do("POST", "/api/execute", map[string]any{"code": "print('never')", "timeout": 1})
+		if status != 200 {
+			t.Errorf("queued run: %d %s", status, body)
+		}
+		queued <- decode[sessions.Execution](t, body)
+	}()
+	e := g.run(map[string]any{"code": "import time; time.sleep(30)", "timeout": 2})
+	if took := time.Since(t0); took > 4*time.Second {
+		t.Errorf("timed out run took %v", took)
+	}
+	if e.Process.Reason != sessions.TimedOut || exitCode(e) != "1" {
+		t.Fatalf("process %+v", e.Process)
+	}
+	q := <-queued
+	if q.Process.Reason != sessions.TimedOut || q.Process.ExitCode != nil || len(q.Logs.Stdout) != 0 {
+		t.Errorf("queued run: %+v", q)
+	}
+	if e := g.run(map[string]any{"code": "kept"}); len(e.Results) != 1 || e.Results[0].Text != "'yes'" {
+		t.Errorf("state after timeout: %+v", e.Results)
+	}
+}
+
+func TestWedgedDenoIsRestarted(t *testing.T) {
+	g := newGateway(t, func(m *sessions.Config, _ *Config) { m.InterruptGrace = time.Second })
+	g.run(map[string]any{"code": "let before = 1", "language": "typescript"})
+	t0 := time.Now()
+	e := g.run(map[string]any{"code": "await new Promise((r) => setTimeout(r, 30000))", "language": "typescript", "timeout": 1})
+	if e.Process.Reason != sessions.Lost || time.Since(t0) > 10*time.Second {
+		t.Fatalf("process %+v after %v", e.Process, time.Since(t0))
+	}
+	after := g.run(map[string]any{"code": "typeof before", "language": "typescript"})
+	if len(after.Results) != 1 || after.Results[0].Text != `"undefined"` {
+		t.Errorf("after restart: %+v", after.Results)
+	}
+}
+
+func TestKilledContextKernelIsLost(t *testing.T) {
+	g := newGateway(t)
+	status, body := g.do("POST", "/api/contexts", map[string]any{"id": "victim"})
+	if status != 201 {
+		t.Fatal(status, string(body))
+	}
+	g.run(map[string]any{"code": "x = 1", "context": "victim"})
+	resp := startStream(t, g, map[string]any{"code": "import time; print('started', flush=True); time.sleep(30)", "context": "victim"})
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	readEvents(t, sc, func(e event) bool { return e.Type == "stdout" })
+	ctx := decode[sessions.ContextModel](t, mustGet(t, g, "/api/contexts/victim"))
+	t0 := time.Now()
+	syscall.Kill(*ctx.KernelProcessID, syscall.SIGKILL)
+	evs := readEvents(t, sc, func(e event) bool { return e.Type == "end" })
+	end := evs[len(evs)-1]
+	if end.Type != "end" || end.Process.Reason != sessions.Lost || end.Process.ExitCode != nil {
+		t.Fatalf("end %s", end.Raw)
+	}
+	if took := time.Since(t0); took > 5*time.Second {
+		t.Errorf("lost after %v", took)
+	}
+	eventually(t, 5*time.Second, func() bool {
+		return !decode[sessions.ContextModel](t, mustGet(t, g, "/api/contexts/victim")).Active
+	})
+	e := g.run(map[string]any{"code": "x", "context": "victim"})
+	if e.Error == nil || e.Error.Name != "NameError" {
+		t.Errorf("next run: %+v", e)
+	}
+	if !decode[sessions.ContextModel](t, mustGet(t, g, "/api/contexts/victim")).Active {
+		t.Errorf("context not active after the next run")
+	}
+}
+
+func mustGet(t *testing.T, g *testGateway, path string) []byte {
+	t.Helper()
+	status, body := g.do("GET", path, nil)
+	if status != 200 {
+		t.Fatalf("GET %s: %d %s", path, status, body)
+	}
+	return body
+}
+
+func TestStreamingAndResume(t *testing.T) {
+	g := newGateway(t)
+	code := "import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.5)"
+	t0 := time.Now()
+	resp := startStream(t, g, map[string]any{"code": code})
+	sc := bufio.NewScanner(resp.Body)
+	first := readEvents(t, sc, func(e event) bool { return e.Type == "stdout" })
+	if took := time.Since(t0); took > time.Second {
+		t.Errorf("first output after %v: not live", took)
+	}
+	if first[0].Type != "start" || first[0].Seq != 1 || first[0].Run == "" {
+		t.Fatalf("first event %s", first[0].Raw)
+	}
+	runID := first[0].Run
+	lastSeq := first[len(first)-1].Seq
+	resp.Body.Close() // the client goes away; the run goes on
+
+	req, _ := http.NewRequest("GET", fmt.Sprintf("%s/api/runs/%s/events?after=%d", g.url, runID, lastSeq), nil)
+	req.Header.Set("Authorization", "token "+g.token)
+	req.Header.Set("Accept", "text/event-stream")
+	resp2, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp2.Body.Close()
+	sc2 := bufio.NewScanner(resp2.Body)
+	var rest []event
+	for sc2.Scan() {
+		line := sc2.Text()
+		if js, ok := strings.CutPrefix(line, "data: "); ok {
+			var e event
+			json.Unmarshal([]byte(js), &e)
+			rest = append(rest, e)
+			if e.Type == "end" {
+				break
+			}
+		}
+	}
+	var outs []string
+	prev := lastSeq
+	for _, e := range rest {
+		if e.Type == "keepalive" {
+			continue
+		}
+		if e.Seq != prev+1 {
+			t.Errorf("seq %d after %d", e.Seq, prev)
+		}
+		prev = e.Seq
+		if e.Type == "stdout" {
+			outs = append(outs, e.Text)
+		}
+	}
+	if strings.Join(outs, "") != "1\n2\n" {
+		t.Errorf("resumed stdout %q, want the rest once", outs)
+	}
+	if end := rest[len(rest)-1]; end.Type != "end" || end.Process.Reason != sessions.Completed {
+		t.Errorf("end %+v", end)
+	}
+	// The record stays readable.
+	rm := decode[sessions.RunModel](t, mustGet(t, g, "/api/runs/"+runID))
+	if rm.State != sessions.RunDone {
+		t.Errorf("run state %s", rm.State)
+	}
+}
+
+func TestStreamedStdin(t *testing.T) {
+	g := newGateway(t)
+	resp := startStream(t, g, map[string]any{"code": "name = input('name? ')\nprint('hello', name)", "stdin": true})
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	evs := readEvents(t, sc, func(e event) bool { return e.Type == "input_request" })
+	if last := evs[len(evs)-1]; last.Type != "input_request" || last.Prompt != "name? " {
+		t.Fatalf("got %s", last.Raw)
+	}
+	status, body := g.do("POST", "/api/runs/"+evs[0].Run+"/input", map[string]string{"value": "ada"})
+	if status != 204 {
+		t.Fatalf("input: %d %s", status, body)
+	}
+	evs = readEvents(t, sc, func(e event) bool { return e.Type == "end" })
+	var out string
+	for _, e := range evs {
+		if e.Type == "stdout" {
+			out += e.Text
+		}
+	}
+	if out != "hello ada\n" {
+		t.Errorf("stdout %q", out)
+	}
+}
+
+func TestRunInterrupt(t *testing.T) {
+	g := newGateway(t)
+	resp := startStream(t, g, map[string]any{"code": "import time; print('go', flush=True); time.sleep(30)"})
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	evs := readEvents(t, sc, func(e event) bool { return e.Type == "stdout" })
+	if status, _ := g.do("POST", "/api/runs/"+evs[0].Run+"/interrupt", nil); status != 204 {
+		t.Fatalf("interrupt: %d", status)
+	}
+	evs = readEvents(t, sc, func(e event) bool { return e.Type == "end" })
+	if end := evs[len(evs)-1]; end.Process.Reason != sessions.Interrupted || end.Process.ExitCode == nil || *end.Process.ExitCode != 1 {
+		t.Errorf("end %s", end.Raw)
+	}
+}
+
+func TestHugeOutputIsTruncated(t *testing.T) {
+	g := newGateway(t)
+	cases := []struct {
+		name    string
+		code    string
+		printed int
+		bound   int64
+	}{
+		// 200 MB in 1 MB messages: the gateway keeps the run's limits (8 MB
+		// of logs) and the bounded replay buffer, and drops the rest.
+		{"streamed", "line = 'x' * (1 << 20)\nfor i in range(200):\n    print(line, flush=True)", 200 * (1<<20 + 1), 120 << 20},
+		// ipykernel may coalesce 200 MB into one message: that one message
+		// is held whole while it is read, nothing more.
+		{"one message", "import sys\nsys.stdout.write('x' * (200 << 20))", 200 << 20, 450 << 20},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			runtime.GC()
+			before := rssBytes(t)
+			e := g.run(map[string]any{"code": c.code})
+			grew := rssBytes(t) - before
+			if !e.Truncated || e.Process.Reason != sessions.Completed {
+				t.Fatalf("truncated %v, process %+v", e.Truncated, e.Process)
+			}
+			total := 0
+			for _, s := range e.Logs.Stdout {
+				total += len(s)
+			}
+			if total != 8<<20 {
+				t.Errorf("kept %d bytes of stdout, want the 8 MiB limit", total)
+			}
+			last := e.Logs.Stderr[len(e.Logs.Stderr)-1]
+			if want := fmt.Sprintf("%d bytes dropped", c.printed-8<<20); !strings.Contains(last, want) {
+				t.Errorf("marker %q, want %q", last, want)
+			}
+			if grew > c.bound {
+				t.Errorf("gateway RSS grew by %d MB, bound %d MB", grew>>20, c.bound>>20)
+			}
+		})
+	}
+}
+
+// rssBytes is this process's resident memory.
+func rssBytes(t *testing.T) int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
+
+func TestContextKernelOnJupyterSurface(t *testing.T) {
+	g := newGateway(t)
+	status, body := g.do("POST", "/api/contexts", map[string]any{"id": "watched"})
+	if status != 201 {
+		t.Fatal(status, string(body))
+	}
+	ctx := decode[sessions.ContextModel](t, body)
+	_, body = g.do("GET", "/api/kernels", nil)
+	found := false
+	for _, k := range decode[[]sessions.KernelModel](t, body) {
+		found = found || k.ID == *ctx.KernelID
+	}
+	if !found {
+		t.Fatalf("context kernel %s not in /api/kernels: %s", *ctx.KernelID, body)
+	}
+	c := g.mustDial(*ctx.KernelID, true)
+	g.run(map[string]any{"code": "print('from the api')", "context": "watched"})
+	got := c.until(10*time.Second, func(m wsMsg) bool { return m.Header.MsgType == "stream" })
+	if last := got[len(got)-1]; last.text(t) != "from the api\n" {
+		t.Errorf("websocket saw %q", last.text(t))
+	}
+	// The watcher can continue the context's state.
+	c.run("shared_state = 7")
+	if e := g.run(map[string]any{"code": "shared_state", "context": "watched"}); len(e.Results) != 1 || e.Results[0].Text != "7" {
+		t.Errorf("results %+v", e.Results)
+	}
+	// Contexts list includes the shared kernels that have run.
+	g.run(map[string]any{"code": "1"})
+	ids := []string{}
+	_, body = g.do("GET", "/api/contexts", nil)
+	for _, c := range decode[[]sessions.ContextModel](t, body) {
+		ids = append(ids, c.ID)
+	}
+	if strings.Join(ids, ",") != "watched,code-python" {
+		t.Errorf("contexts %v", ids)
+	}
+	if status, _ := g.do("DELETE", "/api/contexts/watched", nil); status != 204 {
+		t.Errorf("delete %d", status)
+	}
+	if status, _ := g.do("GET", "/api/kernels/"+*ctx.KernelID, nil); status != 404 {
+		t.Errorf("kernel of deleted context: %d", status)
+	}
+}

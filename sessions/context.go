@@ -1,0 +1,440 @@
+package sessions
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"kernelgate/jupyter"
+	"kernelgate/kernelspecs"
+)
+
+// Context is an interpreter context of the code-interpreter API: a kernel
+// whose state runs share, with a queue that runs them one at a time in
+// arrival order.
+type Context struct {
+	ID       string
+	Language string
+	Cwd      string
+	Env      map[string]string
+	Shared   bool // code-python, code-javascript, code-typescript
+	Isolated bool // a one-run kernel, deleted after its run
+
+	m       *Manager
+	spec    *kernelspecs.Spec
+	created time.Time
+
+	mu      sync.Mutex
+	kernel  *Kernel
+	queue   []*Run
+	running *Run
+	working bool
+	runIDs  []string
+	deleted bool
+}
+
+// ContextModel is a context as the API shows it.
+type ContextModel struct {
+	ID              string   `json:"id"`
+	Language        string   `json:"language"`
+	Cwd             string   `json:"cwd"`
+	Env             []string `json:"env"`
+	Active          bool     `json:"active"`
+	KernelID        *string  `json:"kernelId"`
+	KernelProcessID *int     `json:"kernelProcessId"`
+	ProcessIDs      []string `json:"processIds"`
+	ExecutionState  string   `json:"executionState"`
+	CreatedAt       string   `json:"createdAt"`
+	LastActivity    string   `json:"lastActivity"`
+}
+
+// Model returns the context's model; active says whether its kernel is
+// running now (if not, the next run starts one without the old state).
+func (c *Context) Model() ContextModel {
+	c.mu.Lock()
+	k := c.kernel
+	ids := append([]string{}, c.runIDs...)
+	c.mu.Unlock()
+	names := make([]string, 0, len(c.Env))
+	for n := range c.Env {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	cm := ContextModel{
+		ID: c.ID, Language: c.Language, Cwd: c.Cwd, Env: names, ProcessIDs: ids,
+		ExecutionState: "dead", CreatedAt: FormatTime(c.created), LastActivity: FormatTime(c.created),
+	}
+	if k != nil {
+		km := k.Model()
+		id := k.id
+		cm.KernelID = &id
+		cm.ExecutionState = km.ExecutionState
+		cm.LastActivity = km.LastActivity
+		if pid := k.PID(); pid > 0 {
+			cm.Active = true
+			cm.KernelProcessID = &pid
+		}
+		if k.Running() {
+			cm.Active = true
+		}
+	}
+	return cm
+}
+
+// kernelFor returns the context's kernel, starting one if it has none or
+// its process is gone (a run after a death gets a fresh kernel).
+func (c *Context) ensureKernel(ctx context.Context) (*Kernel, *jupyter.Kernel, error) {
+	c.mu.Lock()
+	k := c.kernel
+	c.mu.Unlock()
+	if k != nil {
+		jk, err := k.ensure(ctx)
+		if err == nil {
+			return k, jk, nil
+		}
+		if !errors.Is(err, ErrKernelGone) {
+			return nil, nil, err
+		}
+	}
+	// No kernel, or it was deleted through the Jupyter API: start another.
+	k, err := c.m.startKernel(ctx, newID(), c.spec, c.Env, c.Cwd, restartLazily)
+	if err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	if c.deleted {
+		c.mu.Unlock()
+		c.m.ShutdownKernel(context.Background(), k.id)
+		return nil, nil, errorf(ErrNoSuchContext, "context %s was deleted", c.ID)
+	}
+	c.kernel = k
+	c.mu.Unlock()
+	jk, err := k.running(ctx)
+	return k, jk, err
+}
+
+// enqueue adds a run to the queue and makes sure a worker runs it.
+func (c *Context) enqueue(r *Run) error {
+	c.mu.Lock()
+	if c.deleted {
+		c.mu.Unlock()
+		return errorf(ErrNoSuchContext, "context %s was deleted", c.ID)
+	}
+	if limit := c.m.cfg.QueueLimit; len(c.queue) >= limit {
+		c.mu.Unlock()
+		return errorf(ErrQueueFull, "context %s already has %d runs waiting; wait for them or use another context", c.ID, limit)
+	}
+	c.queue = append(c.queue, r)
+	c.runIDs = append(c.runIDs, r.ID)
+	if over := len(c.runIDs) - c.m.cfg.RunsKept; over > 0 {
+		c.runIDs = append(c.runIDs[:0], c.runIDs[over:]...)
+	}
+	r.mu.Lock()
+	r.cancel = func(reason Reason) { c.dequeue(r, reason) }
+	r.mu.Unlock()
+	if !c.working {
+		c.working = true
+		c.m.goroutine(c.work)
+	}
+	c.mu.Unlock()
+	if !r.deadline.IsZero() {
+		t := time.AfterFunc(time.Until(r.deadline), func() { r.expire() })
+		go func() { <-r.done; t.Stop() }()
+	}
+	return nil
+}
+
+// dequeue ends a run that is still queued; a running one is left to its
+// worker (which has replaced r.cancel).
+func (c *Context) dequeue(r *Run, reason Reason) {
+	c.mu.Lock()
+	found := false
+	for i, q := range c.queue {
+		if q == r {
+			c.queue = append(c.queue[:i], c.queue[i+1:]...)
+			found = true
+			break
+		}
+	}
+	if !found && c.running == r {
+		// Taken by the worker but not started: it ends the run instead.
+		r.mu.Lock()
+		if r.state == RunQueued {
+			r.stopBeforeStart = reason
+		}
+		r.mu.Unlock()
+	}
+	c.mu.Unlock()
+	if found {
+		r.end(reason, nil)
+	}
+}
+
+// expire is the run's timeout: a queued run ends without running, a
+// running one is interrupted by its worker.
+func (r *Run) expire() {
+	r.mu.Lock()
+	cancel := r.cancel
+	if r.state == RunRunning {
+		r.timedOut = true
+	}
+	r.mu.Unlock()
+	if cancel != nil {
+		cancel(TimedOut)
+	}
+}
+
+// work runs the queue until it is empty; one worker per context at most.
+func (c *Context) work() {
+	for {
+		c.mu.Lock()
+		if len(c.queue) == 0 || c.deleted {
+			c.working = false
+			queued := c.queue
+			c.queue = nil
+			c.mu.Unlock()
+			for _, r := range queued {
+				r.end(Lost, errorf(ErrNoSuchContext, "context %s was deleted", c.ID))
+			}
+			return
+		}
+		r := c.queue[0]
+		c.queue = c.queue[1:]
+		c.running = r
+		c.mu.Unlock()
+		c.execute(r)
+		c.mu.Lock()
+		c.running = nil
+		c.mu.Unlock()
+		if c.Isolated {
+			c.m.deleteContext(c)
+		}
+	}
+}
+
+// runContext bounds the start of a kernel for a run by the run's deadline.
+func runContext(r *Run, parent context.Context) (context.Context, context.CancelFunc) {
+	if r.deadline.IsZero() {
+		return context.WithCancel(parent)
+	}
+	return context.WithDeadline(parent, r.deadline)
+}
+
+// execute runs r on the context's kernel and ends it.
+func (c *Context) execute(r *Run) {
+	ctx, cancel := runContext(r, context.Background())
+	k, jk, err := c.ensureKernel(ctx)
+	cancel()
+	if err != nil {
+		if !r.deadline.IsZero() && time.Now().After(r.deadline) {
+			r.end(TimedOut, nil)
+		} else {
+			r.end(Lost, err)
+		}
+		return
+	}
+	stop := make(chan Reason, 1)
+	late := make(chan struct{}, 1)
+	r.mu.Lock()
+	if r.state != RunQueued {
+		r.mu.Unlock()
+		return
+	}
+	r.cancel = func(reason Reason) {
+		select {
+		case stop <- reason:
+		default:
+		}
+	}
+	var pendingInput *Message
+	r.input = func(value string) error {
+		r.mu.Lock()
+		parent := pendingInput
+		r.mu.Unlock()
+		m, err := jk.NewMessage(jupyter.InputReply, map[string]string{"value": value}, parent)
+		if err != nil {
+			return err
+		}
+		return jk.Send(jupyter.Stdin, m)
+	}
+	stopped := r.stopBeforeStart
+	r.mu.Unlock()
+	if stopped == "" && !r.deadline.IsZero() && time.Now().After(r.deadline) {
+		stopped = TimedOut
+	}
+	if stopped != "" {
+		r.end(stopped, nil)
+		return
+	}
+	if !r.start() {
+		return
+	}
+	content := jupyter.NewExecute(r.Code)
+	content.AllowStdin = r.Stdin
+	// Runs are independent: an error must not abort the next one.
+	content.StopOnError = false
+	call, err := jk.StartExecute(content, func(ch jupyter.Channel, m *Message) {
+		if m.Type() == jupyter.InputRequest {
+			r.mu.Lock()
+			pendingInput = m
+			r.mu.Unlock()
+		}
+		r.handle(m, ch)
+		select {
+		case late <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		r.end(Lost, nil)
+		return
+	}
+	// A deadline passed between the checks above and the start.
+	if !r.deadline.IsZero() && time.Now().After(r.deadline) {
+		r.expire()
+	}
+
+	var grace <-chan time.Time
+	for {
+		select {
+		case <-call.Done():
+			reply, err := call.Result()
+			if err != nil {
+				c.m.log.Info("run lost its kernel", "context", c.ID, "run", r.ID, "err", err)
+				r.end(Lost, nil)
+				return
+			}
+			c.settle(jk, late)
+			r.end(c.reason(r, reply), nil)
+			return
+		case why := <-stop:
+			r.mu.Lock()
+			if why == TimedOut {
+				r.timedOut = true
+			} else {
+				r.interrupted = true
+			}
+			r.mu.Unlock()
+			if grace == nil {
+				ictx, icancel := context.WithTimeout(context.Background(), c.m.cfg.InterruptGrace)
+				if err := k.Interrupt(ictx); err != nil {
+					c.m.log.Info("interrupt failed", "context", c.ID, "err", err)
+				}
+				icancel()
+				grace = time.After(c.m.cfg.InterruptGrace)
+			}
+		case <-grace:
+			// The kernel did not stop: restart it; the run's state is lost.
+			c.m.log.Warn("kernel did not stop after an interrupt: restarting it", "context", c.ID, "run", r.ID)
+			jk.Forget(call)
+			rctx, rcancel := context.WithTimeout(context.Background(), c.m.cfg.StartTimeout)
+			k.Restart(rctx)
+			rcancel()
+			r.end(Lost, nil)
+			return
+		}
+	}
+}
+
+// settle waits, for kernels known to publish output after their idle
+// status (Deno), until no message of the run came for a short while.
+func (c *Context) settle(jk *jupyter.Kernel, late chan struct{}) {
+	wait := c.m.cfg.LateOutputWait
+	if wait <= 0 || !contains(c.m.cfg.LateOutputKernels, jk.Info().Implementation) {
+		return
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	for {
+		select {
+		case <-late:
+			t.Reset(wait)
+		case <-t.C:
+			return
+		}
+	}
+}
+
+// reason says how a run that got its reply ended.
+func (c *Context) reason(r *Run, reply *Message) Reason {
+	var s struct {
+		Status string `json:"status"`
+	}
+	json.Unmarshal(reply.RawContent, &s)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case s.Status == "ok":
+		return Completed
+	case r.timedOut:
+		return TimedOut
+	case r.interrupted:
+		return Interrupted
+	}
+	return Errored
+}
+
+// interrupt interrupts the running run, if any.
+func (c *Context) interrupt(ctx context.Context) error {
+	c.mu.Lock()
+	running, k := c.running, c.kernel
+	c.mu.Unlock()
+	if running != nil {
+		running.Interrupt()
+		return nil
+	}
+	if k != nil && k.Running() {
+		return k.Interrupt(ctx)
+	}
+	return nil
+}
+
+// restart gives the context a new kernel process: state is gone.
+func (c *Context) restart(ctx context.Context) error {
+	c.mu.Lock()
+	k := c.kernel
+	c.mu.Unlock()
+	if k == nil {
+		_, _, err := c.ensureKernel(ctx)
+		return err
+	}
+	if err := k.Restart(ctx); err != nil && !errors.Is(err, ErrKernelGone) {
+		return err
+	} else if errors.Is(err, ErrKernelGone) {
+		_, _, err = c.ensureKernel(ctx)
+		return err
+	}
+	return nil
+}
+
+// setupCode returns code that applies cwd and env inside a running kernel
+// of spec's language, or false when the language has no such code.
+func setupCode(spec *kernelspecs.Spec, cwd string, env map[string]string) (string, bool) {
+	if cwd == "" && len(env) == 0 {
+		return "", true
+	}
+	cwdJS, _ := json.Marshal(cwd)
+	envJS, _ := json.Marshal(env)
+	if env == nil {
+		envJS = []byte("{}")
+	}
+	switch strings.ToLower(spec.Language) {
+	case "python":
+		code := "import os as _kg_os\n"
+		if cwd != "" {
+			code += "_kg_os.chdir(" + string(cwdJS) + ")\n"
+		}
+		return code + "_kg_os.environ.update(" + string(envJS) + ")\ndel _kg_os\n", true
+	case "typescript", "javascript":
+		code := ""
+		if cwd != "" {
+			code += "Deno.chdir(" + string(cwdJS) + ");\n"
+		}
+		return code + "for (const [k, v] of Object.entries(" + string(envJS) + ")) Deno.env.set(k, v);\n", true
+	}
+	return "", false
+}

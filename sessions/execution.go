@@ -1,0 +1,413 @@
+package sessions
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"kernelgate/jupyter"
+)
+
+// Execution is the outcome of a run, as POST /api/execute returns it.
+type Execution struct {
+	ID             string       `json:"id"`
+	Context        string       `json:"context"`
+	Language       string       `json:"language"`
+	Logs           Logs         `json:"logs"`
+	Results        []*Result    `json:"results"`
+	Error          *ExecError   `json:"error"`
+	ExecutionCount *int         `json:"executionCount"`
+	Process        ProcessState `json:"process"`
+	Truncated      bool         `json:"truncated"`
+}
+
+// Logs are the texts of the run's stream messages, in order.
+type Logs struct {
+	Stdout []string `json:"stdout"`
+	Stderr []string `json:"stderr"`
+}
+
+// ProcessState says how a run ended; empty while it has not.
+type ProcessState struct {
+	ExitCode *int   `json:"exitCode,omitempty"`
+	Reason   Reason `json:"reason,omitempty"`
+}
+
+// Reason is how a run ended.
+type Reason string
+
+// The ends of a run.
+const (
+	Completed   Reason = "completed"
+	Errored     Reason = "error"
+	Interrupted Reason = "interrupted"
+	TimedOut    Reason = "timed_out"
+	Lost        Reason = "lost"
+)
+
+// ExecError is the exception the code raised.
+type ExecError struct {
+	Name      string   `json:"name"`
+	Value     string   `json:"value"`
+	Message   string   `json:"message"`
+	Traceback []string `json:"traceback"`
+}
+
+// Result is one display_data or execute_result: the whole MIME bundle as
+// the kernel sent it, with short mirrors of the common types.
+type Result struct {
+	Data         map[string]json.RawMessage `json:"data"`
+	Metadata     map[string]json.RawMessage `json:"metadata"`
+	IsMainResult bool                       `json:"isMainResult"`
+	DisplayID    string                     `json:"displayId,omitempty"`
+	Text         string                     `json:"text,omitempty"`
+	HTML         string                     `json:"html,omitempty"`
+	Markdown     string                     `json:"markdown,omitempty"`
+	LaTeX        string                     `json:"latex,omitempty"`
+	PNG          string                     `json:"png,omitempty"`
+	JPEG         string                     `json:"jpeg,omitempty"`
+	SVG          string                     `json:"svg,omitempty"`
+	PDF          string                     `json:"pdf,omitempty"`
+	JSON         json.RawMessage            `json:"json,omitempty"`
+	JavaScript   string                     `json:"javascript,omitempty"`
+
+	size int
+}
+
+// ansi matches terminal escape sequences (CSI and OSC).
+var ansi = regexp.MustCompile(`\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]`)
+
+// StripANSI removes terminal escape sequences from s.
+func StripANSI(s string) string {
+	if !strings.Contains(s, "\x1b") {
+		return s
+	}
+	return ansi.ReplaceAllString(s, "")
+}
+
+// mimeText reads a bundle entry as text: a JSON string, or a list of
+// strings (nbformat's multi-line form).
+func mimeText(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var lines []string
+	if json.Unmarshal(raw, &lines) == nil {
+		return strings.Join(lines, "")
+	}
+	return ""
+}
+
+// newResult builds a result from a bundle.
+func newResult(data, metadata map[string]json.RawMessage, main bool, displayID string) *Result {
+	if data == nil {
+		data = map[string]json.RawMessage{}
+	}
+	if metadata == nil {
+		metadata = map[string]json.RawMessage{}
+	}
+	r := &Result{Data: data, Metadata: metadata, IsMainResult: main, DisplayID: displayID}
+	r.mirror()
+	return r
+}
+
+// mirror fills the short fields from the bundle.
+func (r *Result) mirror() {
+	r.Text, r.HTML, r.Markdown, r.LaTeX, r.PNG, r.JPEG, r.SVG, r.PDF, r.JSON, r.JavaScript = "", "", "", "", "", "", "", "", nil, ""
+	r.size = 0
+	for mime, raw := range r.Data {
+		r.size += len(raw)
+		switch mime {
+		case "text/plain":
+			r.Text = StripANSI(mimeText(raw))
+		case "text/html":
+			r.HTML = mimeText(raw)
+		case "text/markdown":
+			r.Markdown = mimeText(raw)
+		case "text/latex":
+			r.LaTeX = mimeText(raw)
+		case "image/png":
+			r.PNG = strings.TrimSpace(mimeText(raw))
+		case "image/jpeg":
+			r.JPEG = strings.TrimSpace(mimeText(raw))
+		case "image/svg+xml":
+			r.SVG = mimeText(raw)
+		case "application/pdf":
+			r.PDF = strings.TrimSpace(mimeText(raw))
+		case "application/json":
+			r.JSON = raw
+		case "application/javascript", "text/javascript":
+			r.JavaScript = mimeText(raw)
+		}
+	}
+	for _, raw := range r.Metadata {
+		r.size += len(raw)
+	}
+}
+
+// Limits bound what one run keeps of its output.
+type Limits struct {
+	// LogBytes bounds the text of stdout and stderr together.
+	LogBytes int
+	// ResultBytes bounds the MIME bundles of the results together.
+	ResultBytes int
+}
+
+// builder folds a run's kernel messages into its Execution and its
+// stream events. Not safe for concurrent use: the run's lock guards it.
+type builder struct {
+	exec   Execution
+	limits Limits
+	emit   func(typ string, payload any)
+
+	logBytes, resultBytes   int
+	droppedLog, droppedData int
+	clearPending            bool
+	sawMain                 bool
+	started                 bool // the code was sent to the kernel
+}
+
+func (b *builder) truncatedNow() bool { return b.droppedLog > 0 || b.droppedData > 0 }
+
+// applyClear performs a clear_output that waited for the next output.
+func (b *builder) applyClear() {
+	if b.clearPending {
+		b.clearPending = false
+		b.clear()
+	}
+}
+
+func (b *builder) clear() {
+	b.exec.Logs = Logs{Stdout: []string{}, Stderr: []string{}}
+	b.exec.Results = []*Result{}
+	b.logBytes, b.resultBytes = 0, 0
+}
+
+type streamContent struct {
+	Name string `json:"name"`
+	Text string `json:"text"`
+}
+
+type displayContent struct {
+	Data      map[string]json.RawMessage `json:"data"`
+	Metadata  map[string]json.RawMessage `json:"metadata"`
+	Transient struct {
+		DisplayID string `json:"display_id"`
+	} `json:"transient"`
+	ExecutionCount *int `json:"execution_count"`
+}
+
+type errorContent struct {
+	EName     string   `json:"ename"`
+	EValue    string   `json:"evalue"`
+	Traceback []string `json:"traceback"`
+}
+
+// message applies one message of the run.
+func (b *builder) message(ch jupyter.Channel, m *jupyter.Message) {
+	switch m.Type() {
+	case jupyter.StreamMsg:
+		room := b.limits.LogBytes - b.logBytes
+		if len(m.RawContent) > room+64<<10 {
+			// Far past the limit: read only what is kept.
+			if name, prefix, total, ok := streamPrefix(m.RawContent, max(room, 0)); ok {
+				b.applyClear()
+				b.stream(name, prefix)
+				b.droppedLog += total - len(prefix)
+				b.noteTruncation()
+				return
+			}
+		}
+		var c streamContent
+		if m.DecodeContent(&c) != nil || (c.Name != "stdout" && c.Name != "stderr") {
+			return
+		}
+		b.applyClear()
+		b.stream(c.Name, c.Text)
+	case jupyter.DisplayData, jupyter.ExecuteResult:
+		if b.resultBytes+len(m.RawContent) > b.limits.ResultBytes+64<<10 {
+			// Past the limit whatever it holds: drop it undecoded.
+			b.applyClear()
+			b.droppedData += len(m.RawContent)
+			b.noteTruncation()
+			if m.Type() == jupyter.ExecuteResult {
+				b.sawMain = true
+			}
+			return
+		}
+		var c displayContent
+		if m.DecodeContent(&c) != nil {
+			return
+		}
+		b.applyClear()
+		main := m.Type() == jupyter.ExecuteResult
+		if main {
+			b.sawMain = true
+			if c.ExecutionCount != nil {
+				b.exec.ExecutionCount = c.ExecutionCount
+			}
+		}
+		r := newResult(c.Data, c.Metadata, main, c.Transient.DisplayID)
+		if b.resultBytes+r.size > b.limits.ResultBytes {
+			b.droppedData += r.size
+			b.noteTruncation()
+			return
+		}
+		b.resultBytes += r.size
+		b.exec.Results = append(b.exec.Results, r)
+		b.emit("result", r)
+	case jupyter.UpdateDisplayData:
+		var c displayContent
+		if m.DecodeContent(&c) != nil || c.Transient.DisplayID == "" {
+			return
+		}
+		for _, r := range b.exec.Results {
+			if r.DisplayID != c.Transient.DisplayID {
+				continue
+			}
+			next := newResult(c.Data, c.Metadata, r.IsMainResult, r.DisplayID)
+			if b.resultBytes-r.size+next.size > b.limits.ResultBytes {
+				b.droppedData += next.size
+				b.noteTruncation()
+				continue
+			}
+			b.resultBytes += next.size - r.size
+			*r = *next
+		}
+		b.emit("display_update", map[string]any{"displayId": c.Transient.DisplayID, "data": nonNil(c.Data), "metadata": nonNil(c.Metadata)})
+	case jupyter.ClearOutput:
+		var c struct {
+			Wait bool `json:"wait"`
+		}
+		m.DecodeContent(&c)
+		if c.Wait {
+			b.clearPending = true
+		} else {
+			b.clearPending = false
+			b.clear()
+		}
+		b.emit("clear_output", map[string]bool{"wait": c.Wait})
+	case jupyter.ErrorMsg:
+		var c errorContent
+		if m.DecodeContent(&c) != nil {
+			return
+		}
+		b.setError(c)
+	case jupyter.ExecuteInput:
+		var c struct {
+			ExecutionCount *int `json:"execution_count"`
+		}
+		if m.DecodeContent(&c) == nil && c.ExecutionCount != nil {
+			b.exec.ExecutionCount = c.ExecutionCount
+		}
+	case jupyter.ExecuteReply:
+		b.reply(m)
+	case jupyter.InputRequest:
+		var c struct {
+			Prompt   string `json:"prompt"`
+			Password bool   `json:"password"`
+		}
+		m.DecodeContent(&c)
+		b.emit("input_request", map[string]any{"prompt": c.Prompt, "password": c.Password})
+	}
+}
+
+func nonNil(m map[string]json.RawMessage) map[string]json.RawMessage {
+	if m == nil {
+		return map[string]json.RawMessage{}
+	}
+	return m
+}
+
+func (b *builder) setError(c errorContent) {
+	tb := make([]string, 0, len(c.Traceback))
+	for _, line := range c.Traceback {
+		tb = append(tb, StripANSI(line))
+	}
+	e := &ExecError{Name: c.EName, Value: c.EValue, Message: c.EValue, Traceback: tb}
+	b.exec.Error = e
+	b.emit("error", e)
+}
+
+// reply records the execute_reply: the execution count, and the error of
+// kernels that report it only there (Deno's interrupted runs).
+func (b *builder) reply(m *jupyter.Message) {
+	var c struct {
+		Status         string `json:"status"`
+		ExecutionCount *int   `json:"execution_count"`
+		errorContent
+	}
+	if m.DecodeContent(&c) != nil {
+		return
+	}
+	if c.ExecutionCount != nil {
+		b.exec.ExecutionCount = c.ExecutionCount
+	}
+	if c.Status == "aborted" && b.exec.Error == nil {
+		b.setError(errorContent{EName: "ExecutionAborted", EValue: "the kernel aborted this run because a request before it failed; run it again"})
+	}
+	if c.Status == "error" && b.exec.Error == nil {
+		name := c.EName
+		if name == "" {
+			name = "Error"
+		}
+		b.setError(errorContent{EName: name, EValue: c.EValue, Traceback: c.Traceback})
+	}
+}
+
+// stream appends text to a log, within the limit.
+func (b *builder) stream(name, text string) {
+	room := b.limits.LogBytes - b.logBytes
+	if room <= 0 {
+		b.droppedLog += len(text)
+		b.noteTruncation()
+		return
+	}
+	if len(text) > room {
+		b.droppedLog += len(text) - room
+		text = strings.Clone(text[:room]) // do not keep the whole message alive
+		b.noteTruncation()
+	}
+	b.logBytes += len(text)
+	if name == "stdout" {
+		b.exec.Logs.Stdout = append(b.exec.Logs.Stdout, text)
+	} else {
+		b.exec.Logs.Stderr = append(b.exec.Logs.Stderr, text)
+	}
+	b.emit(name, map[string]string{"text": text})
+}
+
+// noteTruncation marks the run truncated; the stream learns it once.
+func (b *builder) noteTruncation() {
+	if b.exec.Truncated {
+		return
+	}
+	b.exec.Truncated = true
+	b.emit("stderr", map[string]string{"text": "\n[kernelgate] output limit reached: further output of this run is dropped\n"})
+}
+
+// finish closes the Execution with how the run ended.
+func (b *builder) finish(reason Reason) {
+	b.applyClear()
+	if b.truncatedNow() {
+		marker := fmt.Sprintf("\n[kernelgate] output truncated: %d bytes dropped\n", b.droppedLog+b.droppedData)
+		b.exec.Logs.Stderr = append(b.exec.Logs.Stderr, marker)
+	}
+	b.exec.Process.Reason = reason
+	var code *int
+	switch reason {
+	case Completed:
+		code = intPtr(0)
+	case Errored, Interrupted:
+		code = intPtr(1)
+	case TimedOut:
+		if b.started {
+			code = intPtr(1)
+		}
+	}
+	b.exec.Process.ExitCode = code
+}
+
+func intPtr(i int) *int { return &i }

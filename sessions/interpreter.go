@@ -1,0 +1,472 @@
+package sessions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"kernelgate/jupyter"
+	"kernelgate/kernelspecs"
+)
+
+func newID() string { return uuid.NewString() }
+
+// contextID is what a client may name a context.
+var contextID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+
+// sharedID is the context id of a language's shared kernel.
+func sharedID(language string) string { return "code-" + language }
+
+// Languages lists the languages whose kernelspec is available.
+func (m *Manager) Languages() []string {
+	var out []string
+	for lang, spec := range m.cfg.Languages {
+		if _, err := m.specs.Get(spec); err == nil {
+			out = append(out, lang)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// languageSpec returns the kernelspec of a language.
+func (m *Manager) languageSpec(language string) (*kernelspecs.Spec, error) {
+	name, ok := m.cfg.Languages[language]
+	if ok {
+		if s, err := m.specs.Get(name); err == nil {
+			return s, nil
+		}
+	}
+	return nil, errorf(ErrInvalidLanguage, "language %q is not available; available: %s", language, strings.Join(m.Languages(), ", "))
+}
+
+// checkEnv validates caller-supplied variables.
+func checkEnv(env map[string]string) error {
+	if err := jupyter.ValidateEnv(env); err != nil {
+		return &Error{Kind: ErrInvalidEnv, Msg: err.Error()}
+	}
+	return nil
+}
+
+// ContextRequest creates a context.
+type ContextRequest struct {
+	ID       string
+	Language string
+	Cwd      string
+	Env      map[string]string
+}
+
+// CreateContext creates a context and starts its kernel.
+func (m *Manager) CreateContext(ctx context.Context, req ContextRequest) (*Context, error) {
+	if req.Language == "" {
+		req.Language = "python"
+	}
+	spec, err := m.languageSpec(req.Language)
+	if err != nil {
+		return nil, err
+	}
+	if req.ID == "" {
+		req.ID = newID()
+	} else if !contextID.MatchString(req.ID) {
+		return nil, errorf(ErrBadRequest, "a context id has 1 to 128 of A-Z a-z 0-9 . _ -")
+	}
+	if err := checkEnv(req.Env); err != nil {
+		return nil, err
+	}
+	c := &Context{ID: req.ID, Language: req.Language, Cwd: req.Cwd, Env: req.Env, m: m, spec: spec, created: time.Now()}
+	if err := m.addContext(c); err != nil {
+		return nil, err
+	}
+	if _, _, err := c.ensureKernel(ctx); err != nil {
+		m.deleteContext(c)
+		return nil, err
+	}
+	return c, nil
+}
+
+func (m *Manager) addContext(c *Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrShuttingDown
+	}
+	if _, taken := m.contexts[c.ID]; taken {
+		return errorf(ErrNameConflict, "context id %q is in use", c.ID)
+	}
+	m.contexts[c.ID] = c
+	return nil
+}
+
+// Context returns a context by id.
+func (m *Manager) Context(id string) (*Context, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, ok := m.contexts[id]
+	if !ok || c.Isolated {
+		return nil, errorf(ErrNoSuchContext, "no context %q: create it with POST /api/contexts", id)
+	}
+	return c, nil
+}
+
+// Contexts lists the contexts, shared kernels that have run included,
+// oldest first.
+func (m *Manager) Contexts() []*Context {
+	m.mu.Lock()
+	out := make([]*Context, 0, len(m.contexts))
+	for _, c := range m.contexts {
+		if !c.Isolated {
+			out = append(out, c)
+		}
+	}
+	m.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].created.Before(out[j].created) })
+	return out
+}
+
+// DeleteContext shuts a context's kernel down and forgets it.
+func (m *Manager) DeleteContext(ctx context.Context, id string) error {
+	c, err := m.Context(id)
+	if err != nil {
+		return err
+	}
+	m.deleteContext(c)
+	return nil
+}
+
+func (m *Manager) deleteContext(c *Context) {
+	m.mu.Lock()
+	if m.contexts[c.ID] == c {
+		delete(m.contexts, c.ID)
+	}
+	m.mu.Unlock()
+	c.mu.Lock()
+	c.deleted = true
+	k := c.kernel
+	queued := c.queue
+	c.queue = nil
+	running := c.running
+	c.mu.Unlock()
+	for _, r := range queued {
+		r.end(Lost, nil)
+	}
+	if k != nil {
+		m.forget(k)
+		k.shutdown(context.Background())
+	}
+	if running != nil {
+		running.end(Lost, nil)
+	}
+}
+
+// InterruptContext interrupts what a context is running.
+func (m *Manager) InterruptContext(ctx context.Context, id string) error {
+	c, err := m.Context(id)
+	if err != nil {
+		return err
+	}
+	return c.interrupt(ctx)
+}
+
+// RestartContext gives a context a fresh kernel; the id stays.
+func (m *Manager) RestartContext(ctx context.Context, id string) (*Context, error) {
+	c, err := m.Context(id)
+	if err != nil {
+		return nil, err
+	}
+	return c, c.restart(ctx)
+}
+
+// ExecuteRequest is POST /api/execute.
+type ExecuteRequest struct {
+	Code     string
+	Language string
+	Context  string
+	Isolated bool
+	Cwd      string
+	Env      map[string]string // nil: not given
+	Timeout  time.Duration     // 0: no limit
+	Stdin    bool
+}
+
+// Execute queues a run and returns it; it runs in the background and
+// outlives the caller. Isolated runs get their kernel before Execute
+// returns (REQUEST_TIMEOUT when the timeout ends first).
+func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*Run, error) {
+	if req.Isolated && req.Context != "" {
+		return nil, errorf(ErrBadRequest, "isolated runs get a fresh kernel: do not name a context")
+	}
+	if req.Context != "" && req.Env != nil {
+		return nil, errorf(ErrBadRequest, "env applies when a kernel starts: set it when creating the context")
+	}
+	if err := checkEnv(req.Env); err != nil {
+		return nil, err
+	}
+	if req.Timeout < 0 {
+		return nil, errorf(ErrBadRequest, "timeout must be 0 (none) or a number of seconds")
+	}
+	var c *Context
+	var err error
+	switch {
+	case req.Context != "":
+		if c, err = m.Context(req.Context); err != nil {
+			return nil, err
+		}
+		if req.Language != "" && req.Language != c.Language {
+			return nil, errorf(ErrBadRequest, "context %s runs %s, not %s", c.ID, c.Language, req.Language)
+		}
+	case req.Isolated:
+		return m.executeIsolated(ctx, req)
+	default:
+		if c, err = m.sharedContext(req); err != nil {
+			return nil, err
+		}
+	}
+	r := m.newRun(c, req)
+	if err := c.enqueue(r); err != nil {
+		m.dropRun(r)
+		return nil, err
+	}
+	return r, nil
+}
+
+// sharedContext returns the shared context of the request's language,
+// creating it with the request's cwd and env on first use.
+func (m *Manager) sharedContext(req ExecuteRequest) (*Context, error) {
+	lang := req.Language
+	if lang == "" {
+		lang = "python"
+	}
+	spec, err := m.languageSpec(lang)
+	if err != nil {
+		return nil, err
+	}
+	id := sharedID(lang)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, ErrShuttingDown
+	}
+	if c, ok := m.contexts[id]; ok {
+		if req.Env != nil && !sameEnv(req.Env, c.Env) {
+			return nil, errorf(ErrUnsupported, "the shared %s kernel was started with another env; create a context for this env", lang)
+		}
+		return c, nil
+	}
+	c := &Context{ID: id, Language: lang, Cwd: req.Cwd, Env: req.Env, Shared: true, m: m, spec: spec, created: time.Now()}
+	m.contexts[id] = c
+	return c, nil
+}
+
+func sameEnv(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// executeIsolated runs code on a kernel of its own, from the warm pool when
+// one is ready, deleted after the run.
+func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*Run, error) {
+	lang := req.Language
+	if lang == "" {
+		lang = "python"
+	}
+	spec, err := m.languageSpec(lang)
+	if err != nil {
+		return nil, err
+	}
+	runID := newID()
+	c := &Context{ID: "isolated-" + runID, Language: lang, Cwd: req.Cwd, Env: req.Env, Isolated: true, m: m, spec: spec, created: time.Now()}
+	if req.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, req.Timeout)
+		defer cancel()
+	}
+	setup, canSetup := setupCode(spec, req.Cwd, req.Env)
+	var k *Kernel
+	if canSetup {
+		if p := m.pool(spec); p != nil {
+			k = p.take()
+		}
+	}
+	if k != nil {
+		if err := m.reserve(k); err != nil {
+			k.shutdown(context.Background())
+			return nil, err
+		}
+		if setup != "" {
+			if err := runSetup(ctx, k, setup); err != nil {
+				m.forget(k)
+				k.shutdown(context.Background())
+				return nil, err
+			}
+		}
+	} else {
+		k, err = m.startKernel(ctx, newID(), spec, req.Env, req.Cwd, restartLazily)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, ErrStartTimeout) {
+				return nil, errorf(ErrStartTimeout, "the timeout ran out before the isolated kernel started; raise timeout")
+			}
+			return nil, err
+		}
+	}
+	c.kernel = k
+	m.mu.Lock()
+	m.contexts[c.ID] = c
+	m.mu.Unlock()
+	r := m.newRunWithID(runID, c, req)
+	if err := c.enqueue(r); err != nil {
+		m.deleteContext(c)
+		return nil, err
+	}
+	return r, nil
+}
+
+// runSetup applies an isolated run's cwd and env in a pooled kernel.
+func runSetup(ctx context.Context, k *Kernel, code string) error {
+	jk, err := k.running(ctx)
+	if err != nil {
+		return err
+	}
+	content := jupyter.NewExecute(code)
+	content.Silent, content.StoreHistory = true, false
+	call, err := jk.StartExecute(content, nil)
+	if err != nil {
+		return err
+	}
+	reply, err := call.Wait(ctx)
+	if err != nil {
+		jk.Forget(call)
+		if ctx.Err() != nil {
+			return errorf(ErrStartTimeout, "the timeout ran out while the isolated kernel was being prepared")
+		}
+		return err
+	}
+	var s struct {
+		Status, EValue string
+	}
+	reply.DecodeContent(&s)
+	if s.Status != "ok" {
+		return errorf(ErrBadRequest, "cwd or env could not be applied: %s", s.EValue)
+	}
+	return nil
+}
+
+// pool returns the warm pool of a kernelspec, or nil when pools are off.
+func (m *Manager) pool(spec *kernelspecs.Spec) *pool {
+	if m.cfg.PoolSize <= 0 {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	p, ok := m.pools[spec.Name]
+	if !ok {
+		p = &pool{m: m, spec: spec, size: m.cfg.PoolSize}
+		m.pools[spec.Name] = p
+	}
+	return p
+}
+
+// Prewarm fills the warm pools of the given languages now.
+func (m *Manager) Prewarm(languages []string) error {
+	for _, lang := range languages {
+		spec, err := m.languageSpec(lang)
+		if err != nil {
+			return err
+		}
+		if p := m.pool(spec); p != nil {
+			p.refill()
+		}
+	}
+	return nil
+}
+
+// Pools reports the warm pools.
+func (m *Manager) Pools() []PoolStats {
+	m.mu.Lock()
+	ps := make([]*pool, 0, len(m.pools))
+	for _, p := range m.pools {
+		ps = append(ps, p)
+	}
+	m.mu.Unlock()
+	out := make([]PoolStats, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, p.stats())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Spec < out[j].Spec })
+	return out
+}
+
+func (m *Manager) newRun(c *Context, req ExecuteRequest) *Run {
+	return m.newRunWithID(newID(), c, req)
+}
+
+func (m *Manager) newRunWithID(id string, c *Context, req ExecuteRequest) *Run {
+	r := newRun(id, c.ID, c.Language, req.Code, req.Stdin, req.Timeout, m.cfg.RunLimits)
+	m.mu.Lock()
+	m.pruneRunsLocked()
+	m.runs[id] = r
+	m.runOrder = append(m.runOrder, r)
+	m.mu.Unlock()
+	return r
+}
+
+func (m *Manager) dropRun(r *Run) {
+	m.mu.Lock()
+	delete(m.runs, r.ID)
+	m.mu.Unlock()
+}
+
+// pruneRunsLocked forgets finished runs past the retention time or count.
+func (m *Manager) pruneRunsLocked() {
+	now := time.Now()
+	keep := m.runOrder[:0]
+	finished := 0
+	for i := len(m.runOrder) - 1; i >= 0; i-- {
+		r := m.runOrder[i]
+		r.mu.Lock()
+		done, at := r.state == RunDone, r.finished
+		r.mu.Unlock()
+		if done {
+			finished++
+			if finished > m.cfg.RunsKept || now.Sub(at) > m.cfg.RunRetention {
+				delete(m.runs, r.ID)
+				continue
+			}
+		}
+		keep = append(keep, r)
+	}
+	// keep is newest first; restore oldest first.
+	for i, j := 0, len(keep)-1; i < j; i, j = i+1, j-1 {
+		keep[i], keep[j] = keep[j], keep[i]
+	}
+	m.runOrder = keep
+}
+
+// Run returns a run by id.
+func (m *Manager) Run(id string) (*Run, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.pruneRunsLocked()
+	r, ok := m.runs[id]
+	if !ok {
+		return nil, errorf(ErrNotFound, "no run %q (finished runs are kept for %v)", id, m.cfg.RunRetention)
+	}
+	return r, nil
+}
+
+var _ = fmt.Sprint

@@ -1,0 +1,117 @@
+package sessions
+
+import (
+	"context"
+	"sync"
+
+	"kernelgate/kernelspecs"
+)
+
+// pool keeps kernels of one kernelspec started and ready for isolated
+// runs. A kernel leaves the pool for one run and is never given back; the
+// pool refills in the background.
+type pool struct {
+	m    *Manager
+	spec *kernelspecs.Spec
+	size int
+
+	mu       sync.Mutex
+	ready    []*Kernel
+	starting int
+	hits     int
+	misses   int
+}
+
+// take returns a ready kernel, or nil; either way the pool refills.
+func (p *pool) take() *Kernel {
+	p.mu.Lock()
+	var k *Kernel
+	for len(p.ready) > 0 && k == nil {
+		k = p.ready[0]
+		p.ready = p.ready[1:]
+		if !k.Running() { // died while it waited
+			go k.shutdown(context.Background())
+			k = nil
+		}
+	}
+	if k != nil {
+		p.hits++
+	} else {
+		p.misses++
+	}
+	p.mu.Unlock()
+	p.refill()
+	return k
+}
+
+// refill starts kernels until the pool is full.
+func (p *pool) refill() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for len(p.ready)+p.starting < p.size {
+		select {
+		case <-p.m.closing:
+			return
+		default:
+		}
+		p.starting++
+		p.m.goroutine(p.startOne)
+	}
+}
+
+func (p *pool) startOne() {
+	k := newKernel(p.m, newID(), p.spec, nil, "", restartLazily)
+	k.life.Lock()
+	err := k.launch(context.Background())
+	k.life.Unlock()
+	p.mu.Lock()
+	p.starting--
+	closed := false
+	select {
+	case <-p.m.closing:
+		closed = true
+	default:
+	}
+	if err == nil && !closed {
+		p.ready = append(p.ready, k)
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Unlock()
+	if err != nil {
+		p.m.log.Warn("warm pool: kernel failed to start", "spec", p.spec.Name, "err", err)
+	}
+	k.shutdown(context.Background())
+}
+
+// PoolStats says how the pool of a kernelspec is doing.
+type PoolStats struct {
+	Spec     string `json:"spec"`
+	Ready    int    `json:"ready"`
+	Starting int    `json:"starting"`
+	Hits     int    `json:"hits"`
+	Misses   int    `json:"misses"`
+}
+
+func (p *pool) stats() PoolStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return PoolStats{Spec: p.spec.Name, Ready: len(p.ready), Starting: p.starting, Hits: p.hits, Misses: p.misses}
+}
+
+// drain shuts down the ready kernels.
+func (p *pool) drain(ctx context.Context) {
+	p.mu.Lock()
+	ready := p.ready
+	p.ready = nil
+	p.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, k := range ready {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k.shutdown(ctx)
+		}()
+	}
+	wg.Wait()
+}
