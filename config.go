@@ -29,6 +29,19 @@ type config struct {
 	LogLevel       string
 	LogFormat      string
 	MaxBody        int64
+	MaxFrame       int64
+	StartTimeout   time.Duration
+
+	Languages      []string
+	PoolSize       int
+	PoolPrewarm    []string
+	QueueLimit     int
+	MaxLogBytes    int
+	MaxResultBytes int
+	RunRetention   time.Duration
+	RunsKept       int
+	InterruptGrace time.Duration
+	LateOutputWait time.Duration
 }
 
 // listFlag is a repeatable flag; the environment gives it comma-separated.
@@ -92,6 +105,30 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("log-format")
 	fs.Int64Var(&c.MaxBody, "max-body", 16<<20, "largest request body in bytes")
 	add("max-body")
+	fs.Int64Var(&c.MaxFrame, "max-frame", 64<<20, "largest websocket message from a client in bytes")
+	add("max-frame")
+	fs.DurationVar(&c.StartTimeout, "start-timeout", 60*time.Second, "how long a kernel may take to start")
+	add("start-timeout")
+	fs.Var(listFlag{&c.Languages}, "language", "language=kernelspec of the code-interpreter API (repeatable; default python=python3, javascript=deno, typescript=deno)")
+	add("language")
+	fs.IntVar(&c.PoolSize, "pool-size", 1, "ready kernels kept per kernelspec for isolated runs (0: none)")
+	add("pool-size")
+	fs.Var(listFlag{&c.PoolPrewarm}, "pool-prewarm", "languages whose pool fills at start, not at the first isolated run (default python)")
+	add("pool-prewarm")
+	fs.IntVar(&c.QueueLimit, "queue-limit", 64, "runs that may wait per context")
+	add("queue-limit")
+	fs.IntVar(&c.MaxLogBytes, "max-log-bytes", 8<<20, "stdout and stderr a run keeps, in bytes")
+	add("max-log-bytes")
+	fs.IntVar(&c.MaxResultBytes, "max-result-bytes", 32<<20, "result data a run keeps, in bytes")
+	add("max-result-bytes")
+	fs.DurationVar(&c.RunRetention, "run-retention", 10*time.Minute, "how long finished runs stay readable")
+	add("run-retention")
+	fs.IntVar(&c.RunsKept, "runs-kept", 1000, "how many finished runs stay readable")
+	add("runs-kept")
+	fs.DurationVar(&c.InterruptGrace, "interrupt-grace", 3*time.Second, "how long an interrupted run may take to stop before its kernel is restarted")
+	add("interrupt-grace")
+	fs.DurationVar(&c.LateOutputWait, "late-output-wait", 5*time.Millisecond, "quiet period before a Deno run ends, for output Deno publishes after its idle status (negative: none)")
+	add("late-output-wait")
 
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: kernelgate serve [flags]\n\nEvery flag can also be set with the environment variable shown.\n\n")
@@ -119,6 +156,9 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	if c.PoolPrewarm == nil {
+		c.PoolPrewarm = []string{"python"}
+	}
 	if c.Port < 0 || c.Port > 65535 {
 		return nil, fmt.Errorf("--port %d out of range", c.Port)
 	}
@@ -126,3 +166,19 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 }
 
 func (c *config) addr() string { return joinHostPort(c.IP, strconv.Itoa(c.Port)) }
+
+// languages returns the language → kernelspec map of --language.
+func (c *config) languages() (map[string]string, error) {
+	if len(c.Languages) == 0 {
+		return nil, nil
+	}
+	out := map[string]string{}
+	for _, l := range c.Languages {
+		lang, spec, ok := strings.Cut(l, "=")
+		if !ok || lang == "" || spec == "" {
+			return nil, fmt.Errorf("--language %q: want language=kernelspec", l)
+		}
+		out[lang] = spec
+	}
+	return out, nil
+}

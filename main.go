@@ -59,7 +59,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "kernelgate", version)
 		return 0
 	case "help", "--help", "-h":
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, usage+"\n")
+		parseConfig([]string{"--help"}, os.Getenv, stdout)
 		return 0
 	}
 	fmt.Fprint(stderr, usage)
@@ -103,21 +104,38 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		log.Warn("no kernelspecs found: run `make kernels` or pass --kernelspec-dir", "searched", specs.Dirs())
 	}
 
+	langs, err := cfg.languages()
+	if err != nil {
+		return err
+	}
 	prov := &jupyter.LocalProvisioner{RuntimeDir: cfg.RuntimeDir}
 	mgr := sessions.New(sessions.Config{
 		DefaultKernel:   cfg.DefaultKernel,
 		MaxKernels:      cfg.MaxKernels,
+		StartTimeout:    cfg.StartTimeout,
 		CullIdleTimeout: cfg.CullIdle,
 		CullInterval:    cfg.CullInterval,
 		CullConnected:   cfg.CullConnected,
 		CullBusy:        cfg.CullBusy,
 		EnvAllow:        cfg.EnvAllow,
+		Languages:       langs,
+		QueueLimit:      cfg.QueueLimit,
+		RunLimits:       sessions.Limits{LogBytes: cfg.MaxLogBytes, ResultBytes: cfg.MaxResultBytes},
+		RunRetention:    cfg.RunRetention,
+		RunsKept:        cfg.RunsKept,
+		InterruptGrace:  cfg.InterruptGrace,
+		PoolSize:        cfg.PoolSize,
+		LateOutputWait:  cfg.LateOutputWait,
 	}, specs, prov, log)
+	if err := mgr.Prewarm(cfg.PoolPrewarm); err != nil {
+		log.Warn("warm pool not filled at start", "err", err)
+	}
 	srv := gateway.New(gateway.Config{
 		Token:          cfg.Token,
 		AllowOrigins:   cfg.AllowOrigins,
 		BaseURL:        cfg.BaseURL,
 		MaxBodyBytes:   cfg.MaxBody,
+		MaxFrameBytes:  cfg.MaxFrame,
 		ProductVersion: version,
 	}, mgr, log)
 

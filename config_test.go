@@ -1,0 +1,72 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigFlagsAndEnv(t *testing.T) {
+	env := map[string]string{
+		"KERNELGATE_PORT":              "9999",
+		"KERNELGATE_TOKEN":             "from-env",
+		"KERNELGATE_ALLOW_ORIGIN":      "https://a.example, https://b.example",
+		"KERNELGATE_KERNELSPEC_DIRS":   "/x,/y",
+		"KERNELGATE_CULL_IDLE_TIMEOUT": "10m",
+		"KERNELGATE_MAX_KERNELS":       "7",
+	}
+	getenv := func(k string) string { return env[k] }
+	c, err := parseConfig([]string{"--port", "1234", "--cull-busy"}, getenv, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Port != 1234 {
+		t.Errorf("a flag must win over the environment: port %d", c.Port)
+	}
+	if c.Token != "from-env" || c.MaxKernels != 7 || c.CullIdle != 10*time.Minute || !c.CullBusy {
+		t.Errorf("config %+v", c)
+	}
+	if strings.Join(c.AllowOrigins, " ") != "https://a.example https://b.example" || strings.Join(c.KernelspecDirs, " ") != "/x /y" {
+		t.Errorf("lists %v %v", c.AllowOrigins, c.KernelspecDirs)
+	}
+	if c.IP != "127.0.0.1" || c.PoolSize != 1 || c.PoolPrewarm[0] != "python" {
+		t.Errorf("defaults %+v", c)
+	}
+	if _, err := parseConfig([]string{"--port", "70000"}, func(string) string { return "" }, &bytes.Buffer{}); err == nil {
+		t.Error("port out of range accepted")
+	}
+	if _, err := parseConfig(nil, func(k string) string {
+		if k == "KERNELGATE_MAX_KERNELS" {
+			return "many"
+		}
+		return ""
+	}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "KERNELGATE_MAX_KERNELS") {
+		t.Errorf("bad env value: %v", err)
+	}
+	c, _ = parseConfig([]string{"--language", "python=py311", "--language", "r=ir"}, func(string) string { return "" }, &bytes.Buffer{})
+	if langs, err := c.languages(); err != nil || langs["python"] != "py311" || langs["r"] != "ir" {
+		t.Errorf("languages %v %v", langs, err)
+	}
+}
+
+func TestHelpListsEveryFlag(t *testing.T) {
+	var out bytes.Buffer
+	if code := run([]string{"--help"}, &out, &out); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, f := range []string{"--ip", "--port", "--token", "--allow-origin", "--kernelspec-dir", "KERNELGATE_KERNELSPEC_DIRS", "--max-kernels", "--cull-idle-timeout", "--pool-size"} {
+		if !strings.Contains(out.String(), f) {
+			t.Errorf("--help lacks %s", f)
+		}
+	}
+}
+
+func TestRefusesOpenAddressWithoutToken(t *testing.T) {
+	var out bytes.Buffer
+	c, _ := parseConfig([]string{"--ip", "0.0.0.0"}, func(string) string { return "" }, &out)
+	err := serve(c, &out, &out)
+	if err == nil || !strings.Contains(err.Error(), "without a token") {
+		t.Fatalf("err = %v", err)
+	}
+}
