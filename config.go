@@ -42,6 +42,9 @@ type config struct {
 	RunsKept       int
 	InterruptGrace time.Duration
 	LateOutputWait time.Duration
+
+	APIKeysFile string
+	APIKeys     string
 }
 
 // listFlag is a repeatable flag; the environment gives it comma-separated.
@@ -69,7 +72,9 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	fs.SetOutput(out)
 	type entry struct{ flag, env string }
 	var entries []entry
-	add := func(name string) { entries = append(entries, entry{name, "KERNELGATE_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))}) }
+	add := func(name string) {
+		entries = append(entries, entry{name, "KERNELGATE_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))})
+	}
 
 	fs.StringVar(&c.IP, "ip", "127.0.0.1", "address to listen on")
 	add("ip")
@@ -77,6 +82,10 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("port")
 	fs.StringVar(&c.Token, "token", "", "token every request but GET /api must carry; without one kernelgate listens on loopback only")
 	add("token")
+	fs.StringVar(&c.APIKeysFile, "api-keys-file", "", "file of API keys, one \"name scopes secret\" a line (scopes read, exec or read,exec; the secret may be its sha256:<hex> from kernelgate hash-key)")
+	add("api-keys-file")
+	fs.StringVar(&c.APIKeys, "api-keys", "", "API keys as name:scopes:secret entries separated by ;")
+	add("api-keys")
 	fs.Var(listFlag{&c.AllowOrigins}, "allow-origin", "origin allowed for CORS and websockets besides the gateway's own, e.g. https://lab.example.com; * allows any (repeatable)")
 	add("allow-origin")
 	fs.Var(listFlag{&c.KernelspecDirs}, "kernelspec-dir", "directory of kernelspecs searched before the Jupyter path (repeatable)")

@@ -4,7 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-		"net"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -28,6 +29,7 @@ const usage = `kernelgate: a Jupyter kernel gateway and code interpreter.
 
 Usage:
   kernelgate serve [flags]   serve the API (kernelgate serve --help lists the flags)
+  kernelgate hash-key <key>  print the sha256 form of an API key for a key file
   kernelgate version         print the version
 `
 
@@ -54,6 +56,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "kernelgate:", err)
 			return 1
 		}
+		return 0
+	case "hash-key":
+		if len(args) != 2 {
+			fmt.Fprintln(stderr, "usage: kernelgate hash-key <secret>")
+			return 2
+		}
+		fmt.Fprintln(stdout, gateway.HashSecret(args[1]))
 		return 0
 	case "version", "--version":
 		fmt.Fprintln(stdout, "kernelgate", version)
@@ -89,7 +98,11 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if cfg.Token == "" && !isLoopback(cfg.IP) {
+	keys, err := loadKeys(cfg)
+	if err != nil {
+		return err
+	}
+	if cfg.Token == "" && len(keys) == 0 && !isLoopback(cfg.IP) {
 		return fmt.Errorf("refusing to listen on %s without a token: set --token (or KERNELGATE_TOKEN), or listen on 127.0.0.1", cfg.IP)
 	}
 
@@ -132,6 +145,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	}
 	srv := gateway.New(gateway.Config{
 		Token:          cfg.Token,
+		APIKeys:        keys,
 		AllowOrigins:   cfg.AllowOrigins,
 		BaseURL:        cfg.BaseURL,
 		MaxBodyBytes:   cfg.MaxBody,
@@ -150,7 +164,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	go func() { served <- srv.Serve(l) }()
 
 	url := "http://" + l.Addr().String() + srv.BaseURL()
-	if cfg.Token == "" {
+	if cfg.Token == "" && len(keys) == 0 {
 		log.Warn("no token set: anyone on this machine can run code; listening on loopback only")
 	}
 	fmt.Fprintf(stdout, "kernelgate %s serving at %s\n", version, url)
@@ -169,6 +183,29 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	mgr.Close(sctx)
 	log.Info("stopped")
 	return nil
+}
+
+// loadKeys reads the API keys of --api-keys-file and --api-keys.
+func loadKeys(cfg *config) ([]gateway.APIKey, error) {
+	var keys []gateway.APIKey
+	if cfg.APIKeysFile != "" {
+		k, err := gateway.LoadAPIKeys(cfg.APIKeysFile)
+		if err != nil {
+			return nil, fmt.Errorf("--api-keys-file: %w", err)
+		}
+		keys = append(keys, k...)
+	}
+	for _, entry := range strings.Split(cfg.APIKeys, ";") {
+		if entry = strings.TrimSpace(entry); entry == "" {
+			continue
+		}
+		k, err := gateway.ParseAPIKey(entry)
+		if err != nil {
+			return nil, fmt.Errorf("--api-keys: %w", err)
+		}
+		keys = append(keys, k)
+	}
+	return keys, nil
 }
 
 func isLoopback(ip string) bool {

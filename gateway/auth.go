@@ -1,14 +1,178 @@
 package gateway
 
 import (
+	"bufio"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
+	"fmt"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/labstack/echo/v4"
 )
+
+// Scope is what a credential may do.
+type Scope uint8
+
+// The scopes of API keys: read lists and gets; exec runs code and manages
+// contexts, kernels and sessions (kernel websockets included).
+const (
+	ScopeRead Scope = 1 << iota
+	ScopeExec
+	allScopes = ScopeRead | ScopeExec
+)
+
+// ParseScopes reads "read", "exec" or "read,exec".
+func ParseScopes(s string) (Scope, error) {
+	var sc Scope
+	for _, part := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == '+' || r == ' ' }) {
+		switch part {
+		case "read":
+			sc |= ScopeRead
+		case "exec":
+			sc |= ScopeExec
+		default:
+			return 0, fmt.Errorf("unknown scope %q (read, exec)", part)
+		}
+	}
+	if sc == 0 {
+		return 0, fmt.Errorf("no scope")
+	}
+	return sc, nil
+}
+
+// APIKey is a configured key: only the SHA-256 of its secret is kept.
+type APIKey struct {
+	Name   string
+	Scopes Scope
+	Hash   [sha256.Size]byte
+}
+
+// HashSecret returns the form a key file may hold instead of the secret.
+func HashSecret(secret string) string {
+	h := sha256.Sum256([]byte(secret))
+	return "sha256:" + hex.EncodeToString(h[:])
+}
+
+// ParseAPIKey reads "name scopes secret" (or name:scopes:secret); the
+// secret may be given as sha256:<hex>.
+func ParseAPIKey(line string) (APIKey, error) {
+	fields := strings.Fields(line)
+	if len(fields) != 3 {
+		fields = strings.SplitN(strings.TrimSpace(line), ":", 3)
+	}
+	if len(fields) != 3 || fields[0] == "" {
+		return APIKey{}, fmt.Errorf("want: name scopes secret")
+	}
+	sc, err := ParseScopes(fields[1])
+	if err != nil {
+		return APIKey{}, err
+	}
+	k := APIKey{Name: fields[0], Scopes: sc}
+	secret := strings.TrimSpace(fields[2])
+	if hexed, ok := strings.CutPrefix(secret, "sha256:"); ok {
+		b, err := hex.DecodeString(hexed)
+		if err != nil || len(b) != sha256.Size {
+			return APIKey{}, fmt.Errorf("sha256: want 64 hex digits")
+		}
+		copy(k.Hash[:], b)
+		return k, nil
+	}
+	if len(secret) < 16 {
+		return APIKey{}, fmt.Errorf("secret shorter than 16 characters")
+	}
+	k.Hash = sha256.Sum256([]byte(secret))
+	return k, nil
+}
+
+// LoadAPIKeys reads a key file: one "name scopes secret" per line, #
+// comments and blank lines ignored.
+func LoadAPIKeys(path string) ([]APIKey, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var keys []APIKey
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, err := ParseAPIKey(line)
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
+		}
+		keys = append(keys, k)
+	}
+	return keys, sc.Err()
+}
+
+// principal is who a request is from.
+type principal struct {
+	name   string
+	scopes Scope
+	// context, for a context token: the one context it may use.
+	context        string
+	contextCreated time.Time
+}
+
+const principalKey = "kernelgate.principal"
+
+// contextToken is a minted context token (kept hashed).
+type contextToken struct {
+	context        string
+	contextCreated time.Time
+	expires        time.Time
+}
+
+// tokenStore holds context tokens.
+type tokenStore struct {
+	mu     sync.Mutex
+	tokens map[[sha256.Size]byte]contextToken
+}
+
+func (ts *tokenStore) mint(ctxID string, created time.Time, ttl time.Duration) (string, time.Time) {
+	b := make([]byte, 32)
+	rand.Read(b)
+	tok := "kgc_" + hex.EncodeToString(b)
+	exp := time.Now().Add(ttl)
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	now := time.Now()
+	for h, t := range ts.tokens {
+		if now.After(t.expires) {
+			delete(ts.tokens, h)
+		}
+	}
+	ts.tokens[sha256.Sum256([]byte(tok))] = contextToken{context: ctxID, contextCreated: created, expires: exp}
+	return tok, exp
+}
+
+func (ts *tokenStore) lookup(tok string) (contextToken, bool) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	t, ok := ts.tokens[sha256.Sum256([]byte(tok))]
+	return t, ok
+}
+
+// revoke drops every token of a context.
+func (ts *tokenStore) revoke(ctxID string) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for h, t := range ts.tokens {
+		if t.context == ctxID {
+			delete(ts.tokens, h)
+		}
+	}
+}
 
 // credential extracts the token a request carries: the Authorization
 // header ("token <t>" as Jupyter sends it, or "Bearer <t>"), or the token
@@ -39,10 +203,35 @@ func isUpgrade(r *http.Request) bool {
 	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
 }
 
-// authenticate requires the token on the routes it guards.
+// authRequired reports whether the gateway checks credentials at all.
+func (s *Server) authRequired() bool { return s.cfg.Token != "" || len(s.keys) > 0 }
+
+// identify maps a token to a principal; ok is false for an unknown one,
+// expired true for a context token past its TTL.
+func (s *Server) identify(tok string) (p principal, ok, expired bool) {
+	if s.cfg.Token != "" && equalSecret(tok, s.cfg.Token) {
+		return principal{name: "token", scopes: allScopes}, true, false
+	}
+	h := sha256.Sum256([]byte(tok))
+	for _, k := range s.keys {
+		if subtle.ConstantTimeCompare(h[:], k.Hash[:]) == 1 {
+			return principal{name: k.Name, scopes: k.Scopes}, true, false
+		}
+	}
+	if ct, found := s.tokens.lookup(tok); found {
+		if time.Now().After(ct.expires) {
+			return principal{}, false, true
+		}
+		return principal{name: "context-token", scopes: allScopes, context: ct.context, contextCreated: ct.contextCreated}, true, false
+	}
+	return principal{}, false, false
+}
+
+// authenticate requires credentials on the routes it guards.
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if s.cfg.Token == "" {
+		if !s.authRequired() {
+			c.Set(principalKey, principal{name: "anonymous", scopes: allScopes})
 			return next(c)
 		}
 		r := c.Request()
@@ -51,11 +240,57 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		if tok == "" {
 			return newError(http.StatusUnauthorized, "UNAUTHORIZED", "authentication required: send Authorization: Bearer <token>")
 		}
-		if !equalSecret(tok, s.cfg.Token) {
+		p, ok, expired := s.identify(tok)
+		if expired {
+			return newError(http.StatusForbidden, "FORBIDDEN", "the context token has expired: ask for a new one")
+		}
+		if !ok {
 			return newError(http.StatusUnauthorized, "UNAUTHORIZED", "invalid credentials")
 		}
+		c.Set(principalKey, p)
 		return next(c)
 	}
+}
+
+// need returns a middleware requiring a scope; context tokens are refused
+// unless the route checks the context itself (allowContextToken).
+func (s *Server) need(scope Scope, allowContextToken bool) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			p, _ := c.Get(principalKey).(principal)
+			if p.context != "" && !allowContextToken {
+				return newError(http.StatusForbidden, "FORBIDDEN", "a context token may only use its context")
+			}
+			if p.scopes&scope == 0 {
+				return newError(http.StatusForbidden, "FORBIDDEN", fmt.Sprintf("these credentials lack the %s scope", scopeName(scope)))
+			}
+			return next(c)
+		}
+	}
+}
+
+func scopeName(s Scope) string {
+	if s == ScopeRead {
+		return "read"
+	}
+	return "exec"
+}
+
+// checkContext refuses a context token used on another context, or on a
+// context deleted and made again since the token was minted.
+func (s *Server) checkContext(c echo.Context, ctxID string) error {
+	p, _ := c.Get(principalKey).(principal)
+	if p.context == "" {
+		return nil
+	}
+	if p.context != ctxID {
+		return newError(http.StatusForbidden, "FORBIDDEN", "this context token is for another context")
+	}
+	ctx, err := s.mgr.Context(ctxID)
+	if err != nil || !ctx.Created().Equal(p.contextCreated) {
+		return newError(http.StatusForbidden, "FORBIDDEN", "this context token was revoked with its context")
+	}
+	return nil
 }
 
 // originAllowed reports whether a browser request may come from its
@@ -70,7 +305,7 @@ func (s *Server) originAllowed(r *http.Request) bool {
 		return true
 	}
 	u, err := url.Parse(origin)
-	return err == nil && u.Host != "" && strings.EqualFold(u.Host, r.Host)
+	return err == nil && u.Host != "" && u.User == nil && strings.EqualFold(u.Host, r.Host)
 }
 
 func (s *Server) listedOrigin(origin string) bool {

@@ -30,6 +30,15 @@ func (s *Server) channels(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if p, _ := c.Get(principalKey).(principal); p.context != "" {
+		ctx, err := s.mgr.Context(p.context)
+		if err != nil || ctx.KernelID() != k.ID() {
+			return newError(http.StatusForbidden, "FORBIDDEN", "this context token is for another kernel")
+		}
+		if err := s.checkContext(c, p.context); err != nil {
+			return err
+		}
+	}
 	client, err := k.Attach(r.URL.Query().Get("session_id"))
 	if err != nil {
 		return err

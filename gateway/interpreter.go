@@ -106,6 +106,14 @@ func (s *Server) execute(c echo.Context) error {
 		Code: *body.Code, Language: body.Language, Context: body.Context, Isolated: body.Isolated,
 		Cwd: body.Cwd, Env: env, Timeout: timeout, Stdin: body.Stdin,
 	}
+	if p, _ := c.Get(principalKey).(principal); p.context != "" {
+		if req.Context == "" {
+			return newError(http.StatusForbidden, "FORBIDDEN", "a context token runs code only in its context: set context")
+		}
+		if err := s.checkContext(c, req.Context); err != nil {
+			return err
+		}
+	}
 	format := wantStream(c.Request())
 	if req.Stdin && format == noStream {
 		return newError(http.StatusBadRequest, "BAD_REQUEST", "stdin needs a streamed run: send Accept: application/x-ndjson or text/event-stream")
@@ -193,8 +201,20 @@ func (s *Server) streamRun(c echo.Context, run *sessions.Run, after int, format 
 	}
 }
 
-func (s *Server) getRun(c echo.Context) error {
+// run returns the run of the route, checking a context token against it.
+func (s *Server) run(c echo.Context) (*sessions.Run, error) {
 	run, err := s.mgr.Run(c.Param("id"))
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkContext(c, run.Context); err != nil {
+		return nil, err
+	}
+	return run, nil
+}
+
+func (s *Server) getRun(c echo.Context) error {
+	run, err := s.run(c)
 	if err != nil {
 		return err
 	}
@@ -202,7 +222,7 @@ func (s *Server) getRun(c echo.Context) error {
 }
 
 func (s *Server) runEvents(c echo.Context) error {
-	run, err := s.mgr.Run(c.Param("id"))
+	run, err := s.run(c)
 	if err != nil {
 		return err
 	}
@@ -227,7 +247,7 @@ func (s *Server) runEvents(c echo.Context) error {
 }
 
 func (s *Server) interruptRun(c echo.Context) error {
-	run, err := s.mgr.Run(c.Param("id"))
+	run, err := s.run(c)
 	if err != nil {
 		return err
 	}
@@ -236,7 +256,7 @@ func (s *Server) interruptRun(c echo.Context) error {
 }
 
 func (s *Server) inputRun(c echo.Context) error {
-	run, err := s.mgr.Run(c.Param("id"))
+	run, err := s.run(c)
 	if err != nil {
 		return err
 	}
@@ -290,6 +310,9 @@ func (s *Server) listContexts(c echo.Context) error {
 }
 
 func (s *Server) getContext(c echo.Context) error {
+	if err := s.checkContext(c, c.Param("id")); err != nil {
+		return err
+	}
 	ctx, err := s.mgr.Context(c.Param("id"))
 	if err != nil {
 		return err
@@ -301,10 +324,14 @@ func (s *Server) deleteContext(c echo.Context) error {
 	if err := s.mgr.DeleteContext(c.Request().Context(), c.Param("id")); err != nil {
 		return err
 	}
+	s.tokens.revoke(c.Param("id"))
 	return c.NoContent(http.StatusNoContent)
 }
 
 func (s *Server) interruptContext(c echo.Context) error {
+	if err := s.checkContext(c, c.Param("id")); err != nil {
+		return err
+	}
 	if err := s.mgr.InterruptContext(c.Request().Context(), c.Param("id")); err != nil {
 		return err
 	}
@@ -312,11 +339,40 @@ func (s *Server) interruptContext(c echo.Context) error {
 }
 
 func (s *Server) restartContext(c echo.Context) error {
+	if err := s.checkContext(c, c.Param("id")); err != nil {
+		return err
+	}
 	ctx, err := s.mgr.RestartContext(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, ctx.Model())
+}
+
+// mintContextToken makes a token that can run code in one context.
+func (s *Server) mintContextToken(c echo.Context) error {
+	ctx, err := s.mgr.Context(c.Param("id"))
+	if err != nil {
+		return err
+	}
+	var body struct {
+		TTL *float64 `json:"ttl"`
+	}
+	if err := s.decodeBody(c, &body); err != nil {
+		return err
+	}
+	ttl := time.Hour
+	if body.TTL != nil {
+		if *body.TTL <= 0 || math.IsNaN(*body.TTL) {
+			return newError(http.StatusBadRequest, "BAD_REQUEST", "ttl is a number of seconds above 0")
+		}
+		ttl = time.Duration(*body.TTL * float64(time.Second))
+	}
+	if ttl > s.cfg.MaxContextTokenTTL {
+		return newError(http.StatusBadRequest, "BAD_REQUEST", fmt.Sprintf("ttl is at most %v", s.cfg.MaxContextTokenTTL))
+	}
+	tok, exp := s.tokens.mint(ctx.ID, ctx.Created(), ttl)
+	return c.JSON(http.StatusCreated, map[string]string{"token": tok, "expiresAt": sessions.FormatTime(exp)})
 }
 
 var _ = json.Marshal

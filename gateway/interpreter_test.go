@@ -271,16 +271,16 @@ func startStream(t *testing.T, g *testGateway, body map[string]any) *http.Respon
 }
 
 type event struct {
-	Type           string                  `json:"type"`
-	Seq            int                     `json:"seq"`
-	Text           string                  `json:"text"`
-	Run            string                  `json:"run"`
-	Prompt         string                  `json:"prompt"`
-	Process        sessions.ProcessState   `json:"process"`
-	ExecutionCount *int                    `json:"executionCount"`
-	Truncated      bool                    `json:"truncated"`
-	Result         *sessions.Result        `json:"-"`
-	Raw            json.RawMessage         `json:"-"`
+	Type           string                `json:"type"`
+	Seq            int                   `json:"seq"`
+	Text           string                `json:"text"`
+	Run            string                `json:"run"`
+	Prompt         string                `json:"prompt"`
+	Process        sessions.ProcessState `json:"process"`
+	ExecutionCount *int                  `json:"executionCount"`
+	Truncated      bool                  `json:"truncated"`
+	Result         *sessions.Result      `json:"-"`
+	Raw            json.RawMessage       `json:"-"`
 }
 
 func readEvents(t *testing.T, sc *bufio.Scanner, stop func(event) bool) []event {

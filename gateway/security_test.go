@@ -226,6 +226,9 @@ func TestKilledKernelRestarts(t *testing.T) {
 	}
 	// The kernel comes back, without the old state.
 	c.until(30*time.Second, func(m wsMsg) bool { return m.state() == "idle" })
+	if _, iopub := c.run("1+1"); resultText(t, iopub) != "2" {
+		t.Errorf("restarted kernel does not answer")
+	}
 	reply, _ := c.run("x")
 	var r struct {
 		Status, Ename string
@@ -233,9 +236,6 @@ func TestKilledKernelRestarts(t *testing.T) {
 	decodeInto(t, reply.Content, &r)
 	if r.Status != "error" || r.Ename != "NameError" {
 		t.Errorf("after restart: %+v, want NameError", r)
-	}
-	if _, iopub := c.run("1+1"); resultText(t, iopub) != "2" {
-		t.Errorf("restarted kernel does not answer")
 	}
 	if st := kk.Model().ExecutionState; st != "idle" {
 		t.Errorf("state %q", st)

@@ -34,6 +34,10 @@ type Config struct {
 	MaxFrameBytes int64
 	// PingInterval is how often websockets are pinged.
 	PingInterval time.Duration
+	// APIKeys are keys with scopes, besides the token (which has all).
+	APIKeys []APIKey
+	// MaxContextTokenTTL bounds the life of context tokens.
+	MaxContextTokenTTL time.Duration
 	// ProductVersion is kernelgate's own version.
 	ProductVersion string
 	// Web serves the browser front-end at the base URL (optional).
@@ -59,15 +63,20 @@ func (c *Config) fill() {
 	if c.PingInterval <= 0 {
 		c.PingInterval = 30 * time.Second
 	}
+	if c.MaxContextTokenTTL <= 0 {
+		c.MaxContextTokenTTL = 24 * time.Hour
+	}
 }
 
 // Server is the HTTP side of kernelgate.
 type Server struct {
-	cfg  Config
-	mgr  *sessions.Manager
-	log  *slog.Logger
-	echo *echo.Echo
-	http *http.Server
+	cfg    Config
+	mgr    *sessions.Manager
+	log    *slog.Logger
+	echo   *echo.Echo
+	http   *http.Server
+	keys   []APIKey
+	tokens *tokenStore
 
 	mu     sync.Mutex
 	conns  map[*wsConn]struct{}
@@ -81,7 +90,8 @@ func New(cfg Config, mgr *sessions.Manager, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{cfg: cfg, mgr: mgr, log: log, conns: make(map[*wsConn]struct{})}
+	s := &Server{cfg: cfg, mgr: mgr, log: log, conns: make(map[*wsConn]struct{}),
+		keys: cfg.APIKeys, tokens: &tokenStore{tokens: map[[32]byte]contextToken{}}}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.errorHandler
@@ -153,41 +163,45 @@ func (s *Server) routes() {
 	e.Use(s.securityHeaders, s.cors)
 	base := e.Group(strings.TrimSuffix(s.cfg.BaseURL, "/"))
 
+	read, exec := s.need(ScopeRead, false), s.need(ScopeExec, false)
+	ctxRead, ctxExec := s.need(ScopeRead, true), s.need(ScopeExec, true)
+
 	// Jupyter Server compatible surface.
 	j := base.Group("", tag(jupyterSurface))
 	j.GET("/api", s.getAPI)
 	ja := base.Group("", tag(jupyterSurface), s.authenticate)
-	ja.GET("/api/status", s.getStatus)
-	ja.GET("/api/kernelspecs", s.listKernelspecs)
-	ja.GET("/api/kernelspecs/:name", s.getKernelspec)
-	ja.GET("/kernelspecs/:name/*", s.getKernelspecResource)
-	ja.HEAD("/kernelspecs/:name/*", s.getKernelspecResource)
-	ja.GET("/api/kernels", s.listKernels)
-	ja.POST("/api/kernels", s.startKernel)
-	ja.GET("/api/kernels/:id", s.getKernel)
-	ja.DELETE("/api/kernels/:id", s.deleteKernel)
-	ja.POST("/api/kernels/:id/interrupt", s.interruptKernel)
-	ja.POST("/api/kernels/:id/restart", s.restartKernel)
-	ja.GET("/api/kernels/:id/channels", s.channels)
-	ja.GET("/api/sessions", s.listSessions)
-	ja.POST("/api/sessions", s.createSession)
-	ja.GET("/api/sessions/:id", s.getSession)
-	ja.PATCH("/api/sessions/:id", s.updateSession)
-	ja.DELETE("/api/sessions/:id", s.deleteSession)
+	ja.GET("/api/status", s.getStatus, read)
+	ja.GET("/api/kernelspecs", s.listKernelspecs, read)
+	ja.GET("/api/kernelspecs/:name", s.getKernelspec, read)
+	ja.GET("/kernelspecs/:name/*", s.getKernelspecResource, read)
+	ja.HEAD("/kernelspecs/:name/*", s.getKernelspecResource, read)
+	ja.GET("/api/kernels", s.listKernels, read)
+	ja.POST("/api/kernels", s.startKernel, exec)
+	ja.GET("/api/kernels/:id", s.getKernel, read)
+	ja.DELETE("/api/kernels/:id", s.deleteKernel, exec)
+	ja.POST("/api/kernels/:id/interrupt", s.interruptKernel, exec)
+	ja.POST("/api/kernels/:id/restart", s.restartKernel, exec)
+	ja.GET("/api/kernels/:id/channels", s.channels, ctxExec)
+	ja.GET("/api/sessions", s.listSessions, read)
+	ja.POST("/api/sessions", s.createSession, exec)
+	ja.GET("/api/sessions/:id", s.getSession, read)
+	ja.PATCH("/api/sessions/:id", s.updateSession, exec)
+	ja.DELETE("/api/sessions/:id", s.deleteSession, exec)
 
 	// Code-interpreter surface.
 	ci := base.Group("", tag(apiSurface), s.authenticate)
-	ci.POST("/api/execute", s.execute)
-	ci.POST("/api/contexts", s.createContext)
-	ci.GET("/api/contexts", s.listContexts)
-	ci.GET("/api/contexts/:id", s.getContext)
-	ci.DELETE("/api/contexts/:id", s.deleteContext)
-	ci.POST("/api/contexts/:id/interrupt", s.interruptContext)
-	ci.POST("/api/contexts/:id/restart", s.restartContext)
-	ci.GET("/api/runs/:id", s.getRun)
-	ci.GET("/api/runs/:id/events", s.runEvents)
-	ci.POST("/api/runs/:id/interrupt", s.interruptRun)
-	ci.POST("/api/runs/:id/input", s.inputRun)
+	ci.POST("/api/execute", s.execute, ctxExec)
+	ci.POST("/api/contexts", s.createContext, exec)
+	ci.GET("/api/contexts", s.listContexts, read)
+	ci.GET("/api/contexts/:id", s.getContext, ctxRead)
+	ci.DELETE("/api/contexts/:id", s.deleteContext, exec)
+	ci.POST("/api/contexts/:id/interrupt", s.interruptContext, ctxExec)
+	ci.POST("/api/contexts/:id/restart", s.restartContext, ctxExec)
+	ci.POST("/api/contexts/:id/tokens", s.mintContextToken, exec)
+	ci.GET("/api/runs/:id", s.getRun, ctxRead)
+	ci.GET("/api/runs/:id/events", s.runEvents, ctxRead)
+	ci.POST("/api/runs/:id/interrupt", s.interruptRun, ctxExec)
+	ci.POST("/api/runs/:id/input", s.inputRun, ctxExec)
 
 	if s.cfg.Web != nil {
 		w := echo.WrapHandler(http.StripPrefix(strings.TrimSuffix(s.cfg.BaseURL, "/"), s.cfg.Web))

@@ -438,3 +438,17 @@ func setupCode(spec *kernelspecs.Spec, cwd string, env map[string]string) (strin
 	}
 	return "", false
 }
+
+// Created is when the context was created; a context made again under the
+// same id has another.
+func (c *Context) Created() time.Time { return c.created }
+
+// KernelID is the id of the context's current kernel, or "".
+func (c *Context) KernelID() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.kernel == nil {
+		return ""
+	}
+	return c.kernel.id
+}
