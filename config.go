@@ -45,6 +45,7 @@ type config struct {
 
 	APIKeysFile string
 	APIKeys     string
+	MetricsOpen bool
 }
 
 // listFlag is a repeatable flag; the environment gives it comma-separated.
@@ -86,6 +87,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("api-keys-file")
 	fs.StringVar(&c.APIKeys, "api-keys", "", "API keys as name:scopes:secret entries separated by ;")
 	add("api-keys")
+	fs.BoolVar(&c.MetricsOpen, "metrics-open", false, "serve /metrics without credentials (for a scraper on a trusted network)")
+	add("metrics-open")
 	fs.Var(listFlag{&c.AllowOrigins}, "allow-origin", "origin allowed for CORS and websockets besides the gateway's own, e.g. https://lab.example.com; * allows any (repeatable)")
 	add("allow-origin")
 	fs.Var(listFlag{&c.KernelspecDirs}, "kernelspec-dir", "directory of kernelspecs searched before the Jupyter path (repeatable)")

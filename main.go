@@ -121,6 +121,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	metrics := gateway.NewMetrics()
 	prov := &jupyter.LocalProvisioner{RuntimeDir: cfg.RuntimeDir}
 	mgr := sessions.New(sessions.Config{
 		DefaultKernel:   cfg.DefaultKernel,
@@ -139,6 +140,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		InterruptGrace:  cfg.InterruptGrace,
 		PoolSize:        cfg.PoolSize,
 		LateOutputWait:  cfg.LateOutputWait,
+		Observer:        metrics,
 	}, specs, prov, log)
 	if err := mgr.Prewarm(cfg.PoolPrewarm); err != nil {
 		log.Warn("warm pool not filled at start", "err", err)
@@ -150,6 +152,8 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		BaseURL:        cfg.BaseURL,
 		MaxBodyBytes:   cfg.MaxBody,
 		MaxFrameBytes:  cfg.MaxFrame,
+		Metrics:        metrics,
+		MetricsOpen:    cfg.MetricsOpen,
 		ProductVersion: version,
 	}, mgr, log)
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"kernelgate/sessions"
 )
@@ -55,7 +56,9 @@ func (s *Server) channels(c echo.Context) error {
 		client.Close()
 		return nil // the upgrader answered the client
 	}
-	ws := &wsConn{s: s, conn: conn, client: client, proto: legacyProtocol}
+	ws := &wsConn{s: s, conn: conn, client: client, proto: legacyProtocol,
+		toClient:      s.metrics.wsMessages.WithLabelValues("to_client"),
+		toClientBytes: s.metrics.wsBytes.WithLabelValues("to_client")}
 	if conn.Subprotocol() == v1Protocol {
 		ws.proto = v1
 	}
@@ -71,6 +74,7 @@ func (s *Server) channels(c echo.Context) error {
 	s.mu.Unlock()
 	go ws.readPump()
 	go ws.writePump()
+	c.Response().Status = http.StatusSwitchingProtocols // for the request log
 	return nil
 }
 
@@ -84,6 +88,8 @@ type wsConn struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	once   sync.Once
+
+	toClient, toClientBytes prometheus.Counter
 }
 
 func (ws *wsConn) finish() {
@@ -139,6 +145,8 @@ func (ws *wsConn) readPump() {
 			ws.s.log.Debug("dropped a websocket message for an unknown channel", "channel", chName)
 			continue
 		}
+		ws.s.metrics.wsMessages.WithLabelValues("to_kernel").Inc()
+		ws.s.metrics.wsBytes.WithLabelValues("to_kernel").Add(float64(len(data)))
 		if err := ws.client.Send(ws.ctx, ch, m); err != nil {
 			if errors.Is(err, sessions.ErrKernelGone) || errors.Is(err, sessions.ErrClientClosed) || ws.ctx.Err() != nil {
 				return
@@ -171,11 +179,15 @@ func (ws *wsConn) writePump() {
 			return
 		}
 		ws.conn.SetWriteDeadline(time.Now().Add(writeWait))
+		n := 0
 		for _, o := range items {
 			if buf, err = ws.write(buf[:0], o); err != nil {
 				return
 			}
+			n += o.Msg.Size()
 		}
+		ws.toClient.Add(float64(len(items)))
+		ws.toClientBytes.Add(float64(n))
 	}
 }
 

@@ -42,13 +42,14 @@ func newGateway(t *testing.T, opts ...gwOption) *testGateway {
 func newGatewayWithDirs(t *testing.T, dirs []string, opts ...gwOption) *testGateway {
 	t.Helper()
 	specs := kernelspecs.Load(append(dirs, testkernels.Dir(t)))
-	mcfg := sessions.Config{}
-	gcfg := Config{Token: testToken}
+	metrics := NewMetrics()
+	mcfg := sessions.Config{Observer: metrics}
+	gcfg := Config{Token: testToken, Metrics: metrics}
 	for _, o := range opts {
 		o(&mcfg, &gcfg)
 	}
-	mgr := sessions.New(mcfg, specs, &jupyter.LocalProvisioner{RuntimeDir: t.TempDir()}, nil)
-	srv := New(gcfg, mgr, nil)
+	mgr := sessions.New(mcfg, specs, &jupyter.LocalProvisioner{RuntimeDir: t.TempDir()}, gcfg.testLogger)
+	srv := New(gcfg, mgr, gcfg.testLogger)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -42,6 +42,12 @@ type Config struct {
 	ProductVersion string
 	// Web serves the browser front-end at the base URL (optional).
 	Web http.Handler
+	// Metrics, when set, are served at /metrics (shared with the manager
+	// as its Observer); MetricsOpen serves them without credentials.
+	Metrics     *Metrics
+	MetricsOpen bool
+
+	testLogger *slog.Logger // tests capture the logs here
 }
 
 func (c *Config) fill() {
@@ -70,13 +76,14 @@ func (c *Config) fill() {
 
 // Server is the HTTP side of kernelgate.
 type Server struct {
-	cfg    Config
-	mgr    *sessions.Manager
-	log    *slog.Logger
-	echo   *echo.Echo
-	http   *http.Server
-	keys   []APIKey
-	tokens *tokenStore
+	cfg     Config
+	mgr     *sessions.Manager
+	log     *slog.Logger
+	echo    *echo.Echo
+	http    *http.Server
+	keys    []APIKey
+	tokens  *tokenStore
+	metrics *Metrics
 
 	mu     sync.Mutex
 	conns  map[*wsConn]struct{}
@@ -91,7 +98,11 @@ func New(cfg Config, mgr *sessions.Manager, log *slog.Logger) *Server {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{cfg: cfg, mgr: mgr, log: log, conns: make(map[*wsConn]struct{}),
-		keys: cfg.APIKeys, tokens: &tokenStore{tokens: map[[32]byte]contextToken{}}}
+		keys: cfg.APIKeys, tokens: &tokenStore{tokens: map[[32]byte]contextToken{}}, metrics: cfg.Metrics}
+	if s.metrics == nil {
+		s.metrics = NewMetrics()
+	}
+	s.metrics.reg.MustRegister(newStateCollector(s))
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.errorHandler
@@ -160,11 +171,22 @@ func tag(sf surface) echo.MiddlewareFunc {
 func (s *Server) routes() {
 	e := s.echo
 	e.Pre(s.trimTrailingSlash)
-	e.Use(s.securityHeaders, s.cors)
+	e.Use(s.logRequests, s.securityHeaders, s.cors)
 	base := e.Group(strings.TrimSuffix(s.cfg.BaseURL, "/"))
 
 	read, exec := s.need(ScopeRead, false), s.need(ScopeExec, false)
 	ctxRead, ctxExec := s.need(ScopeRead, true), s.need(ScopeExec, true)
+
+	// Operations: probes without credentials, metrics with read unless open.
+	ops := base.Group("", tag(anySurface))
+	ops.GET("/healthz", s.healthz)
+	ops.GET("/readyz", s.readyz)
+	if s.cfg.MetricsOpen {
+		ops.GET("/metrics", s.metricsHandler())
+	} else {
+		ops.GET("/metrics", s.metricsHandler(), s.authenticate, read)
+	}
+	ops.GET("/api/openapi.json", s.getOpenAPI)
 
 	// Jupyter Server compatible surface.
 	j := base.Group("", tag(jupyterSurface))

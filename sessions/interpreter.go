@@ -417,6 +417,7 @@ func (m *Manager) newRun(c *Context, req ExecuteRequest) *Run {
 
 func (m *Manager) newRunWithID(id string, c *Context, req ExecuteRequest) *Run {
 	r := newRun(id, c.ID, c.Language, req.Code, req.Stdin, req.Timeout, m.cfg.RunLimits)
+	r.observer = m.cfg.Observer
 	m.mu.Lock()
 	m.pruneRunsLocked()
 	m.runs[id] = r

@@ -129,7 +129,9 @@ func (k *Kernel) launch(ctx context.Context) error {
 
 	ctx, cancel := context.WithTimeout(ctx, k.m.cfg.StartTimeout)
 	defer cancel()
+	t0 := time.Now()
 	jk, err := k.m.start(ctx, k.config())
+	k.m.cfg.Observer.KernelStarted(k.spec.Name, time.Since(t0), err)
 
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -194,6 +196,7 @@ func (k *Kernel) died(jk *jupyter.Kernel, gen int, err error) {
 	}
 	k.jk = nil
 	k.m.log.Warn("kernel died", "kernel", k.id, "spec", k.spec.Name, "err", err)
+	k.m.cfg.Observer.KernelDied(k.spec.Name)
 	now := time.Now()
 	recent := k.restarts[:0]
 	for _, t := range k.restarts {
@@ -218,6 +221,7 @@ func (k *Kernel) died(jk *jupyter.Kernel, gen int, err error) {
 		fn(gen, err)
 	}
 	if restart {
+		k.m.cfg.Observer.KernelRestarted(k.spec.Name, "died")
 		if err := k.launch(context.Background()); err != nil {
 			k.m.log.Warn("kernel restart failed", "kernel", k.id, "err", err)
 		} else {
@@ -313,6 +317,7 @@ func (k *Kernel) Restart(ctx context.Context) error {
 			fn(gen, errRestarted)
 		}
 	}
+	k.m.cfg.Observer.KernelRestarted(k.spec.Name, "requested")
 	return k.launch(ctx)
 }
 

@@ -63,6 +63,9 @@ type Config struct {
 	// turns the wait off.
 	LateOutputWait    time.Duration
 	LateOutputKernels []string
+
+	// Observer is told of kernel and run events (metrics); nil is none.
+	Observer Observer
 }
 
 // DefaultConfig returns the defaults.
@@ -147,6 +150,9 @@ func (c *Config) fill() {
 	}
 	if c.LateOutputKernels == nil {
 		c.LateOutputKernels = d.LateOutputKernels
+	}
+	if c.Observer == nil {
+		c.Observer = nopObserver{}
 	}
 }
 
@@ -430,6 +436,7 @@ func (m *Manager) CullOnce() {
 			continue
 		}
 		m.log.Info("culling idle kernel", "kernel", k.id, "spec", k.spec.Name)
+		m.cfg.Observer.KernelCulled(k.spec.Name)
 		m.ShutdownKernel(context.Background(), k.id)
 	}
 }

@@ -40,6 +40,7 @@ func (p *pool) take() *Kernel {
 		p.misses++
 	}
 	p.mu.Unlock()
+	p.m.cfg.Observer.PoolTaken(p.spec.Name, k != nil)
 	p.refill()
 	return k
 }

@@ -56,6 +56,8 @@ type Run struct {
 	awaiting    bool // an input_request waits for an answer
 	// stopBeforeStart ends a run its worker took but did not start yet.
 	stopBeforeStart Reason
+
+	observer Observer
 }
 
 func newRun(id, context, language, code string, stdin bool, timeout time.Duration, limits Limits) *Run {
@@ -242,8 +244,12 @@ func (r *Run) end(reason Reason, failure error) bool {
 		"truncated":      r.b.exec.Truncated,
 	})
 	r.cancel, r.input = nil, nil
+	took, truncated := r.finished.Sub(r.created), r.b.exec.Truncated
 	r.mu.Unlock()
 	close(r.done)
+	if r.observer != nil {
+		r.observer.RunEnded(r.Language, reason, took, truncated)
+	}
 	return true
 }
 
