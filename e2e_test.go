@@ -161,13 +161,19 @@ func kernelsDir(t *testing.T) string {
 // node runs a script of e2e/ with env, failing the test on a non-zero exit.
 func node(t *testing.T, script string, env ...string) {
 	t.Helper()
-	if _, err := os.Stat("e2e/node_modules"); err != nil {
-		t.Fatalf("e2e/node_modules missing: run `make test-deps`")
+	nodeIn(t, "e2e", script, env...)
+}
+
+// nodeIn runs a script of dir with env, failing the test on a non-zero exit.
+func nodeIn(t *testing.T, dir, script string, env ...string) {
+	t.Helper()
+	if _, err := os.Stat(dir + "/node_modules"); err != nil {
+		t.Fatalf("%s/node_modules missing: run `make test-deps`", dir)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", script)
-	cmd.Dir = "e2e"
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.CombinedOutput()
 	t.Logf("%s:\n%s", script, out)
@@ -180,6 +186,12 @@ func TestJupyterLabServices(t *testing.T) {
 	bin := buildBinary(t)
 	gw := startGateway(t, bin, "--token", "e2e-token")
 	node(t, "jupyterlab-services.mjs", "KERNELGATE_URL="+gw.url, "KERNELGATE_TOKEN=e2e-token")
+}
+
+func TestBrowserNotebook(t *testing.T) {
+	bin := buildBinary(t)
+	gw := startGateway(t, bin, "--token", "web-token")
+	nodeIn(t, "web", "e2e/notebook.mjs", "KERNELGATE_URL="+gw.url, "KERNELGATE_TOKEN=web-token")
 }
 
 func TestClassicNotebookThroughGateway(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
 	"kernelgate/sessions"
+	"kernelgate/web"
 )
 
 // version is kernelgate's version, set at build time.
@@ -155,6 +156,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		Metrics:        metrics,
 		MetricsOpen:    cfg.MetricsOpen,
 		ProductVersion: version,
+		Web:            web.Handler(),
 	}, mgr, log)
 
 	l, err := net.Listen("tcp", cfg.addr())

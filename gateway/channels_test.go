@@ -130,3 +130,29 @@ func eventually(t *testing.T, d time.Duration, cond func() bool) {
 		}
 	}
 }
+
+func TestReplyReachesReconnectedSession(t *testing.T) {
+	// A page drops its websocket during a run and reconnects at once with
+	// the same session: the reply of its request reaches the new socket.
+	g := newGateway(t)
+	k := g.startKernel("python3")
+	c, _, err := g.dial(k.ID, "page-session", true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := c.execute("import time; time.sleep(1); print('done')", false)
+	c.until(10*time.Second, func(m wsMsg) bool { return m.Header.MsgType == jupyter.ExecuteInput })
+	c.conn.Close()
+	kk, _ := g.mgr.Kernel(k.ID)
+	eventually(t, 5*time.Second, func() bool { return kk.Model().Connections == 0 })
+	c2, _, err := g.dial(k.ID, "page-session", true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c2.until(10*time.Second, func(m wsMsg) bool {
+		return m.Header.MsgType == jupyter.ExecuteReply && m.ParentHeader.MsgID == id
+	})
+	if last := got[len(got)-1]; last.Channel != "shell" {
+		t.Errorf("reply on %s", last.Channel)
+	}
+}

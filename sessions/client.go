@@ -151,13 +151,26 @@ func (c *Client) answer(ch Channel, m *Message) {
 	o := Outgoing{Channel: ch, Msg: m}
 	c.k.mu.Lock()
 	defer c.k.mu.Unlock()
-	if _, attached := c.k.clients[c]; attached {
-		if !c.push(o) {
-			delete(c.k.clients, c)
+	to := c
+	if _, attached := c.k.clients[c]; !attached {
+		// The client went away. A client that reconnected with the same
+		// session gets the answer; with none attached, the next one does.
+		to = nil
+		for other := range c.k.clients {
+			if c.Session != "" && other.Session == c.Session {
+				to = other
+				break
+			}
 		}
-	} else if len(c.k.clients) == 0 {
-		// The client went away: keep the answer for the next one.
-		c.k.offline.push(o)
+		if to == nil {
+			if len(c.k.clients) == 0 {
+				c.k.offline.push(o)
+			}
+			return
+		}
+	}
+	if !to.push(o) {
+		delete(c.k.clients, to)
 	}
 }
 

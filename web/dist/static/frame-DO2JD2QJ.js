@@ -1,0 +1,1 @@
+"use strict";(()=>{var e=()=>{let t=document.documentElement.getBoundingClientRect().height;parent.postMessage({kernelgateFrame:!0,height:t},"*")};new ResizeObserver(e).observe(document.documentElement);addEventListener("load",e);})();
