@@ -19,6 +19,9 @@ var (
 	ErrInterruptTimeout   = errors.New("jupyter: kernel did not answer the interrupt")
 	ErrStartTimeout       = errors.New("jupyter: kernel did not become ready in time")
 	ErrChannelUnsupported = errors.New("jupyter: channel cannot carry requests")
+	// ErrEnvNotAllowed: a launch asked for an environment variable the
+	// gateway does not pass to kernels; see ValidateEnv and EnvError.
+	ErrEnvNotAllowed = errors.New("jupyter: environment variable not allowed")
 )
 
 // DiedError says how a kernel process ended and what it printed last.
@@ -31,6 +34,9 @@ type DiedError struct {
 	Output string
 	// During says what was going on ("start", "request").
 	During string
+	// Reason is why the process was killed when the provisioner knows it,
+	// e.g. "out of memory"; empty otherwise.
+	Reason string
 }
 
 func (e *DiedError) Error() string {
@@ -39,8 +45,11 @@ func (e *DiedError) Error() string {
 	if e.During != "" {
 		fmt.Fprintf(&b, " during %s", e.During)
 	}
-	if e.Status != "" {
-		fmt.Fprintf(&b, " (%s)", e.Status)
+	switch {
+	case e.Status != "" && e.Reason != "":
+		fmt.Fprintf(&b, " (%s: %s)", e.Reason, e.Status)
+	case e.Status != "" || e.Reason != "":
+		fmt.Fprintf(&b, " (%s%s)", e.Reason, e.Status)
 	}
 	if out := strings.TrimSpace(e.Output); out != "" {
 		fmt.Fprintf(&b, ": %s", out)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -34,6 +35,10 @@ const (
 	// recentCalls is how many finished requests still receive late iopub
 	// messages (a kernel may publish after its idle status).
 	recentCalls = 32
+	// noReplyWait is how long a request that went idle after an interrupt
+	// waits for its reply: a SIGINT that lands before the code runs makes
+	// ipykernel drop the reply.
+	noReplyWait = 500 * time.Millisecond
 )
 
 // Config describes a kernel to start.
@@ -46,6 +51,10 @@ type Config struct {
 	// Cwd is the kernel's working directory.
 	Cwd    string
 	Logger *slog.Logger
+	// Limits and Sandbox, when set, replace the provisioner's defaults
+	// (see LaunchRequest).
+	Limits  *Limits
+	Sandbox *SandboxConfig
 	// IOPub, when set, is subscribed before the kernel is dialled, so it
 	// sees every iopub message of the process, those of start-up included.
 	IOPub func(*Message)
@@ -71,10 +80,11 @@ type Call struct {
 	opts    CallOptions
 
 	// guarded by the kernel's mu
-	reply    *Message
-	idle     bool
-	finished bool
-	err      error
+	reply      *Message
+	idle       bool
+	finished   bool
+	err        error
+	interrupts uint64 // the kernel's interrupt count when the call began
 
 	done chan struct{}
 }
@@ -136,6 +146,7 @@ type Kernel struct {
 	wg     sync.WaitGroup // readers, watcher, heartbeat
 
 	mu         sync.Mutex
+	interrupts uint64
 	pending    map[string]*Call
 	recent     [recentCalls]*Call
 	recentNext int
@@ -149,11 +160,33 @@ type Kernel struct {
 	shutdownOnce sync.Once
 }
 
+// portRetries is how many times a start whose port another process took
+// in the meantime is tried again with new ports.
+const portRetries = 3
+
 // Start launches a kernel with p, connects its channels and waits until it
 // is ready: a kernel_info reply received and iopub proven live. On failure
 // nothing is left running, and the error carries the end of the kernel's
-// output; it matches ErrStartFailed.
+// output; it matches ErrStartFailed. A kernel that could not bind its
+// ports (taken by another process since they were picked) is started
+// again with new ones.
 func Start(ctx context.Context, p Provisioner, cfg Config) (*Kernel, error) {
+	if cfg.ID == "" {
+		cfg.ID = uuid.NewString()
+	}
+	for attempt := 1; ; attempt++ {
+		k, err := start(ctx, p, cfg)
+		var died *DiedError
+		if err == nil || attempt == portRetries || !errors.As(err, &died) || !strings.Contains(died.Output, "Address already in use") || ctx.Err() != nil {
+			return k, err
+		}
+		if cfg.Logger != nil {
+			cfg.Logger.Info("kernel ports were taken meanwhile: starting it again", "kernel", cfg.ID)
+		}
+	}
+}
+
+func start(ctx context.Context, p Provisioner, cfg Config) (*Kernel, error) {
 	if cfg.ID == "" {
 		cfg.ID = uuid.NewString()
 	}
@@ -162,7 +195,7 @@ func Start(ctx context.Context, p Provisioner, cfg Config) (*Kernel, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	t0 := time.Now()
-	proc, err := p.Launch(ctx, LaunchRequest{KernelID: cfg.ID, Spec: cfg.Spec, Env: cfg.Env, Cwd: cfg.Cwd})
+	proc, err := p.Launch(ctx, LaunchRequest{KernelID: cfg.ID, Spec: cfg.Spec, Env: cfg.Env, Cwd: cfg.Cwd, Limits: cfg.Limits, Sandbox: cfg.Sandbox})
 	if err != nil {
 		return nil, err
 	}
@@ -234,7 +267,7 @@ func (k *Kernel) failStart(ctx context.Context, cause error) error {
 	if !errors.As(cause, &died) {
 		select {
 		case <-k.proc.Done():
-			died = &DiedError{Status: k.proc.ExitStatus(), Output: k.proc.Output()}
+			died = &DiedError{Status: k.proc.ExitStatus(), Output: k.proc.Output(), Reason: exitReason(k.proc)}
 		default:
 		}
 	}
@@ -414,6 +447,7 @@ func (k *Kernel) Request(ch Channel, m *Message, h Handler, opts CallOptions) (*
 		k.mu.Unlock()
 		return nil, err
 	}
+	c.interrupts = k.interrupts
 	k.pending[c.ID] = c
 	k.mu.Unlock()
 	if err := k.Send(ch, m); err != nil {
@@ -474,12 +508,16 @@ func (k *Kernel) Execute(ctx context.Context, code string, h Handler) (*Message,
 
 // Interrupt interrupts what the kernel is running: SIGINT to its process
 // group, or an interrupt_request on control when its spec says
-// interrupt_mode "message".
+// interrupt_mode "message" or its process must not be signalled (a
+// sandbox).
 func (k *Kernel) Interrupt(ctx context.Context) error {
 	if err := k.Err(); err != nil {
 		return err
 	}
-	if k.cfg.Spec.InterruptMode != kernelspecs.InterruptMessage {
+	k.mu.Lock()
+	k.interrupts++
+	k.mu.Unlock()
+	if k.cfg.Spec.InterruptMode != kernelspecs.InterruptMessage && !interruptsByMessage(k.proc) {
 		return k.proc.Signal(syscall.SIGINT)
 	}
 	m, err := k.NewMessage(InterruptRequest, nil, nil)
@@ -636,6 +674,9 @@ func (k *Kernel) dispatch(ch Channel, m *Message) {
 	if !c.finished {
 		switch {
 		case ch == IOPub && m.Header.MsgType == StatusMsg:
+			if isIdle(m) && !c.idle && c.reply == nil && k.interrupts > c.interrupts {
+				time.AfterFunc(noReplyWait, func() { k.replyLost(c) })
+			}
 			c.idle = c.idle || isIdle(m)
 		case (ch == Shell || ch == Control) && m.Header.MsgType.IsReply():
 			c.reply = m
@@ -658,6 +699,27 @@ func (k *Kernel) dispatch(ch Channel, m *Message) {
 	if finish {
 		close(c.done)
 	}
+}
+
+// replyLost finishes a call that went idle after an interrupt without a
+// reply, with a reply made up as the kernel would have sent it.
+func (k *Kernel) replyLost(c *Call) {
+	m, err := k.NewMessage(ExecuteReply, map[string]any{
+		"status": "error", "ename": "KeyboardInterrupt", "evalue": "interrupted before the code ran", "traceback": []string{},
+	}, nil)
+	if err != nil {
+		return
+	}
+	m.ParentID = c.ID
+	m.RawParent, _ = json.Marshal(parentRef{MsgID: c.ID, MsgType: ExecuteRequest})
+	k.mu.Lock()
+	if c.finished || k.pending[c.ID] != c {
+		k.mu.Unlock()
+		return
+	}
+	k.mu.Unlock()
+	k.log.Info("the kernel went idle after an interrupt without replying; the request ends interrupted")
+	k.dispatch(Shell, m)
 }
 
 func (k *Kernel) findRecent(id string) *Call {
@@ -703,7 +765,7 @@ func (k *Kernel) lost(ch Channel, err error) {
 }
 
 func (k *Kernel) diedError() error {
-	return &DiedError{Status: k.proc.ExitStatus(), Output: k.proc.Output()}
+	return &DiedError{Status: k.proc.ExitStatus(), Output: k.proc.Output(), Reason: exitReason(k.proc)}
 }
 
 // die records why the kernel ended, fails every pending call, closes the

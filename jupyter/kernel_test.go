@@ -84,7 +84,14 @@ func execute(t *testing.T, k *Kernel, code string) (*Message, *collector) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c := newCollector()
-	reply, err := k.Execute(ctx, code, c.handle)
+	// Each test request stands alone: an earlier error must not abort it.
+	content := NewExecute(code)
+	content.StopOnError = false
+	call, err := k.StartExecute(content, c.handle)
+	if err != nil {
+		t.Fatalf("execute %q: %v", code, err)
+	}
+	reply, err := call.Wait(ctx)
 	if err != nil {
 		t.Fatalf("execute %q: %v", code, err)
 	}
@@ -273,9 +280,12 @@ func TestDeno(t *testing.T) {
 func TestInterrupt(t *testing.T) {
 	cases := []struct {
 		kernel, setup, check, want, block string
+		// running is the message that shows the code runs: ipykernel
+		// ignores SIGINT until the code has started.
+		running MsgType
 	}{
-		{"python3", "kept = 'yes'", "kept", "'yes'", "import time; time.sleep(30)"},
-		{"deno", "const kept = 'yes'", "kept", `"yes"`, "while (true) {}"},
+		{"python3", "kept = 'yes'", "kept", "'yes'", "import time; print('sleeping', flush=True); time.sleep(30)", StreamMsg},
+		{"deno", "const kept = 'yes'", "kept", `"yes"`, "while (true) {}", ExecuteInput},
 	}
 	for _, c := range cases {
 		t.Run(c.kernel, func(t *testing.T) {
@@ -286,7 +296,7 @@ func TestInterrupt(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			col.await(t, ExecuteInput, 10*time.Second)
+			col.await(t, c.running, 10*time.Second)
 			t0 := time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
@@ -295,7 +305,11 @@ func TestInterrupt(t *testing.T) {
 			}
 			reply, err := call.Wait(ctx)
 			if err != nil {
-				t.Fatal(err)
+				var seen []string
+				for _, m := range col.msgs {
+					seen = append(seen, string(m.Header.MsgType)+":"+string(m.RawContent))
+				}
+				t.Fatalf("%v; got %v; kernel output: %s", err, seen, k.Output())
 			}
 			if took := time.Since(t0); took > 2*time.Second {
 				t.Errorf("interrupt took %v, want under 2s", took)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,12 +26,23 @@ type LocalProvisioner struct {
 	Transport string
 	// IP the kernel binds for tcp; default 127.0.0.1.
 	IP string
-	// BaseEnv is the environment every kernel starts from, as KEY=VALUE;
-	// nil means the gateway's own environment without KERNELGATE_* names.
+	// BaseEnv, as KEY=VALUE, is laid over CleanEnv, e.g. to change PATH.
+	// Kernels never inherit the gateway's own environment.
 	BaseEnv []string
 	// OutputTail is how many bytes of the kernel's output are kept;
 	// default 8 KiB.
 	OutputTail int
+
+	// --- kernel process isolation (limits.go, cgroup.go, sandbox.go) ---
+
+	// Limits bound every kernel unless its launch names its own.
+	Limits Limits
+	// Sandbox, when set, runs every kernel in bubblewrap unless its launch
+	// names its own configuration.
+	Sandbox *SandboxConfig
+	// Logger gets warnings, such as cgroups being unavailable; nil
+	// discards them.
+	Logger *slog.Logger
 }
 
 var _ Provisioner = (*LocalProvisioner)(nil)
@@ -46,19 +58,13 @@ func (p *LocalProvisioner) runtimeDir() (string, error) {
 	return dir, nil
 }
 
-// baseEnv returns the starting environment as a map.
-func (p *LocalProvisioner) baseEnv() map[string]string {
-	src := p.BaseEnv
-	if src == nil {
-		src = os.Environ()
-	}
-	env := make(map[string]string, len(src))
-	for _, kv := range src {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok || (p.BaseEnv == nil && strings.HasPrefix(k, "KERNELGATE_")) {
-			continue
+// baseEnv returns the starting environment of a kernel with directories d.
+func (p *LocalProvisioner) baseEnv(d KernelDirs) map[string]string {
+	env := CleanEnv(d)
+	for _, kv := range p.BaseEnv {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
 		}
-		env[k] = v
 	}
 	return env
 }
@@ -68,6 +74,10 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	if req.Spec == nil || len(req.Spec.Argv) == 0 {
 		return nil, fmt.Errorf("%w: no kernelspec argv", ErrStartFailed)
 	}
+	iso, err := p.isolationFor(req)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrStartFailed, err)
+	}
 	root, err := p.runtimeDir()
 	if err != nil {
 		return nil, fmt.Errorf("%w: runtime dir: %v", ErrStartFailed, err)
@@ -76,29 +86,39 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrStartFailed, err)
 	}
-	lp := &localProcess{dir: dir, done: make(chan struct{}), tail: newTailBuffer(p.OutputTail)}
+	lp := &localProcess{dir: dir, done: make(chan struct{}), tail: newTailBuffer(p.OutputTail), sandboxed: iso.sandbox != nil}
 	fail := func(err error) (Process, error) {
+		lp.cg.remove()
 		os.RemoveAll(dir)
 		return nil, err
+	}
+	// The kernel's own directories; dir itself stays the gateway's.
+	kd, err := newKernelDirs(filepath.Join(dir, "kernel"))
+	if err != nil {
+		return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
 	}
 	transport, ip := p.Transport, p.IP
 	if transport == "" {
 		transport = "tcp"
 	}
 	if transport == "ipc" {
-		ip = filepath.Join(dir, "k")
+		ip = filepath.Join(kd.Root, "k")
 	} else if ip == "" {
 		ip = "127.0.0.1"
 	}
 	if lp.ci, err = NewConnInfo(transport, ip, req.Spec.Name); err != nil {
 		return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
 	}
-	connFile := filepath.Join(dir, "kernel-"+req.KernelID+".json")
-	if err := lp.ci.WriteFile(connFile); err != nil {
+	kernelCI := lp.ci
+	if iso.bridged(transport) {
+		kernelCI, lp.ci = bridgedConnInfo(lp.ci, dir)
+	}
+	connFile := filepath.Join(kd.Root, "kernel-"+req.KernelID+".json")
+	if err := kernelCI.WriteFile(connFile); err != nil {
 		return fail(fmt.Errorf("%w: connection file: %v", ErrStartFailed, err))
 	}
 
-	env := p.baseEnv()
+	env := p.baseEnv(kd)
 	argv, specEnv := req.Spec.Command(connFile, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	for k, v := range specEnv {
 		env[k] = v
@@ -106,20 +126,48 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	for k, v := range req.Env {
 		env[k] = v
 	}
-	// ipykernel exits when this process goes away.
-	env["JPY_PARENT_PID"] = strconv.Itoa(os.Getpid())
-
-	cmd := exec.Command(argv[0], argv[1:]...)
+	// ipykernel exits when this process goes away; in a sandbox its
+	// parent is the sandbox's init (pid 1), and --die-with-parent does it.
+	if iso.sandbox == nil {
+		env["JPY_PARENT_PID"] = strconv.Itoa(os.Getpid())
+	}
+	cwd := req.Cwd
+	if cwd == "" {
+		cwd = kd.Work
+	}
+	if lp.cg, err = iso.cgroup(p.logger(), req.KernelID); err != nil {
+		return fail(fmt.Errorf("%w: cgroup: %v", ErrStartFailed, err))
+	}
+	if argv, err = iso.command(argv, env["PATH"], root, kd, cwd, transport); err != nil {
+		return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
+	}
+	cmd, gate, err := gatedCommand(argv)
+	if err != nil {
+		return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
+	}
 	cmd.Env = envList(env)
-	cmd.Dir = req.Cwd
+	cmd.Dir = cwd
 	cmd.Stdout, cmd.Stderr = lp.tail, lp.tail
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	// A kernel's children may hold its output pipes open after it exits.
 	cmd.WaitDelay = time.Second
-	if err := cmd.Start(); err != nil {
+	info, err := iso.infoPipe(cmd, transport)
+	if err != nil {
+		gate.Close()
+		return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
+	}
+	err = cmd.Start()
+	closeChildEnds(cmd)
+	if err != nil {
+		gate.Close()
+		info.Close()
 		return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
 	}
 	lp.cmd = cmd
+	if err := lp.setup(iso, gate, info, kernelCI); err != nil {
+		lp.killGroup()
+		return fail(fmt.Errorf("%w: %v%s", ErrStartFailed, err, outputSuffix(lp.Output())))
+	}
 	go lp.wait()
 	return lp, nil
 }
@@ -140,8 +188,14 @@ type localProcess struct {
 	cmd  *exec.Cmd
 	tail *tailBuffer
 
+	// isolation (limits.go, cgroup.go, sandbox.go)
+	cg        *kernelCgroup // nil without cgroup limits
+	bridge    *netBridge    // nil unless a sandbox bridges tcp
+	sandboxed bool
+
 	done   chan struct{}
 	status string // set before done is closed
+	reason string // set before done is closed
 }
 
 func (lp *localProcess) ConnInfo() ConnInfo    { return lp.ci }
@@ -169,8 +223,11 @@ func (lp *localProcess) wait() {
 	default:
 		lp.status = err.Error()
 	}
-	// Whatever the kernel left in its group goes with it.
+	lp.reason = lp.exitReason(lp.cmd.ProcessState)
+	// Whatever the kernel left in its group (or its cgroup) goes with it.
 	syscall.Kill(-lp.cmd.Process.Pid, syscall.SIGKILL)
+	lp.cg.kill()
+	lp.bridge.Close()
 	close(lp.done)
 }
 
@@ -184,7 +241,9 @@ func (lp *localProcess) Signal(sig syscall.Signal) error {
 	return syscall.Kill(-lp.cmd.Process.Pid, sig)
 }
 
-func (lp *localProcess) Cleanup() error { return os.RemoveAll(lp.dir) }
+func (lp *localProcess) Cleanup() error {
+	return errors.Join(lp.cg.remove(), os.RemoveAll(lp.dir))
+}
 
 // tailBuffer keeps the last n bytes written to it.
 type tailBuffer struct {

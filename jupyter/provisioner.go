@@ -22,6 +22,10 @@ type LaunchRequest struct {
 	Env map[string]string
 	// Cwd is the kernel's working directory; empty means the provisioner's.
 	Cwd string
+	// Limits, when set, replace the provisioner's default limits.
+	Limits *Limits
+	// Sandbox, when set, replaces the provisioner's sandbox configuration.
+	Sandbox *SandboxConfig
 }
 
 // Process is one launched kernel process.

@@ -298,7 +298,14 @@ func (c *Context) execute(r *Run) {
 		r.expire()
 	}
 
-	var grace <-chan time.Time
+	var grace, again <-chan time.Time
+	interrupt := func() {
+		ictx, icancel := context.WithTimeout(context.Background(), c.m.cfg.InterruptGrace)
+		if err := k.Interrupt(ictx); err != nil {
+			c.m.log.Info("interrupt failed", "context", c.ID, "err", err)
+		}
+		icancel()
+	}
 	for {
 		select {
 		case <-call.Done():
@@ -320,13 +327,15 @@ func (c *Context) execute(r *Run) {
 			}
 			r.mu.Unlock()
 			if grace == nil {
-				ictx, icancel := context.WithTimeout(context.Background(), c.m.cfg.InterruptGrace)
-				if err := k.Interrupt(ictx); err != nil {
-					c.m.log.Info("interrupt failed", "context", c.ID, "err", err)
-				}
-				icancel()
+				interrupt()
 				grace = time.After(c.m.cfg.InterruptGrace)
+				again = time.After(c.m.cfg.InterruptGrace / 3)
 			}
+		case <-again:
+			// A signal that lands before the code runs is ignored by
+			// ipykernel: interrupt once more before giving up on it.
+			interrupt()
+			again = nil
 		case <-grace:
 			// The kernel did not stop: restart it; the run's state is lost.
 			c.m.log.Warn("kernel did not stop after an interrupt: restarting it", "context", c.ID, "run", r.ID)

@@ -1,0 +1,189 @@
+package jupyter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"kernelgate/internal/testkernels"
+)
+
+// needCgroups skips the test when the machine offers no writable cgroup
+// hierarchy with the controllers.
+func needCgroups(t *testing.T, controllers ...string) {
+	t.Helper()
+	host, err := hostCgroups()
+	if err != nil {
+		t.Skipf("cgroups not available: %v", err)
+	}
+	for _, c := range controllers {
+		if contains(host.missing, c) {
+			t.Skipf("cgroup controller %s not available", c)
+		}
+	}
+}
+
+func TestMemoryLimitKillsKernel(t *testing.T) {
+	needCgroups(t, "memory")
+	cases := []struct {
+		name    string
+		sandbox *SandboxConfig
+	}{
+		{"plain", nil},
+		{"sandboxed", &SandboxConfig{}},
+	}
+	spec := testkernels.Spec(t, "python3")
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.sandbox != nil {
+				needSandbox(t)
+			}
+			prov := &LocalProvisioner{RuntimeDir: t.TempDir(), Sandbox: c.sandbox}
+			small := startWith(t, prov, Config{Spec: spec, Limits: &Limits{MemoryBytes: 512 << 20}})
+			big := startWith(t, prov, Config{Spec: spec})
+
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			_, err := small.Execute(ctx, "x = bytearray(2*1024**3)", nil)
+			var died *DiedError
+			if !errors.As(err, &died) {
+				t.Fatalf("execute: err = %v, want a DiedError", err)
+			}
+			t.Logf("died: %v", died)
+			if died.Reason != ReasonOutOfMemory || !strings.Contains(died.Error(), "out of memory") {
+				t.Errorf("DiedError = %v (reason %q), want reason %q", died, died.Reason, ReasonOutOfMemory)
+			}
+			if !errors.As(small.Err(), &died) || died.Reason != ReasonOutOfMemory {
+				t.Errorf("Kernel.Err() = %v, want a DiedError saying out of memory", small.Err())
+			}
+			_, col := execute(t, big, "1+1")
+			if got := plainText(t, contentOf(t, col.await(t, ExecuteResult, 2*time.Second))); got != "2" {
+				t.Errorf("other kernel: 1+1 = %q", got)
+			}
+		})
+	}
+}
+
+// forkBomb forks sleeping children until fork fails, then kills and reaps
+// them and re-raises the failure.
+const forkBomb = `
+import os, signal, time
+forked = []
+try:
+    for i in range(200):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                time.sleep(30)
+            finally:
+                os._exit(0)
+        forked.append(pid)
+finally:
+    for pid in forked:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+`
+
+func TestPidsLimitStopsForkBomb(t *testing.T) {
+	needCgroups(t, "pids")
+	cases := []struct {
+		name    string
+		sandbox *SandboxConfig
+	}{
+		{"plain", nil},
+		{"sandboxed", &SandboxConfig{}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.sandbox != nil {
+				needSandbox(t)
+			}
+			prov := &LocalProvisioner{RuntimeDir: t.TempDir(), Sandbox: c.sandbox, Limits: Limits{Pids: 64}}
+			k := startWith(t, prov, Config{Spec: testkernels.Spec(t, "python3")})
+			col := newCollector()
+			call, err := k.StartExecute(keepGoing(forkBomb), col.handle)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			reply, err := call.Wait(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := replyOf(t, reply)
+			if r.Status != "error" || r.EName != "BlockingIOError" {
+				t.Fatalf("fork bomb reply = %+v, want error BlockingIOError", r)
+			}
+			if e := contentOf(t, col.await(t, ErrorMsg, time.Second)); e.EName != "BlockingIOError" {
+				t.Errorf("iopub error %q", e.EName)
+			}
+			n := strings.TrimSpace(stdout(t, k, "print(len(forked))"))
+			t.Logf("forked %s children before EAGAIN", n)
+			if n == "0" || n == "200" {
+				t.Errorf("forked %s children, want some but fewer than 64", n)
+			}
+			if err := k.Err(); err != nil {
+				t.Errorf("kernel died: %v", err)
+			}
+			_, after := execute(t, k, "1+1")
+			if got := plainText(t, contentOf(t, after.await(t, ExecuteResult, 2*time.Second))); got != "2" {
+				t.Errorf("after the fork bomb 1+1 = %q", got)
+			}
+		})
+	}
+}
+
+func TestRlimits(t *testing.T) {
+	cases := []struct {
+		name      string
+		prov      Limits
+		launch    *Limits
+		wantFiles uint64
+	}{
+		{"provisioner default", Limits{NoFile: 300}, nil, 300},
+		{"launch overrides", Limits{NoFile: 300}, &Limits{NoFile: 400}, 400},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			prov := &LocalProvisioner{RuntimeDir: t.TempDir(), Limits: c.prov}
+			k := startWith(t, prov, Config{Spec: testkernels.Spec(t, "python3"), Limits: c.launch})
+			got := strings.TrimSpace(stdout(t, k, "import resource as r; print(r.getrlimit(r.RLIMIT_NOFILE), r.getrlimit(r.RLIMIT_CORE))"))
+			want := fmt.Sprintf("(%d, %d) (0, 0)", c.wantFiles, c.wantFiles)
+			if got != want {
+				t.Errorf("getrlimit NOFILE, CORE = %s, want %s", got, want)
+			}
+		})
+	}
+}
+
+func TestLimitsAreValidated(t *testing.T) {
+	prov := &LocalProvisioner{RuntimeDir: t.TempDir()}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, l := range []Limits{{MemoryBytes: -1}, {Pids: -5}} {
+		if _, err := Start(ctx, prov, Config{Spec: testkernels.Spec(t, "python3"), Limits: &l}); !errors.Is(err, ErrStartFailed) {
+			t.Errorf("limits %+v: err = %v, want ErrStartFailed", l, err)
+		}
+	}
+}
+
+func TestDiedErrorMessage(t *testing.T) {
+	cases := []struct {
+		e    DiedError
+		want string
+	}{
+		{DiedError{}, "jupyter: kernel died"},
+		{DiedError{Status: "signal: killed", During: "request"}, "jupyter: kernel died during request (signal: killed)"},
+		{DiedError{Status: "exit status 137", Reason: ReasonOutOfMemory}, "jupyter: kernel died (out of memory: exit status 137)"},
+		{DiedError{Reason: ReasonOutOfMemory, Output: "bye\n"}, "jupyter: kernel died (out of memory): bye"},
+	}
+	for _, c := range cases {
+		if got := c.e.Error(); got != c.want {
+			t.Errorf("%+v.Error() = %q, want %q", c.e, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,381 @@
+package jupyter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"kernelgate/internal/testkernels"
+)
+
+// needSandbox skips the test when bubblewrap is missing or cannot make
+// namespaces here.
+func needSandbox(t *testing.T) {
+	t.Helper()
+	bwrap, err := (&SandboxConfig{}).bwrapPath()
+	if err != nil {
+		t.Skipf("no sandbox: %v", err)
+	}
+	if out, err := exec.Command(bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net", "--", "/bin/true").CombinedOutput(); err != nil {
+		t.Skipf("bwrap cannot sandbox here: %v: %s", err, out)
+	}
+}
+
+// loopbackListener is a TCP port on the host's loopback that a sandboxed
+// kernel must not reach. It fails the test if anything connects.
+func loopbackListener(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan struct{}, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Close()
+			accepted <- struct{}{}
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		select {
+		case <-accepted:
+			t.Errorf("a sandboxed kernel connected to the host's loopback port")
+		default:
+		}
+	})
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// keepGoing is an execute_request of code that fails without making the
+// kernel abort the requests queued behind it (stop_on_error does, for a
+// moment, also to requests sent right after the error reply).
+func keepGoing(code string) ExecuteContent {
+	c := NewExecute(code)
+	c.StopOnError = false
+	return c
+}
+
+// interruptKeepsState sets kept, runs block until it has printed, then
+// interrupts it and checks that the reply is an error and kept survived.
+func interruptKeepsState(t *testing.T, k *Kernel, setup, block, check, want string) {
+	t.Helper()
+	execute(t, k, setup)
+	col := newCollector()
+	call, err := k.StartExecute(keepGoing(block), col.handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	col.await(t, StreamMsg, 10*time.Second) // the code runs: no race with its start
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	if err := k.Interrupt(ctx); err != nil {
+		t.Fatalf("interrupt: %v", err)
+	}
+	reply, err := call.Wait(ctx)
+	if err != nil {
+		t.Fatalf("interrupted call: %v", err)
+	}
+	if took := time.Since(t0); took > 5*time.Second {
+		t.Errorf("interrupt took %v", took)
+	}
+	if r := replyOf(t, reply); r.Status != "error" {
+		t.Errorf("interrupted reply status = %q, want error", r.Status)
+	}
+	_, after := execute(t, k, check)
+	if got := plainText(t, contentOf(t, after.await(t, ExecuteResult, 2*time.Second))); got != want {
+		t.Errorf("state after interrupt: got %q, want %q", got, want)
+	}
+	if err := k.Err(); err != nil {
+		t.Errorf("kernel died: %v", err)
+	}
+}
+
+func TestSandboxedPython(t *testing.T) {
+	needSandbox(t)
+	port := loopbackListener(t)
+	var hide []string
+	for _, p := range []string{"/etc/ssl", "/etc/hostname"} {
+		if exists(p) {
+			hide = append(hide, p)
+		}
+	}
+	prov := &LocalProvisioner{RuntimeDir: t.TempDir(), Transport: "ipc", Sandbox: &SandboxConfig{Hide: hide}}
+	spec := testkernels.Spec(t, "python3")
+	k := startWith(t, prov, Config{Spec: spec})
+	other := startWith(t, prov, Config{Spec: spec})
+
+	t.Run("result", func(t *testing.T) {
+		_, c := execute(t, k, "1+1")
+		if got := plainText(t, contentOf(t, c.await(t, ExecuteResult, time.Second))); got != "2" {
+			t.Errorf("1+1 = %q", got)
+		}
+	})
+	t.Run("file system", func(t *testing.T) {
+		got := stdout(t, k, `
+import errno, os
+def write(p):
+    try:
+        with open(p, "w") as f:
+            f.write("x")
+        return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+print(write("/usr/x"), write(os.path.join(os.getcwd(), "f")), write("/tmp/f"), write(os.path.join(os.environ["HOME"], "f")))`)
+		if strings.TrimSpace(got) != "EROFS ok ok ok" {
+			t.Errorf("writes to /usr, cwd, /tmp, HOME = %q, want EROFS ok ok ok", got)
+		}
+	})
+	t.Run("hidden", func(t *testing.T) {
+		// The runtime dir shows this kernel's directory only, without the
+		// other kernel's and without the gateway's part of its own.
+		got := stdout(t, k, fmt.Sprintf(`
+import os
+print(len(os.listdir(%q)), os.listdir(os.path.dirname(os.path.dirname(os.environ["HOME"])) ))
+print(os.listdir("/tmp"))`, prov.RuntimeDir))
+		lines := strings.Split(strings.TrimSpace(got), "\n")
+		if len(lines) != 2 || !strings.HasPrefix(lines[0], "1 ['kernel']") {
+			t.Errorf("runtime dir seen from the sandbox: %q", got)
+		}
+		for _, p := range hide {
+			got := stdout(t, k, fmt.Sprintf(`
+import os
+p = %q
+print(os.listdir(p) if os.path.isdir(p) else repr(open(p).read()))`, p))
+			if s := strings.TrimSpace(got); s != "[]" && s != "''" {
+				t.Errorf("hidden %s shows %s", p, s)
+			}
+		}
+	})
+	t.Run("no gateway processes", func(t *testing.T) {
+		got := stdout(t, k, "import os; print(' '.join(p for p in os.listdir('/proc') if p.isdigit()))")
+		pids := strings.Fields(got)
+		for _, p := range pids {
+			if p == strconv.Itoa(os.Getpid()) || p == strconv.Itoa(other.PID()) {
+				t.Errorf("pid %s of the host is visible in the sandbox (%v)", p, pids)
+			}
+		}
+		if len(pids) > 10 {
+			t.Errorf("sandbox sees %d processes: %v", len(pids), pids)
+		}
+	})
+	t.Run("no capabilities", func(t *testing.T) {
+		got := stdout(t, k, "print([l.split()[1] for l in open('/proc/self/status') if l.startswith(('CapEff', 'NoNewPrivs'))])")
+		if strings.TrimSpace(got) != "['0000000000000000', '1']" {
+			t.Errorf("CapEff, NoNewPrivs = %s", got)
+		}
+	})
+	t.Run("no network", func(t *testing.T) {
+		got := stdout(t, k, fmt.Sprintf(`
+import socket
+try:
+    socket.create_connection(("127.0.0.1", %d), timeout=2)
+    print("connected")
+except OSError as e:
+    print(type(e).__name__)`, port))
+		if strings.TrimSpace(got) != "ConnectionRefusedError" {
+			t.Errorf("connecting to the host's loopback: %q, want ConnectionRefusedError", got)
+		}
+	})
+	t.Run("interrupt keeps state", func(t *testing.T) {
+		interruptKeepsState(t, k, "kept = 'yes'", "import time\nprint('sleeping', flush=True)\ntime.sleep(30)", "kept", "'yes'")
+	})
+}
+
+func TestSandboxedDeno(t *testing.T) {
+	needSandbox(t)
+	port := loopbackListener(t)
+	// Deno speaks tcp only: without network it is reached through the bridge.
+	prov := &LocalProvisioner{RuntimeDir: t.TempDir(), Sandbox: &SandboxConfig{}}
+	k := startWith(t, prov, Config{Spec: testkernels.Spec(t, "deno")})
+	cases := []struct{ name, code, want string }{
+		{"result", "1+1", "2"},
+		{"DENO_DIR writable", `const d = Deno.env.get("DENO_DIR"); await Deno.mkdir(d, {recursive: true}); await Deno.writeTextFile(d + "/probe", "xy"); (await Deno.readTextFile(d + "/probe")).length`, "2"},
+		{"no network", fmt.Sprintf(`let r = "connected"; try { (await Deno.connect({hostname: "127.0.0.1", port: %d})).close() } catch (e) { r = e.name }; r`, port), `"ConnectionRefused"`},
+		{"read-only host", `let w = "written"; try { Deno.writeTextFileSync("/usr/x", "x") } catch (e) { w = e.message.includes("Read-only file system") }; w`, "true"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, col := execute(t, k, c.code)
+			if got := plainText(t, contentOf(t, col.await(t, ExecuteResult, 2*time.Second))); got != c.want {
+				t.Errorf("%s = %s, want %s", c.code, got, c.want)
+			}
+		})
+	}
+	t.Run("heartbeat", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := k.Ping(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("interrupt keeps state", func(t *testing.T) {
+		interruptKeepsState(t, k, "const kept = 'yes'", "console.log('spinning'); while (true) {}", "kept", `"yes"`)
+	})
+	t.Run("with network", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			if c, err := ln.Accept(); err == nil {
+				c.Close()
+			}
+		}()
+		prov := &LocalProvisioner{RuntimeDir: t.TempDir(), Sandbox: &SandboxConfig{Network: true}}
+		k := startWith(t, prov, Config{Spec: testkernels.Spec(t, "deno")})
+		code := fmt.Sprintf(`let r = "connected"; try { (await Deno.connect({hostname: "127.0.0.1", port: %d})).close() } catch (e) { r = e.name }; r`, ln.Addr().(*net.TCPAddr).Port)
+		_, col := execute(t, k, code)
+		if got := plainText(t, contentOf(t, col.await(t, ExecuteResult, 2*time.Second))); got != `"connected"` {
+			t.Errorf("with network, connecting to the host's loopback: %s", got)
+		}
+	})
+}
+
+func TestBwrapArgs(t *testing.T) {
+	kd := KernelDirs{Root: "/run/kg/kernel-1/kernel"}
+	common := []string{"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--cap-drop", "ALL"}
+	cases := []struct {
+		name    string
+		cfg     SandboxConfig
+		runtime string
+		cwd     string
+		infoFD  int
+		want    []string
+	}{
+		{"runtime under /tmp", SandboxConfig{}, "/tmp/kg", kd.Root + "/work", 0,
+			cat([]string{"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp",
+				"--bind", kd.Root, kd.Root, "--chdir", kd.Root + "/work"}, common, []string{"--unshare-net", "--"})},
+		{"network, hidden paths, outside cwd, info fd", SandboxConfig{Network: true, Hide: []string{"/etc/hostname", "/nonexistent/x", "relative"}}, "/etc/ssl", "/srv", 4,
+			cat([]string{"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp",
+				"--ro-bind", "/run/kg/kernel-1/empty", "/etc/hostname", "--tmpfs", "/etc/ssl",
+				"--bind", kd.Root, kd.Root, "--bind", "/srv", "/srv", "--chdir", "/srv"}, common, []string{"--info-fd", "4", "--"})},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			for _, p := range []string{"/var/tmp", "/etc/hostname", "/etc/ssl"} {
+				if !exists(p) {
+					t.Skipf("%s does not exist here", p)
+				}
+			}
+			if got := c.cfg.bwrapArgs(c.runtime, kd, c.cwd, c.infoFD); !reflect.DeepEqual(got, c.want) {
+				t.Errorf("bwrapArgs =\n%q\nwant\n%q", got, c.want)
+			}
+		})
+	}
+}
+
+func cat(parts ...[]string) []string {
+	var out []string
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// Sandboxed kernels with limits leave no cgroup, process, goroutine, file
+// descriptor or directory behind.
+func TestSandboxCyclesLeakNothing(t *testing.T) {
+	needSandbox(t)
+	needCgroups(t, "memory", "pids")
+	prov := &LocalProvisioner{
+		RuntimeDir: t.TempDir(),
+		Sandbox:    &SandboxConfig{},
+		Limits:     Limits{MemoryBytes: 1 << 30, Pids: 256, NoFile: 1024},
+	}
+	ipc := &LocalProvisioner{RuntimeDir: prov.RuntimeDir, Transport: "ipc", Sandbox: prov.Sandbox, Limits: prov.Limits}
+	run := func(p *LocalProvisioner, name string) []string {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		k, err := Start(ctx, p, Config{Spec: testkernels.Spec(t, name)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var dirs []string
+		for _, leaf := range k.proc.(*localProcess).cg.leaves {
+			dirs = append(dirs, leaf.dir)
+		}
+		if len(dirs) == 0 {
+			t.Errorf("%s: no cgroup", name)
+		}
+		if _, err := k.Execute(ctx, "1+1", nil); err != nil {
+			t.Fatal(err)
+		}
+		k.Shutdown(ctx)
+		return dirs
+	}
+	run(prov, "python3") // warm up lazily started runtime goroutines and caches
+	before := snapshot(t)
+	var dirs []string
+	for _, c := range []struct {
+		p    *LocalProvisioner
+		name string
+	}{{prov, "python3"}, {prov, "deno"}, {ipc, "python3"}, {prov, "deno"}, {ipc, "python3"}} {
+		dirs = append(dirs, run(c.p, c.name)...)
+	}
+	checkNoLeaks(t, before)
+	for _, d := range dirs {
+		if exists(d) {
+			t.Errorf("cgroup %s is still there", d)
+		}
+	}
+	if entries, _ := os.ReadDir(prov.RuntimeDir); len(entries) != 0 {
+		t.Errorf("runtime dir still holds %d entries", len(entries))
+	}
+}
+
+// A sandbox or limit that fails at any step of a launch leaves nothing
+// behind.
+func TestSandboxStartFailuresLeaveNothing(t *testing.T) {
+	needSandbox(t)
+	needCgroups(t, "memory", "pids")
+	host, _ := hostCgroups()
+	cases := []struct {
+		name, transport, bwrap string
+	}{
+		{"bwrap missing", "", "/nonexistent/bwrap"},
+		{"bwrap fails, bridged", "", "/bin/false"},
+		{"bwrap fails, ipc", "ipc", "/bin/false"},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			prov := &LocalProvisioner{
+				RuntimeDir: t.TempDir(), Transport: c.transport,
+				Sandbox: &SandboxConfig{Bwrap: c.bwrap}, Limits: Limits{MemoryBytes: 1 << 30, Pids: 100},
+			}
+			id := fmt.Sprintf("failing-%d", i)
+			before := len(children())
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, err := Start(ctx, prov, Config{ID: id, Spec: testkernels.Spec(t, "python3")})
+			if !errors.Is(err, ErrStartFailed) {
+				t.Fatalf("err = %v, want ErrStartFailed", err)
+			}
+			t.Logf("start: %v", err)
+			if n := len(children()); n > before {
+				t.Errorf("%d child processes left", n-before)
+			}
+			if entries, _ := os.ReadDir(prov.RuntimeDir); len(entries) != 0 {
+				t.Errorf("runtime dir still holds %d entries", len(entries))
+			}
+			for _, h := range host.hierarchies {
+				entries, _ := os.ReadDir(h.parent)
+				for _, e := range entries {
+					if strings.HasPrefix(e.Name(), "k-"+id+"-") {
+						t.Errorf("cgroup %s left in %s", e.Name(), h.parent)
+					}
+				}
+			}
+		})
+	}
+}
