@@ -160,10 +160,7 @@ func (s *Server) startKernel(c echo.Context) error {
 	}
 	k, err := s.mgr.StartKernel(c.Request().Context(), sessions.StartOptions{Name: body.Name, ID: body.KernelID, Env: env})
 	if err != nil {
-		if errors.Is(err, sessions.ErrNoSuchSpec) {
-			return newError(http.StatusBadRequest, "BAD_REQUEST", err.Error())
-		}
-		return err
+		return badSpec(err)
 	}
 	c.Response().Header().Set("Location", s.path("api/kernels/"+k.ID()))
 	return c.JSON(http.StatusCreated, k.Model())

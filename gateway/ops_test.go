@@ -108,7 +108,10 @@ func TestHealth(t *testing.T) {
 			t.Errorf("%s: %d %s", p, status, body)
 		}
 	}
-	bad := newGateway(t, func(m *sessions.Config, _ *Config) { m.Languages = map[string]string{"python": "nonexistent"}; m.DefaultKernel = "nonexistent" })
+	bad := newGateway(t, func(m *sessions.Config, _ *Config) {
+		m.Languages = map[string]string{"python": "nonexistent"}
+		m.DefaultKernel = "nonexistent"
+	})
 	status, body := bad.doWith("GET", "/readyz", nil, nil)
 	if status != 503 || !strings.Contains(string(body), "nonexistent") {
 		t.Errorf("/readyz with a missing kernelspec: %d %s", status, body)

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
@@ -57,7 +58,7 @@ func (s *Server) createSession(c echo.Context) error {
 	}
 	sm, err := s.mgr.CreateSession(c.Request().Context(), body.request())
 	if err != nil {
-		return err
+		return badSpec(err)
 	}
 	c.Response().Header().Set("Location", s.path("api/sessions/"+sm.ID))
 	return c.JSON(http.StatusCreated, sm)
@@ -70,7 +71,7 @@ func (s *Server) updateSession(c echo.Context) error {
 	}
 	sm, err := s.mgr.UpdateSession(c.Request().Context(), c.Param("id"), body.request())
 	if err != nil {
-		return err
+		return badSpec(err)
 	}
 	return c.JSON(http.StatusOK, sm)
 }
@@ -80,4 +81,13 @@ func (s *Server) deleteSession(c echo.Context) error {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
+}
+
+// badSpec makes an unknown kernelspec in a request body a bad request, as
+// for POST /api/kernels.
+func badSpec(err error) error {
+	if errors.Is(err, sessions.ErrNoSuchSpec) {
+		return newError(http.StatusBadRequest, "BAD_REQUEST", err.Error())
+	}
+	return err
 }
