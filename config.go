@@ -46,6 +46,13 @@ type config struct {
 	APIKeysFile string
 	APIKeys     string
 	MetricsOpen bool
+
+	Sandbox        bool
+	SandboxNetwork bool
+	KernelMemory   string
+	KernelPids     int
+	KernelNoFile   uint64
+	WorkspaceRoot  string
 }
 
 // listFlag is a repeatable flag; the environment gives it comma-separated.
@@ -87,6 +94,18 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("api-keys-file")
 	fs.StringVar(&c.APIKeys, "api-keys", "", "API keys as name:scopes:secret entries separated by ;")
 	add("api-keys")
+	fs.BoolVar(&c.Sandbox, "sandbox", false, "run kernels in bubblewrap: read-only system, private /tmp, HOME and working dir, own pid namespace, no network unless --sandbox-network")
+	add("sandbox")
+	fs.BoolVar(&c.SandboxNetwork, "sandbox-network", false, "let sandboxed kernels use the network")
+	add("sandbox-network")
+	fs.StringVar(&c.KernelMemory, "kernel-memory", "4GiB", "memory limit of each kernel (cgroup), e.g. 512MiB; 0 for none; a kernelspec's metadata.kernelgate.memory overrides it")
+	add("kernel-memory")
+	fs.IntVar(&c.KernelPids, "kernel-pids", 1024, "most processes and threads per kernel (cgroup); 0 for none")
+	add("kernel-pids")
+	fs.Uint64Var(&c.KernelNoFile, "kernel-nofile", 4096, "open files per kernel process (RLIMIT_NOFILE); 0 leaves it as inherited")
+	add("kernel-nofile")
+	fs.StringVar(&c.WorkspaceRoot, "workspace-root", "", "directory that must hold every working directory a caller chooses")
+	add("workspace-root")
 	fs.BoolVar(&c.MetricsOpen, "metrics-open", false, "serve /metrics without credentials (for a scraper on a trusted network)")
 	add("metrics-open")
 	fs.Var(listFlag{&c.AllowOrigins}, "allow-origin", "origin allowed for CORS and websockets besides the gateway's own, e.g. https://lab.example.com; * allows any (repeatable)")

@@ -122,8 +122,16 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	memory, err := sessions.ParseBytes(cfg.KernelMemory)
+	if err != nil {
+		return fmt.Errorf("--kernel-memory: %w", err)
+	}
+	var sandbox *jupyter.SandboxConfig
+	if cfg.Sandbox {
+		sandbox = &jupyter.SandboxConfig{Network: cfg.SandboxNetwork}
+	}
 	metrics := gateway.NewMetrics()
-	prov := &jupyter.LocalProvisioner{RuntimeDir: cfg.RuntimeDir}
+	prov := &jupyter.LocalProvisioner{RuntimeDir: cfg.RuntimeDir, Logger: log}
 	mgr := sessions.New(sessions.Config{
 		DefaultKernel:   cfg.DefaultKernel,
 		MaxKernels:      cfg.MaxKernels,
@@ -142,6 +150,9 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		PoolSize:        cfg.PoolSize,
 		LateOutputWait:  cfg.LateOutputWait,
 		Observer:        metrics,
+		KernelLimits:    jupyter.Limits{MemoryBytes: memory, Pids: cfg.KernelPids, NoFile: cfg.KernelNoFile},
+		Sandbox:         sandbox,
+		WorkspaceRoot:   cfg.WorkspaceRoot,
 	}, specs, prov, log)
 	if err := mgr.Prewarm(cfg.PoolPrewarm); err != nil {
 		log.Warn("warm pool not filled at start", "err", err)

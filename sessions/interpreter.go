@@ -79,6 +79,9 @@ func (m *Manager) CreateContext(ctx context.Context, req ContextRequest) (*Conte
 	if err := checkEnv(req.Env); err != nil {
 		return nil, err
 	}
+	if err := m.checkCwd(req.Cwd); err != nil {
+		return nil, err
+	}
 	c := &Context{ID: req.ID, Language: req.Language, Cwd: req.Cwd, Env: req.Env, m: m, spec: spec, created: time.Now()}
 	if err := m.addContext(c); err != nil {
 		return nil, err
@@ -210,6 +213,9 @@ func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*Run, error)
 	if req.Timeout < 0 {
 		return nil, errorf(ErrBadRequest, "timeout must be 0 (none) or a number of seconds")
 	}
+	if err := m.checkCwd(req.Cwd); err != nil {
+		return nil, err
+	}
 	var c *Context
 	var err error
 	switch {
@@ -294,6 +300,8 @@ func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*Run
 		defer cancel()
 	}
 	setup, canSetup := setupCode(spec, req.Cwd, req.Env)
+	// A sandbox binds a chosen cwd writable only into a kernel started for it.
+	canSetup = canSetup && (m.cfg.Sandbox == nil || req.Cwd == "")
 	var k *Kernel
 	if canSetup {
 		if p := m.pool(spec); p != nil {

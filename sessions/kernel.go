@@ -44,6 +44,8 @@ type Kernel struct {
 	cwd     string
 	created time.Time
 	policy  restartPolicy
+	limits  *jupyter.Limits
+	sandbox *jupyter.SandboxConfig
 
 	// life serialises start, restart and shutdown.
 	life sync.Mutex
@@ -63,15 +65,21 @@ type Kernel struct {
 	onDeath  []func(gen int, err error)
 }
 
-func newKernel(m *Manager, id string, spec *kernelspecs.Spec, env map[string]string, cwd string, policy restartPolicy) *Kernel {
+// newKernel makes a kernel record; it starts nothing.
+func (m *Manager) newKernel(id string, spec *kernelspecs.Spec, env map[string]string, cwd string, policy restartPolicy) (*Kernel, error) {
+	limits, sandbox, err := m.isolation(spec)
+	if err != nil {
+		return nil, errorf(ErrKernelStart, "%v", err)
+	}
 	now := time.Now()
 	return &Kernel{
 		id: id, spec: spec, m: m, env: env, cwd: cwd, created: now, policy: policy,
+		limits: limits, sandbox: sandbox,
 		state:   jupyter.StateStarting,
 		lastAct: now,
 		clients: make(map[*Client]struct{}),
 		offline: newQueue(m.cfg.ReplayMessages, m.cfg.ReplayBytes),
-	}
+	}, nil
 }
 
 // ID is the kernel's id.
@@ -112,7 +120,8 @@ func (k *Kernel) Running() bool {
 }
 
 func (k *Kernel) config() jupyter.Config {
-	return jupyter.Config{ID: k.id, Spec: k.spec, Env: k.env, Cwd: k.cwd, Logger: k.m.log, IOPub: k.onIOPub}
+	return jupyter.Config{ID: k.id, Spec: k.spec, Env: k.env, Cwd: k.cwd, Logger: k.m.log, IOPub: k.onIOPub,
+		Limits: k.limits, Sandbox: k.sandbox}
 }
 
 // launch starts a process for the kernel; the caller holds k.life.

@@ -66,6 +66,14 @@ type Config struct {
 
 	// Observer is told of kernel and run events (metrics); nil is none.
 	Observer Observer
+
+	// KernelLimits bound every kernel (a kernelspec's metadata.kernelgate
+	// may change them); Sandbox, when set, runs kernels in bubblewrap.
+	KernelLimits jupyter.Limits
+	Sandbox      *jupyter.SandboxConfig
+	// WorkspaceRoot, when set, holds every working directory a caller
+	// chooses (KERNEL_WORKING_DIR, a context's or a run's cwd).
+	WorkspaceRoot string
 }
 
 // DefaultConfig returns the defaults.
@@ -273,7 +281,7 @@ func (m *Manager) filterEnv(env map[string]string) (map[string]string, string, e
 		out[k] = v
 	}
 	if dir := out["KERNEL_WORKING_DIR"]; dir != "" {
-		if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+		if fi, err := os.Stat(dir); err == nil && fi.IsDir() && m.checkCwd(dir) == nil {
 			cwd = dir
 		}
 	}
@@ -340,12 +348,15 @@ func (m *Manager) StartKernel(ctx context.Context, o StartOptions) (*Kernel, err
 }
 
 func (m *Manager) startKernel(ctx context.Context, id string, spec *kernelspecs.Spec, env map[string]string, cwd string, policy restartPolicy) (*Kernel, error) {
-	k := newKernel(m, id, spec, env, cwd, policy)
+	k, err := m.newKernel(id, spec, env, cwd, policy)
+	if err != nil {
+		return nil, err
+	}
 	if err := m.reserve(k); err != nil {
 		return nil, err
 	}
 	k.life.Lock()
-	err := k.launch(ctx)
+	err = k.launch(ctx)
 	k.life.Unlock()
 	if err != nil {
 		m.forget(k)

@@ -61,9 +61,16 @@ func (p *pool) refill() {
 }
 
 func (p *pool) startOne() {
-	k := newKernel(p.m, newID(), p.spec, nil, "", restartLazily)
+	k, err := p.m.newKernel(newID(), p.spec, nil, "", restartLazily)
+	if err != nil {
+		p.mu.Lock()
+		p.starting--
+		p.mu.Unlock()
+		p.m.log.Warn("warm pool: kernel not started", "spec", p.spec.Name, "err", err)
+		return
+	}
 	k.life.Lock()
-	err := k.launch(context.Background())
+	err = k.launch(context.Background())
 	k.life.Unlock()
 	p.mu.Lock()
 	p.starting--

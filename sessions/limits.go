@@ -1,0 +1,117 @@
+package sessions
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"kernelgate/jupyter"
+	"kernelgate/kernelspecs"
+)
+
+// ParseBytes reads a size: a number of bytes, or one with a unit (KiB,
+// MiB, GiB, TiB, or KB, MB, GB, TB in powers of 1000).
+func ParseBytes(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}}
+	for _, u := range units {
+		if num, ok := strings.CutSuffix(s, u.suffix); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+			if err != nil || f < 0 {
+				return 0, fmt.Errorf("bad size %q", s)
+			}
+			return int64(f * float64(u.mult)), nil
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("bad size %q (want bytes or a unit such as 512MiB)", s)
+	}
+	return n, nil
+}
+
+// isolation returns the limits and sandbox of a kernel of spec: the
+// manager's defaults, overridden by the spec's metadata.kernelgate
+// ({"memory": "2GiB", "pids": 256, "nofile": 4096, "sandbox": true,
+// "network": false}).
+func (m *Manager) isolation(spec *kernelspecs.Spec) (*jupyter.Limits, *jupyter.SandboxConfig, error) {
+	limits := m.cfg.KernelLimits
+	var sandbox *jupyter.SandboxConfig
+	if m.cfg.Sandbox != nil {
+		sb := *m.cfg.Sandbox
+		sandbox = &sb
+	}
+	md, _ := spec.Metadata["kernelgate"].(map[string]any)
+	for key, v := range md {
+		switch key {
+		case "memory":
+			switch x := v.(type) {
+			case string:
+				n, err := ParseBytes(x)
+				if err != nil {
+					return nil, nil, fmt.Errorf("kernelspec %s: metadata.kernelgate.memory: %w", spec.Name, err)
+				}
+				limits.MemoryBytes = n
+			case float64:
+				limits.MemoryBytes = int64(x)
+			}
+		case "pids":
+			if x, ok := v.(float64); ok {
+				limits.Pids = int(x)
+			}
+		case "nofile":
+			if x, ok := v.(float64); ok {
+				limits.NoFile = uint64(x)
+			}
+		case "sandbox":
+			if on, ok := v.(bool); ok {
+				if !on {
+					sandbox = nil
+				} else if sandbox == nil {
+					sandbox = &jupyter.SandboxConfig{}
+				}
+			}
+		case "network":
+			if on, ok := v.(bool); ok && sandbox != nil {
+				sandbox.Network = on
+			}
+		}
+	}
+	return &limits, sandbox, nil
+}
+
+// checkCwd refuses a working directory outside the workspace root, and
+// any working directory chosen by a caller when the sandbox (which makes
+// it writable) has no root to keep it in.
+func (m *Manager) checkCwd(cwd string) error {
+	if cwd == "" {
+		return nil
+	}
+	if !filepath.IsAbs(cwd) {
+		return errorf(ErrBadRequest, "cwd must be an absolute path")
+	}
+	root := m.cfg.WorkspaceRoot
+	if root == "" {
+		if m.cfg.Sandbox != nil {
+			return errorf(ErrBadRequest, "cwd is not allowed: the gateway runs kernels sandboxed without a workspace root (--workspace-root)")
+		}
+		return nil
+	}
+	real, err := filepath.EvalSymlinks(cwd)
+	if err != nil {
+		return errorf(ErrBadRequest, "cwd %s does not exist", cwd)
+	}
+	rootReal, err := filepath.EvalSymlinks(root)
+	if err != nil {
+		return errorf(ErrBadRequest, "the workspace root is missing")
+	}
+	if rel, err := filepath.Rel(rootReal, real); err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+		return errorf(ErrBadRequest, "cwd must be inside the workspace root %s", root)
+	}
+	return nil
+}
