@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -131,7 +132,12 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		sandbox = &jupyter.SandboxConfig{Network: cfg.SandboxNetwork}
 	}
 	metrics := gateway.NewMetrics()
-	prov := &jupyter.LocalProvisioner{RuntimeDir: cfg.RuntimeDir, Logger: log}
+	runtimeDir := cfg.RuntimeDir
+	if runtimeDir == "" {
+		runtimeDir = jupyter.DefaultRuntimeDir()
+	}
+	seed := filepath.Join(runtimeDir, "home-seed")
+	prov := &jupyter.LocalProvisioner{RuntimeDir: runtimeDir, Logger: log, HomeSeed: seed}
 	mgr := sessions.New(sessions.Config{
 		DefaultKernel:   cfg.DefaultKernel,
 		MaxKernels:      cfg.MaxKernels,
@@ -154,9 +160,23 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		Sandbox:         sandbox,
 		WorkspaceRoot:   cfg.WorkspaceRoot,
 	}, specs, prov, log)
-	if err := mgr.Prewarm(cfg.PoolPrewarm); err != nil {
-		log.Warn("warm pool not filled at start", "err", err)
-	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	// Build the kernels' home seed (matplotlib's font cache), then fill the
+	// warm pools, in the background: serving starts at once.
+	warmed := make(chan struct{})
+	go func() {
+		defer close(warmed)
+		if py := pythonOf(specs); py != "" {
+			if err := jupyter.PrepareHomeSeed(ctx, seed, py); err != nil {
+				log.Info("kernels start without a font cache seed; their first plot builds it", "err", err)
+			}
+		}
+		if err := mgr.Prewarm(cfg.PoolPrewarm); err != nil {
+			log.Warn("warm pool not filled at start", "err", err)
+		}
+	}()
 	srv := gateway.New(gateway.Config{
 		Token:          cfg.Token,
 		APIKeys:        keys,
@@ -172,11 +192,11 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 
 	l, err := net.Listen("tcp", cfg.addr())
 	if err != nil {
+		stop()
+		<-warmed
 		mgr.Close(context.Background())
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 
@@ -197,6 +217,8 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv.Shutdown(sctx)
+	stop()
+	<-warmed
 	mgr.Close(sctx)
 	log.Info("stopped")
 	return nil
@@ -223,6 +245,16 @@ func loadKeys(cfg *config) ([]gateway.APIKey, error) {
 		keys = append(keys, k)
 	}
 	return keys, nil
+}
+
+// pythonOf returns the program of the first Python kernelspec.
+func pythonOf(specs *kernelspecs.Catalog) string {
+	for _, s := range specs.All() {
+		if strings.EqualFold(s.Language, "python") && len(s.Argv) > 0 {
+			return s.Argv[0]
+		}
+	}
+	return ""
 }
 
 func isLoopback(ip string) bool {

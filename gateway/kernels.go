@@ -112,7 +112,13 @@ func (s *Server) readJSON(c echo.Context, v any) error {
 	}
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+		json := err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
+		// @jupyterlab/services posts JSON as text/plain (fetch's default);
+		// form bodies, which a page of another origin can send, never pass.
+		if sf, _ := c.Get(surfaceKey).(surface); sf == jupyterSurface && mt == "text/plain" {
+			json = true
+		}
+		if !json {
 			return newError(http.StatusUnsupportedMediaType, "UNSUPPORTED_MEDIA_TYPE", "the body must be JSON: send Content-Type: application/json")
 		}
 	}

@@ -308,3 +308,24 @@ func TestSessionsCRUD(t *testing.T) {
 }
 
 var _ = jupyter.ExecuteReply
+
+func TestJupyterBodiesContentType(t *testing.T) {
+	g := newGateway(t)
+	auth := func(ct string) map[string]string {
+		return map[string]string{"Authorization": "token " + testToken, "Content-Type": ct}
+	}
+	// A page of another origin can post forms without a preflight: refused.
+	for _, ct := range []string{"application/x-www-form-urlencoded", "multipart/form-data; boundary=x"} {
+		if status, body := g.doWith("POST", "/api/kernels", "name=python3", auth(ct)); status != 415 {
+			t.Errorf("%s: %d %s", ct, status, body)
+		}
+	}
+	// @jupyterlab/services sends its JSON as text/plain.
+	if status, body := g.doWith("POST", "/api/kernels", `{"name":"python3"}`, auth("text/plain;charset=UTF-8")); status != 201 {
+		t.Errorf("text/plain JSON: %d %s", status, body)
+	}
+	// The code-interpreter API takes JSON only.
+	if status, body := g.doWith("POST", "/api/execute", `{"code":"1"}`, auth("text/plain")); status != 415 {
+		t.Errorf("text/plain on /api/execute: %d %s", status, body)
+	}
+}

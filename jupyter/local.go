@@ -43,14 +43,22 @@ type LocalProvisioner struct {
 	// Logger gets warnings, such as cgroups being unavailable; nil
 	// discards them.
 	Logger *slog.Logger
+	// HomeSeed, when it exists, is copied into every new kernel's HOME
+	// (see PrepareHomeSeed).
+	HomeSeed string
 }
 
 var _ Provisioner = (*LocalProvisioner)(nil)
 
+// DefaultRuntimeDir is where kernels' directories go when none is set.
+func DefaultRuntimeDir() string {
+	return filepath.Join(os.TempDir(), "kernelgate-"+strconv.Itoa(os.Getuid()))
+}
+
 func (p *LocalProvisioner) runtimeDir() (string, error) {
 	dir := p.RuntimeDir
 	if dir == "" {
-		dir = filepath.Join(os.TempDir(), "kernelgate-"+strconv.Itoa(os.Getuid()))
+		dir = DefaultRuntimeDir()
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", err
@@ -96,6 +104,9 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	kd, err := newKernelDirs(filepath.Join(dir, "kernel"))
 	if err != nil {
 		return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
+	}
+	if err := copySeed(p.HomeSeed, kd.Home); err != nil {
+		return fail(fmt.Errorf("%w: home seed: %v", ErrStartFailed, err))
 	}
 	transport, ip := p.Transport, p.IP
 	if transport == "" {
