@@ -389,6 +389,7 @@ func mustGet(t *testing.T, g *testGateway, path string) []byte {
 
 func TestStreamingAndResume(t *testing.T) {
 	g := newGateway(t)
+	g.run(map[string]any{"code": "'warm'"}) // the shared kernel is started
 	code := "import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.5)"
 	t0 := time.Now()
 	resp := startStream(t, g, map[string]any{"code": code})
