@@ -37,8 +37,9 @@ fuzz:
 	$(GO) test ./jupyter -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 10s
 	$(GO) test ./kernelspecs -run '^$$' -fuzz '^FuzzResourcePath$$' -fuzztime 5s
 
+# Fixed-count benchmarks of the kernel client against internal/directclient (docs/benchmarks.md).
 bench: kernels build
-	$(GO) test ./jupyter -run '^$$' -bench . -benchtime 200x
+	$(GO) test ./jupyter -run '^$$' -bench . -benchtime 1x -timeout 20m
 
 clean:
 	rm -rf bin

@@ -1,0 +1,92 @@
+package directclient
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"kernelgate/internal/testkernels"
+	"kernelgate/kernelspecs"
+)
+
+func TestExecuteAndClose(t *testing.T) {
+	cases := []struct{ kernel, fails string }{
+		{"python3", "1/0"},
+		{"deno", "throw new Error('boom')"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.kernel, func(t *testing.T) {
+			spec := testkernels.Spec(t, tc.kernel)
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			c, err := Start(ctx, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pid, dir := c.PID(), c.dir
+			for _, run := range []struct{ code, want string }{{"1+1", "ok"}, {tc.fails, "error"}} {
+				status, err := c.Execute(ctx, run.code)
+				if err != nil {
+					c.Close()
+					t.Fatalf("execute %q: %v", run.code, err)
+				}
+				if status != run.want {
+					t.Errorf("execute %q: status %q, want %q", run.code, status, run.want)
+				}
+			}
+			c.Close()
+			c.Close() // idempotent
+			if kids := children(); len(kids) != 0 {
+				t.Errorf("child processes left after Close: %v", kids)
+			}
+			if err := syscall.Kill(-pid, 0); !errors.Is(err, syscall.ESRCH) {
+				t.Errorf("process group %d still exists (kill: %v)", pid, err)
+			}
+			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("directory %s with the connection file not removed (%v)", dir, err)
+			}
+		})
+	}
+}
+
+func TestStartFailure(t *testing.T) {
+	spec := &kernelspecs.Spec{Name: "broken", Argv: []string{"/bin/sh", "-c", "echo no-kernel-here >&2; exit 3", "{connection_file}"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := Start(ctx, spec)
+	if !errors.Is(err, ErrKernelExited) || !strings.Contains(err.Error(), "no-kernel-here") {
+		t.Errorf("err = %v, want ErrKernelExited with the kernel's output", err)
+	}
+	if kids := children(); len(kids) != 0 {
+		t.Errorf("child processes left after a failed start: %v", kids)
+	}
+}
+
+// children lists the pids whose parent is this process, zombies included.
+func children() []int {
+	self := strconv.Itoa(os.Getpid())
+	var out []int
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + p.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		s := string(b)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) > 1 && fields[1] == self {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
