@@ -142,8 +142,14 @@ func (c *Context) enqueue(r *Run) error {
 	}
 	c.mu.Unlock()
 	if !r.deadline.IsZero() {
-		t := time.AfterFunc(time.Until(r.deadline), func() { r.expire() })
-		go func() { <-r.done; t.Stop() }()
+		t := time.AfterFunc(time.Until(r.deadline), r.expire)
+		r.mu.Lock()
+		if r.state == RunDone {
+			t.Stop()
+		} else {
+			r.timer = t
+		}
+		r.mu.Unlock()
 	}
 	return nil
 }

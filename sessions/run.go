@@ -58,6 +58,7 @@ type Run struct {
 	stopBeforeStart Reason
 
 	observer Observer
+	timer    *time.Timer // the timeout, stopped when the run ends
 }
 
 func newRun(id, context, language, code string, stdin bool, timeout time.Duration, limits Limits) *Run {
@@ -244,6 +245,9 @@ func (r *Run) end(reason Reason, failure error) bool {
 		"truncated":      r.b.exec.Truncated,
 	})
 	r.cancel, r.input = nil, nil
+	if r.timer != nil {
+		r.timer.Stop()
+	}
 	took, truncated := r.finished.Sub(r.created), r.b.exec.Truncated
 	r.mu.Unlock()
 	close(r.done)

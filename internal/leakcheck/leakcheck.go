@@ -1,0 +1,76 @@
+// Package leakcheck lets tests check that goroutines, open files and child
+// processes come back to what they were.
+package leakcheck
+
+import (
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Resources are counts that leaks make grow.
+type Resources struct {
+	Goroutines, FDs, Children int
+}
+
+// Snapshot counts this process's goroutines, open files and children.
+func Snapshot(t testing.TB) Resources {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Resources{Goroutines: runtime.NumGoroutine(), FDs: len(fds), Children: len(Children())}
+}
+
+// Children lists the pids whose parent is this process (zombies included).
+func Children() []int {
+	self := strconv.Itoa(os.Getpid())
+	var out []int
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + p.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) > 1 && fields[1] == self {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// Check waits (up to a deadline) for the counts to come back to before,
+// and fails the test with every goroutine's stack if they do not.
+func Check(t testing.TB, before Resources) {
+	t.Helper()
+	deadline := time.NewTimer(15 * time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	var now Resources
+	for {
+		now = Snapshot(t)
+		if now.Goroutines <= before.Goroutines && now.FDs <= before.FDs && now.Children <= before.Children {
+			return
+		}
+		select {
+		case <-tick.C:
+			continue
+		case <-deadline.C:
+		}
+		break
+	}
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	t.Errorf("leak: before %+v, after %+v (children %v)\n%s", before, now, Children(), buf)
+}
