@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"kernelgate/jupyter"
+	"kernelgate/sessions"
 )
 
 func TestWebsocketExecute(t *testing.T) {
@@ -154,5 +155,32 @@ func TestReplyReachesReconnectedSession(t *testing.T) {
 	})
 	if last := got[len(got)-1]; last.Channel != "shell" {
 		t.Errorf("reply on %s", last.Channel)
+	}
+}
+
+func TestReplayBufferIsBounded(t *testing.T) {
+	g := newGateway(t, func(m *sessions.Config, _ *Config) { m.ReplayMessages = 20 })
+	k := g.startKernel("python3")
+	c := g.mustDial(k.ID, true)
+	id := c.execute("import time\ntime.sleep(0.5)\nfor i in range(200):\n    print(i, flush=True)", false)
+	c.until(10*time.Second, func(m wsMsg) bool { return m.Header.MsgType == jupyter.ExecuteInput })
+	c.conn.Close()
+	kk, _ := g.mgr.Kernel(k.ID)
+	eventually(t, 10*time.Second, func() bool { return kk.Model().Connections == 0 })
+	eventually(t, 10*time.Second, func() bool { return kk.Model().ExecutionState == "idle" })
+	c2 := g.mustDial(k.ID, true)
+	got := c2.until(10*time.Second, func(m wsMsg) bool { return m.Header.MsgType == jupyter.ExecuteReply })
+	streams, marker := 0, ""
+	for _, m := range got {
+		if m.Header.MsgType == jupyter.StreamMsg && m.ParentHeader.MsgID == id {
+			if strings.Contains(m.text(t), "[kernelgate]") {
+				marker = m.text(t)
+			} else {
+				streams++
+			}
+		}
+	}
+	if streams == 0 || streams > 20 || !strings.Contains(marker, "were dropped") {
+		t.Errorf("replayed %d stream messages, marker %q", streams, marker)
 	}
 }

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -593,4 +594,87 @@ func TestContextKernelOnJupyterSurface(t *testing.T) {
 	if status, _ := g.do("GET", "/api/kernels/"+*ctx.KernelID, nil); status != 404 {
 		t.Errorf("kernel of deleted context: %d", status)
 	}
+}
+
+func TestContextInterruptRestartAndRuns(t *testing.T) {
+	g := newGateway(t)
+	g.do("POST", "/api/contexts", map[string]any{"id": "ops"})
+	first := g.run(map[string]any{"code": "x = 1", "context": "ops"})
+	// A run goes on when its client goes away; its id is in processIds.
+	ctx, cancel := context.WithCancel(context.Background())
+	js, _ := json.Marshal(map[string]any{"code": "import time; time.sleep(0.5); y = 2", "context": "ops"})
+	req, _ := http.NewRequestWithContext(ctx, "POST", g.url+"/api/execute", strings.NewReader(string(js)))
+	req.Header.Set("Authorization", "token "+g.token)
+	req.Header.Set("Content-Type", "application/json")
+	go func() {
+		eventually(t, 5*time.Second, func() bool {
+			return len(decode[sessions.ContextModel](t, mustGet(t, g, "/api/contexts/ops")).ProcessIDs) == 2
+		})
+		cancel()
+	}()
+	if _, err := http.DefaultClient.Do(req); err == nil {
+		t.Fatal("the request was not cancelled")
+	}
+	cm := decode[sessions.ContextModel](t, mustGet(t, g, "/api/contexts/ops"))
+	if len(cm.ProcessIDs) != 2 || cm.ProcessIDs[0] != first.ID {
+		t.Fatalf("processIds %v", cm.ProcessIDs)
+	}
+	eventually(t, 10*time.Second, func() bool {
+		return decode[sessions.RunModel](t, mustGet(t, g, "/api/runs/"+cm.ProcessIDs[1])).State == sessions.RunDone
+	})
+	if e := g.run(map[string]any{"code": "y", "context": "ops"}); len(e.Results) != 1 || e.Results[0].Text != "2" {
+		t.Errorf("the abandoned run did not finish: %+v", e)
+	}
+	// Interrupt through the context.
+	resp := startStream(t, g, map[string]any{"code": "import time; print('go', flush=True); time.sleep(30)", "context": "ops"})
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	readEvents(t, sc, func(e event) bool { return e.Type == "stdout" })
+	if status, body := g.do("POST", "/api/contexts/ops/interrupt", nil); status != 204 {
+		t.Fatalf("interrupt: %d %s", status, body)
+	}
+	evs := readEvents(t, sc, func(e event) bool { return e.Type == "end" })
+	if end := evs[len(evs)-1]; end.Process.Reason != sessions.Interrupted {
+		t.Errorf("end %s", end.Raw)
+	}
+	// Restart: state gone, id kept.
+	status, body := g.do("POST", "/api/contexts/ops/restart", nil)
+	if cm := decode[sessions.ContextModel](t, body); status != 200 || cm.ID != "ops" || !cm.Active {
+		t.Fatalf("restart: %d %s", status, body)
+	}
+	if e := g.run(map[string]any{"code": "x", "context": "ops"}); e.Error == nil || e.Error.Name != "NameError" {
+		t.Errorf("state after restart: %+v", e)
+	}
+}
+
+func TestPoolKernelsAreNeverReused(t *testing.T) {
+	g := newGateway(t, func(m *sessions.Config, _ *Config) { m.PoolSize = 1 })
+	seen := map[string]bool{}
+	for i := 0; i < 3; i++ {
+		e := g.run(map[string]any{"code": "import os; os.getpid()", "isolated": true})
+		if len(e.Results) != 1 {
+			t.Fatalf("results %+v", e)
+		}
+		if seen[e.Results[0].Text] {
+			t.Fatalf("an isolated run reused kernel %s", e.Results[0].Text)
+		}
+		seen[e.Results[0].Text] = true
+		// The run's kernel is gone once it ends.
+		eventually(t, 10*time.Second, func() bool {
+			for _, k := range g.mgr.Kernels() {
+				if strings.HasPrefix(e.Context, "isolated-") && k.PID() > 0 && fmt.Sprint(k.PID()) == e.Results[0].Text {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	eventually(t, 30*time.Second, func() bool {
+		for _, p := range g.mgr.Pools() {
+			if p.Spec == "python3" {
+				return p.Ready == 1 && p.Hits >= 1
+			}
+		}
+		return false
+	})
 }

@@ -25,6 +25,7 @@ type queue struct {
 
 	dropped, droppedBytes int
 	dropParent            *Message
+	dropAt                int // where the marker goes: where dropping began
 }
 
 func newQueue(maxMsgs, maxBytes int) queue { return queue{maxMsgs: maxMsgs, maxBytes: maxBytes} }
@@ -67,11 +68,12 @@ func (q *queue) drop(o Outgoing, size int) {
 	q.droppedBytes += size
 	if q.dropParent == nil {
 		q.dropParent = o.Msg
+		q.dropAt = len(q.items)
 	}
 }
 
 // take removes and returns everything queued, with the marker of what was
-// dropped at its end.
+// dropped where dropping began.
 func (q *queue) take() []Outgoing {
 	if q.dropped > 0 {
 		q.appendMarker()
@@ -89,7 +91,10 @@ func (q *queue) appendMarker() {
 	m, err := jupyter.NewMessage("kernelgate", jupyter.StreamMsg, map[string]string{"name": "stderr", "text": text}, nil)
 	if err == nil {
 		m.RawParent, m.ParentID, m.ParentType = q.dropParent.RawParent, q.dropParent.ParentID, q.dropParent.ParentType
-		q.items = append(q.items, Outgoing{Channel: IOPub, Msg: m})
+		at := min(q.dropAt, len(q.items))
+		q.items = append(q.items, Outgoing{})
+		copy(q.items[at+1:], q.items[at:])
+		q.items[at] = Outgoing{Channel: IOPub, Msg: m}
 		q.bytes += m.Size()
 	}
 	q.dropped, q.droppedBytes, q.dropParent = 0, 0, nil
