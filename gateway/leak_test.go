@@ -4,8 +4,8 @@ import (
 	"bufio"
 	"context"
 	"net/http"
-	"os"
 	"net/http/httptest"
+	"os"
 	"testing"
 	"time"
 
