@@ -35,6 +35,19 @@ func (m *Manager) Languages() []string {
 	return out
 }
 
+// defaultLanguage is the language of requests that name none.
+const defaultLanguage = "python"
+
+// requestSpec returns the language of a request (the default when it names
+// none) and its kernelspec.
+func (m *Manager) requestSpec(language string) (string, *kernelspecs.Spec, error) {
+	if language == "" {
+		language = defaultLanguage
+	}
+	spec, err := m.languageSpec(language)
+	return language, spec, err
+}
+
 // languageSpec returns the kernelspec of a language.
 func (m *Manager) languageSpec(language string) (*kernelspecs.Spec, error) {
 	name, ok := m.cfg.Languages[language]
@@ -64,13 +77,11 @@ type ContextRequest struct {
 
 // CreateContext creates a context and starts its kernel.
 func (m *Manager) CreateContext(ctx context.Context, req ContextRequest) (*Context, error) {
-	if req.Language == "" {
-		req.Language = "python"
-	}
-	spec, err := m.languageSpec(req.Language)
+	lang, spec, err := m.requestSpec(req.Language)
 	if err != nil {
 		return nil, err
 	}
+	req.Language = lang
 	if req.ID == "" {
 		req.ID = newID()
 	} else if !contextID.MatchString(req.ID) {
@@ -244,11 +255,7 @@ func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*Run, error)
 // sharedContext returns the shared context of the request's language,
 // creating it with the request's cwd and env on first use.
 func (m *Manager) sharedContext(req ExecuteRequest) (*Context, error) {
-	lang := req.Language
-	if lang == "" {
-		lang = "python"
-	}
-	spec, err := m.languageSpec(lang)
+	lang, spec, err := m.requestSpec(req.Language)
 	if err != nil {
 		return nil, err
 	}
@@ -284,11 +291,7 @@ func sameEnv(a, b map[string]string) bool {
 // executeIsolated runs code on a kernel of its own, from the warm pool when
 // one is ready, deleted after the run.
 func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*Run, error) {
-	lang := req.Language
-	if lang == "" {
-		lang = "python"
-	}
-	spec, err := m.languageSpec(lang)
+	lang, spec, err := m.requestSpec(req.Language)
 	if err != nil {
 		return nil, err
 	}

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"os"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"kernelgate/internal/leakcheck"
 	"kernelgate/internal/testkernels"
 	"kernelgate/kernelspecs"
 )
@@ -67,26 +67,4 @@ func TestStartFailure(t *testing.T) {
 	}
 }
 
-// children lists the pids whose parent is this process, zombies included.
-func children() []int {
-	self := strconv.Itoa(os.Getpid())
-	var out []int
-	procs, _ := os.ReadDir("/proc")
-	for _, p := range procs {
-		pid, err := strconv.Atoi(p.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + p.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...
-		s := string(b)
-		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(fields) > 1 && fields[1] == self {
-			out = append(out, pid)
-		}
-	}
-	return out
-}
+func children() []int { return leakcheck.Children() }
