@@ -62,8 +62,13 @@ async function protocolRun(label, WS) {
   if (two !== '2') fail(`1+1 = ${two}`);
 
   await execute(py, 'kept = 42');
-  const sleeping = execute(py, 'import time; time.sleep(30)');
-  await new Promise((r) => setTimeout(r, 500));
+  // Interrupt once the code runs (it says so on stdout).
+  const future = py.requestExecute({ code: "import time; print('sleeping', flush=True); time.sleep(30)" });
+  const started = new Promise((resolve) => {
+    future.onIOPub = (m) => { if (m.header.msg_type === 'stream') resolve(); };
+  });
+  const sleeping = withTimeout(future.done, 30000, 'sleep').then((r) => ({ reply: r.content }));
+  await withTimeout(started, 30000, 'the sleep to start');
   const t0 = Date.now();
   await py.interrupt();
   const { reply } = await sleeping;

@@ -426,6 +426,9 @@ func (cg *kernelCgroup) remove() error {
 		return nil
 	}
 	deadline := time.Now().Add(cgroupDrain)
+	// cgroup v1 tells nobody when a cgroup empties: poll until it does.
+	poll := time.NewTicker(10 * time.Millisecond)
+	defer poll.Stop()
 	var errs []error
 	for _, leaf := range cg.snapshot() {
 		for {
@@ -438,7 +441,7 @@ func (cg *kernelCgroup) remove() error {
 				break
 			}
 			cg.kill()
-			time.Sleep(10 * time.Millisecond)
+			<-poll.C
 		}
 	}
 	cg.mu.Lock()
