@@ -53,6 +53,7 @@ type config struct {
 	KernelPids     int
 	KernelNoFile   uint64
 	WorkspaceRoot  string
+	MaxKernelFrame string
 }
 
 // listFlag is a repeatable flag; the environment gives it comma-separated.
@@ -104,6 +105,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("kernel-pids")
 	fs.Uint64Var(&c.KernelNoFile, "kernel-nofile", 4096, "open files per kernel process (RLIMIT_NOFILE); 0 leaves it as inherited")
 	add("kernel-nofile")
+	fs.StringVar(&c.MaxKernelFrame, "max-kernel-message", "256MiB", "largest message frame a kernel may send; a kernel sending more is stopped")
+	add("max-kernel-message")
 	fs.StringVar(&c.WorkspaceRoot, "workspace-root", "", "directory that must hold every working directory a caller chooses")
 	add("workspace-root")
 	fs.BoolVar(&c.MetricsOpen, "metrics-open", false, "serve /metrics without credentials (for a scraper on a trusted network)")

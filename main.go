@@ -127,6 +127,10 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--kernel-memory: %w", err)
 	}
+	maxFrame, err := sessions.ParseBytes(cfg.MaxKernelFrame)
+	if err != nil {
+		return fmt.Errorf("--max-kernel-message: %w", err)
+	}
 	var sandbox *jupyter.SandboxConfig
 	if cfg.Sandbox {
 		sandbox = &jupyter.SandboxConfig{Network: cfg.SandboxNetwork}
@@ -159,6 +163,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		KernelLimits:    jupyter.Limits{MemoryBytes: memory, Pids: cfg.KernelPids, NoFile: cfg.KernelNoFile},
 		Sandbox:         sandbox,
 		WorkspaceRoot:   cfg.WorkspaceRoot,
+		MaxKernelFrame:  maxFrame,
 	}, specs, prov, log)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

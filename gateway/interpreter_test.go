@@ -361,7 +361,7 @@ func TestKilledContextKernelIsLost(t *testing.T) {
 	syscall.Kill(*ctx.KernelProcessID, syscall.SIGKILL)
 	evs := readEvents(t, sc, func(e event) bool { return e.Type == "end" })
 	end := evs[len(evs)-1]
-	if end.Type != "end" || end.Process.Reason != sessions.Lost || end.Process.ExitCode != nil {
+	if end.Type != "end" || end.Process.Reason != sessions.Lost || end.Process.ExitCode != nil || !strings.Contains(end.Process.Message, "killed") {
 		t.Fatalf("end %s", end.Raw)
 	}
 	if took := time.Since(t0); took > 5*time.Second {

@@ -38,7 +38,8 @@ var quietLog = log.New(io.Discard, "", 0)
 // identity, so the kernel routes input_request to the sender of the
 // execute_request), a SUB for iopub subscribed to everything and a REQ for
 // the heartbeat. It returns once every socket is connected or ctx ends.
-func dialChannels(ctx context.Context, ci *ConnInfo, identity string) (*channels, error) {
+func dialChannels(ctx context.Context, ci *ConnInfo, identity string, maxFrame int64) (*channels, error) {
+	ctx = withFrameLimit(ctx, maxFrame)
 	opts := []zmq4.Option{
 		zmq4.WithDialerRetry(dialRetry),
 		zmq4.WithDialerMaxRetries(-1),
@@ -60,7 +61,7 @@ func dialChannels(ctx context.Context, ci *ConnInfo, identity string) (*channels
 		ch Channel
 	}{{iopub, IOPub}, {ch.shell.(zmq4.Socket), Shell}, {ch.control.(zmq4.Socket), Control}, {ch.stdin.(zmq4.Socket), Stdin}, {ch.hb.(zmq4.Socket), Heartbeat}}
 	for _, d := range dials {
-		if err := d.s.Dial(ci.Endpoint(d.ch)); err != nil {
+		if err := d.s.Dial(limitedEndpoint(ci.Endpoint(d.ch))); err != nil {
 			ch.close()
 			if ctx.Err() != nil {
 				return nil, ctx.Err()

@@ -58,6 +58,9 @@ type Config struct {
 	// IOPub, when set, is subscribed before the kernel is dialled, so it
 	// sees every iopub message of the process, those of start-up included.
 	IOPub func(*Message)
+	// MaxFrame bounds one frame the kernel sends (0: DefaultMaxFrame); a
+	// kernel that sends a larger one is taken for broken and stopped.
+	MaxFrame int64
 }
 
 // Handler receives the messages that answer one request. It is called from
@@ -232,7 +235,7 @@ func start(ctx context.Context, p Provisioner, cfg Config) (*Kernel, error) {
 		case <-dialing:
 		}
 	}()
-	k.ch, err = dialChannels(k.ctx, &ci, k.session)
+	k.ch, err = dialChannels(k.ctx, &ci, k.session, cfg.MaxFrame)
 	close(dialing)
 	if err != nil {
 		return nil, k.failStart(ctx, err)
@@ -754,6 +757,11 @@ func (k *Kernel) lost(ch Channel, err error) {
 		return
 	}
 	k.log.Debug("kernel socket closed", "channel", ch.String(), "err", err)
+	if errors.Is(err, ErrMessageTooLarge) {
+		k.log.Warn("stopping a kernel that sent a frame over the limit", "err", err)
+		k.die(&DiedError{Status: "stopped by kernelgate", Reason: err.Error(), Output: k.proc.Output()})
+		return
+	}
 	t := time.NewTimer(deathGrace)
 	select {
 	case <-k.proc.Done():

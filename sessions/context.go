@@ -318,7 +318,7 @@ func (c *Context) execute(r *Run) {
 			reply, err := call.Result()
 			if err != nil {
 				c.m.log.Info("run lost its kernel", "context", c.ID, "run", r.ID, "err", err)
-				r.end(Lost, nil)
+				r.lose(lostMessage(err))
 				return
 			}
 			c.settle(jk, late)
@@ -349,10 +349,24 @@ func (c *Context) execute(r *Run) {
 			rctx, rcancel := context.WithTimeout(context.Background(), c.m.cfg.StartTimeout)
 			k.Restart(rctx)
 			rcancel()
-			r.end(Lost, nil)
+			r.lose("the kernel did not stop after an interrupt and was restarted; its state is gone")
 			return
 		}
 	}
+}
+
+// lostMessage says why a run lost its kernel.
+func lostMessage(err error) string {
+	var died *jupyter.DiedError
+	switch {
+	case errors.As(err, &died) && died.Reason != "":
+		return "the kernel died (" + died.Reason + "); the next run starts a new kernel without the earlier state"
+	case errors.As(err, &died):
+		return "the kernel died (" + died.Status + "); the next run starts a new kernel without the earlier state"
+	case errors.Is(err, jupyter.ErrKernelShutdown):
+		return "the kernel was restarted or shut down; its state is gone"
+	}
+	return "the kernel went away: " + err.Error()
 }
 
 // settle waits, for kernels known to publish output after their idle

@@ -28,10 +28,12 @@ type Logs struct {
 	Stderr []string `json:"stderr"`
 }
 
-// ProcessState says how a run ended; empty while it has not.
+// ProcessState says how a run ended; empty while it has not. Message
+// says why a run was lost (the kernel ran out of memory, was restarted).
 type ProcessState struct {
 	ExitCode *int   `json:"exitCode,omitempty"`
 	Reason   Reason `json:"reason,omitempty"`
+	Message  string `json:"message,omitempty"`
 }
 
 // Reason is how a run ended.

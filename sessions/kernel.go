@@ -121,7 +121,7 @@ func (k *Kernel) Running() bool {
 
 func (k *Kernel) config() jupyter.Config {
 	return jupyter.Config{ID: k.id, Spec: k.spec, Env: k.env, Cwd: k.cwd, Logger: k.m.log, IOPub: k.onIOPub,
-		Limits: k.limits, Sandbox: k.sandbox}
+		Limits: k.limits, Sandbox: k.sandbox, MaxFrame: k.m.cfg.MaxKernelFrame}
 }
 
 // launch starts a process for the kernel; the caller holds k.life.

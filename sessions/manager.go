@@ -74,6 +74,9 @@ type Config struct {
 	// WorkspaceRoot, when set, holds every working directory a caller
 	// chooses (KERNEL_WORKING_DIR, a context's or a run's cwd).
 	WorkspaceRoot string
+	// MaxKernelFrame bounds one frame a kernel sends (0: the jupyter
+	// package's default); a kernel sending more is stopped.
+	MaxKernelFrame int64
 }
 
 // DefaultConfig returns the defaults.

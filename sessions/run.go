@@ -230,6 +230,13 @@ func (r *Run) start() bool {
 
 // end closes the run with reason; only the first end counts.
 func (r *Run) end(reason Reason, failure error) bool {
+	return r.endWith(reason, failure, "")
+}
+
+// lose ends a run whose kernel went away, saying why.
+func (r *Run) lose(why string) { r.endWith(Lost, nil, why) }
+
+func (r *Run) endWith(reason Reason, failure error, message string) bool {
 	r.mu.Lock()
 	if r.state == RunDone {
 		r.mu.Unlock()
@@ -239,6 +246,7 @@ func (r *Run) end(reason Reason, failure error) bool {
 	r.failure = failure
 	r.finished = time.Now()
 	r.b.finish(reason)
+	r.b.exec.Process.Message = message
 	r.emitLocked("end", map[string]any{
 		"executionCount": r.b.exec.ExecutionCount,
 		"process":        r.b.exec.Process,

@@ -1,0 +1,153 @@
+package jupyter
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/go-zeromq/zmq4/transport"
+)
+
+// ErrMessageTooLarge: a kernel announced a frame over the size limit. zmq4
+// allocates a frame whole as soon as its size is read, so a kernel (or
+// code in it) could otherwise make the gateway allocate any amount.
+var ErrMessageTooLarge = errors.New("jupyter: kernel sent a frame over the size limit")
+
+// DefaultMaxFrame bounds a frame from a kernel when Config names no limit.
+const DefaultMaxFrame = 256 << 20
+
+// The transports below wrap tcp and ipc connections with a reader that
+// reads the ZMTP framing as it passes and refuses a frame over the limit
+// before zmq4 allocates it.
+const (
+	limitedTCP = "kg+tcp"
+	limitedIPC = "kg+ipc"
+)
+
+func init() {
+	for name, network := range map[string]string{limitedTCP: "tcp", limitedIPC: "unix"} {
+		if err := zmq4.RegisterTransport(name, limitedTransport{inner: transport.New(network)}); err != nil {
+			panic(err)
+		}
+	}
+}
+
+type frameLimitKey struct{}
+
+// withFrameLimit makes the sockets created on ctx refuse frames over max.
+func withFrameLimit(ctx context.Context, max int64) context.Context {
+	if max <= 0 {
+		max = DefaultMaxFrame
+	}
+	return context.WithValue(ctx, frameLimitKey{}, uint64(max))
+}
+
+// limitedEndpoint rewrites tcp:// and ipc:// endpoints to the limited
+// transports.
+func limitedEndpoint(ep string) string {
+	switch {
+	case strings.HasPrefix(ep, "tcp://"):
+		return limitedTCP + ep[len("tcp"):]
+	case strings.HasPrefix(ep, "ipc://"):
+		return limitedIPC + ep[len("ipc"):]
+	}
+	return ep
+}
+
+type limitedTransport struct{ inner transport.Transport }
+
+func (t limitedTransport) Dial(ctx context.Context, d transport.Dialer, addr string) (net.Conn, error) {
+	c, err := t.inner.Dial(ctx, d, addr)
+	if err != nil {
+		return nil, err
+	}
+	max, _ := ctx.Value(frameLimitKey{}).(uint64)
+	if max == 0 {
+		max = DefaultMaxFrame
+	}
+	return &limitedConn{Conn: c, max: max, greeting: zmtpGreeting}, nil
+}
+
+func (t limitedTransport) Listen(ctx context.Context, addr string) (net.Listener, error) {
+	return t.inner.Listen(ctx, addr)
+}
+
+func (t limitedTransport) Addr(ep string) (string, error) { return t.inner.Addr(ep) }
+
+// zmtpGreeting is the length of a ZMTP 3 greeting.
+const zmtpGreeting = 64
+
+// limitedConn follows the ZMTP framing of what it reads: after the
+// greeting, frames of a flags byte, a 1- or 8-byte size and a body.
+type limitedConn struct {
+	net.Conn
+	max      uint64
+	greeting int
+
+	inHeader bool // reading a frame's size
+	size     [8]byte
+	sizeLen  int // bytes of size expected
+	sizeHave int
+	body     uint64 // body bytes left
+	err      error
+}
+
+func (c *limitedConn) Read(p []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
+	n, err := c.Conn.Read(p)
+	if serr := c.scan(p[:n]); serr != nil {
+		c.err = serr
+		c.Conn.Close()
+		return 0, serr
+	}
+	return n, err
+}
+
+// scan advances the framing state over b.
+func (c *limitedConn) scan(b []byte) error {
+	for len(b) > 0 {
+		switch {
+		case c.greeting > 0:
+			k := min(c.greeting, len(b))
+			c.greeting -= k
+			b = b[k:]
+		case c.body > 0:
+			k := uint64(len(b))
+			if k > c.body {
+				k = c.body
+			}
+			c.body -= k
+			b = b[k:]
+		case !c.inHeader:
+			flags := b[0]
+			b = b[1:]
+			c.inHeader, c.sizeHave = true, 0
+			c.sizeLen = 1
+			if flags&0x02 != 0 { // long frame
+				c.sizeLen = 8
+			}
+		default:
+			k := min(c.sizeLen-c.sizeHave, len(b))
+			copy(c.size[8-c.sizeLen+c.sizeHave:], b[:k])
+			c.sizeHave += k
+			b = b[k:]
+			if c.sizeHave < c.sizeLen {
+				continue
+			}
+			size := binary.BigEndian.Uint64(c.size[:])
+			c.size = [8]byte{}
+			c.inHeader = false
+			if size > c.max {
+				return fmt.Errorf("%w: %d bytes, the limit is %d", ErrMessageTooLarge, size, c.max)
+			}
+			c.body = size
+		}
+	}
+	return nil
+}
