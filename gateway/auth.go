@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -291,6 +292,41 @@ func (s *Server) checkContext(c echo.Context, ctxID string) error {
 		return newError(http.StatusForbidden, "FORBIDDEN", "this context token was revoked with its context")
 	}
 	return nil
+}
+
+// loopbackHost reports whether a Host header names this machine.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// guardBrowsers refuses what a page of another site could make a browser
+// send. Without credentials, a request must name this machine in its
+// Host (a DNS-rebinding page names its own); and a request that changes
+// something with an Origin that is not allowed is refused (a form or a
+// text/plain POST needs no preflight).
+func (s *Server) guardBrowsers(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		if !s.authRequired() && !loopbackHost(r.Host) {
+			return newError(http.StatusForbidden, "FORBIDDEN", "without a token kernelgate answers only requests for localhost; set --token to serve other host names")
+		}
+		switch r.Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+		default:
+			if !s.originAllowed(r) {
+				return newError(http.StatusForbidden, "FORBIDDEN", "cross-origin request refused: origin not allowed")
+			}
+		}
+		return next(c)
+	}
 }
 
 // originAllowed reports whether a browser request may come from its

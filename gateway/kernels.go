@@ -3,10 +3,13 @@ package gateway
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -99,6 +102,8 @@ func (s *Server) getKernelspecResource(c echo.Context) error {
 // readJSON decodes a JSON body into v; an empty body leaves v as is.
 func (s *Server) readJSON(c echo.Context, v any) error {
 	r := c.Request()
+	// A body sent slowly gets no more time than a fast one would need.
+	http.NewResponseController(c.Response()).SetReadDeadline(time.Now().Add(bodyReadTimeout))
 	body, err := io.ReadAll(http.MaxBytesReader(c.Response(), r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -123,9 +128,39 @@ func (s *Server) readJSON(c echo.Context, v any) error {
 		}
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		return newError(http.StatusBadRequest, "BAD_REQUEST", "the request body is not valid JSON: "+err.Error())
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) && typeErr.Field != "" {
+			return newError(http.StatusBadRequest, "BAD_REQUEST", fmt.Sprintf("field %s: want %s, not %s", typeErr.Field, jsonKind(typeErr.Type), typeErr.Value))
+		}
+		var syntaxErr *json.SyntaxError
+		if errors.As(err, &syntaxErr) {
+			return newError(http.StatusBadRequest, "BAD_REQUEST", fmt.Sprintf("the request body is not valid JSON (at byte %d)", syntaxErr.Offset))
+		}
+		return newError(http.StatusBadRequest, "BAD_REQUEST", "the request body is not a valid JSON object")
 	}
 	return nil
+}
+
+// bodyReadTimeout bounds reading a request body.
+const bodyReadTimeout = 60 * time.Second
+
+// jsonKind names a Go type as a JSON kind, for error messages.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int64, reflect.Float64, reflect.Float32, reflect.Uint64:
+		return "a number"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Pointer:
+		return jsonKind(t.Elem())
+	}
+	return "another type"
 }
 
 // envStrings converts a JSON env object, refusing non-string values.

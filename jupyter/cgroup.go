@@ -296,12 +296,14 @@ type cgLeaf struct {
 }
 
 // create makes the cgroup name with the limits of l in every hierarchy
-// that carries one of them.
+// that carries one of them, and always in the pids hierarchy: it holds
+// every process of the kernel, so those that left its process group
+// (a daemon, a setsid child) are still killed with it.
 func (h *cgroupHost) create(name string, l Limits) (*kernelCgroup, error) {
 	cg := &kernelCgroup{}
 	for _, hi := range h.hierarchies {
 		mem := hi.has("memory") && l.MemoryBytes > 0
-		pids := hi.has("pids") && l.Pids > 0
+		pids := hi.has("pids")
 		if !mem && !pids {
 			continue
 		}
@@ -338,7 +340,7 @@ func (c cgLeaf) setLimits(mem, pids bool, l Limits) error {
 			c.write("memory.memsw.limit_in_bytes", n) // absent without swap accounting
 		}
 	}
-	if pids {
+	if pids && l.Pids > 0 {
 		if err := c.write("pids.max", strconv.Itoa(l.Pids)); err != nil {
 			return err
 		}

@@ -19,6 +19,7 @@ var (
 	ErrInterruptTimeout   = errors.New("jupyter: kernel did not answer the interrupt")
 	ErrStartTimeout       = errors.New("jupyter: kernel did not become ready in time")
 	ErrChannelUnsupported = errors.New("jupyter: channel cannot carry requests")
+	ErrDuplicateRequest   = errors.New("jupyter: duplicate request")
 	// ErrEnvNotAllowed: a launch asked for an environment variable the
 	// gateway does not pass to kernels; see ValidateEnv and EnvError.
 	ErrEnvNotAllowed = errors.New("jupyter: environment variable not allowed")

@@ -48,9 +48,11 @@ type Config struct {
 	Spec *kernelspecs.Spec
 	// Env is added to the kernel's environment.
 	Env map[string]string
-	// Cwd is the kernel's working directory.
-	Cwd    string
-	Logger *slog.Logger
+	// Cwd is the kernel's working directory; see LaunchRequest for
+	// StartFresh.
+	Cwd        string
+	StartFresh bool
+	Logger     *slog.Logger
 	// Limits and Sandbox, when set, replace the provisioner's defaults
 	// (see LaunchRequest).
 	Limits  *Limits
@@ -198,7 +200,7 @@ func start(ctx context.Context, p Provisioner, cfg Config) (*Kernel, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	t0 := time.Now()
-	proc, err := p.Launch(ctx, LaunchRequest{KernelID: cfg.ID, Spec: cfg.Spec, Env: cfg.Env, Cwd: cfg.Cwd, Limits: cfg.Limits, Sandbox: cfg.Sandbox})
+	proc, err := p.Launch(ctx, LaunchRequest{KernelID: cfg.ID, Spec: cfg.Spec, Env: cfg.Env, Cwd: cfg.Cwd, StartFresh: cfg.StartFresh, Limits: cfg.Limits, Sandbox: cfg.Sandbox})
 	if err != nil {
 		return nil, err
 	}
@@ -449,6 +451,10 @@ func (k *Kernel) Request(ch Channel, m *Message, h Handler, opts CallOptions) (*
 		err := k.dead
 		k.mu.Unlock()
 		return nil, err
+	}
+	if _, dup := k.pending[c.ID]; dup {
+		k.mu.Unlock()
+		return nil, fmt.Errorf("%w: msg_id %s is already awaiting a reply", ErrDuplicateRequest, c.ID)
 	}
 	c.interrupts = k.interrupts
 	k.pending[c.ID] = c

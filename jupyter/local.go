@@ -142,14 +142,17 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	if iso.sandbox == nil {
 		env["JPY_PARENT_PID"] = strconv.Itoa(os.Getpid())
 	}
-	cwd := req.Cwd
+	cwd, startDir := req.Cwd, req.Cwd
 	if cwd == "" {
 		cwd = kd.Work
+	}
+	if startDir == "" || req.StartFresh {
+		startDir = kd.Work
 	}
 	if lp.cg, err = iso.cgroup(p.logger(), req.KernelID); err != nil {
 		return fail(fmt.Errorf("%w: cgroup: %v", ErrStartFailed, err))
 	}
-	if argv, err = iso.command(argv, env["PATH"], root, kd, cwd, transport); err != nil {
+	if argv, err = iso.command(argv, env["PATH"], root, kd, cwd, startDir, transport); err != nil {
 		return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
 	}
 	cmd, gate, err := gatedCommand(argv)
@@ -157,7 +160,7 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 		return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
 	}
 	cmd.Env = envList(env)
-	cmd.Dir = cwd
+	cmd.Dir = startDir
 	cmd.Stdout, cmd.Stderr = lp.tail, lp.tail
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	// A kernel's children may hold its output pipes open after it exits.

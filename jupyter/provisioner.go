@@ -22,6 +22,12 @@ type LaunchRequest struct {
 	Env map[string]string
 	// Cwd is the kernel's working directory; empty means the provisioner's.
 	Cwd string
+	// StartFresh starts the kernel in its own fresh work directory even
+	// when Cwd is set: Cwd is then only made reachable (writable in a
+	// sandbox), and the caller moves the kernel there once it runs. Files
+	// planted in Cwd then play no part in the kernel's start-up (Python
+	// puts its start directory on sys.path; Deno reads a deno.json there).
+	StartFresh bool
 	// Limits, when set, replace the provisioner's default limits.
 	Limits *Limits
 	// Sandbox, when set, replaces the provisioner's sandbox configuration.

@@ -76,7 +76,7 @@ const sandboxInfoFD = 4
 // bwrapArgs returns the bwrap options (ending in "--") that sandbox a
 // kernel with directories kd, working directory cwd, under runtime root
 // runtime. With infoFD > 0 bwrap writes {"child-pid": N} to it.
-func (c *SandboxConfig) bwrapArgs(runtime string, kd KernelDirs, cwd string, infoFD int) []string {
+func (c *SandboxConfig) bwrapArgs(runtime string, kd KernelDirs, cwd, startDir string, infoFD int) []string {
 	a := []string{
 		"--ro-bind", "/", "/",
 		"--dev", "/dev",
@@ -102,7 +102,7 @@ func (c *SandboxConfig) bwrapArgs(runtime string, kd KernelDirs, cwd string, inf
 	if !within(cwd, kd.Root) {
 		a = append(a, "--bind", cwd, cwd)
 	}
-	a = append(a, "--chdir", cwd,
+	a = append(a, "--chdir", startDir,
 		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		"--die-with-parent", "--new-session", "--cap-drop", "ALL")
 	if !c.Network {

@@ -268,7 +268,7 @@ func TestBwrapArgs(t *testing.T) {
 					t.Skipf("%s does not exist here", p)
 				}
 			}
-			if got := c.cfg.bwrapArgs(c.runtime, kd, c.cwd, c.infoFD); !reflect.DeepEqual(got, c.want) {
+			if got := c.cfg.bwrapArgs(c.runtime, kd, c.cwd, c.cwd, c.infoFD); !reflect.DeepEqual(got, c.want) {
 				t.Errorf("bwrapArgs =\n%q\nwant\n%q", got, c.want)
 			}
 		})

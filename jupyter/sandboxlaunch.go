@@ -76,11 +76,10 @@ var (
 // machine has no usable cgroups it logs so once and returns nil: memory and
 // process limits are best effort, the rlimits still apply.
 func (iso isolation) cgroup(log *slog.Logger, kernelID string) (*kernelCgroup, error) {
-	if !iso.limits.needsCgroup() {
-		return nil, nil
-	}
 	host, err := hostCgroups()
 	switch {
+	case err != nil && !iso.limits.needsCgroup():
+		return nil, nil // no limits asked for: a process group will do
 	case err != nil:
 		cgroupWarning.Do(func() {
 			log.Warn("cgroups unavailable: kernel memory and process limits are not enforced", "err", err)
@@ -114,7 +113,7 @@ func cgroupName(kernelID string) string {
 
 // command resolves argv[0] with the kernel's PATH and, for a sandbox,
 // puts bwrap and its options in front.
-func (iso isolation) command(argv []string, path, runtime string, kd KernelDirs, cwd, transport string) ([]string, error) {
+func (iso isolation) command(argv []string, path, runtime string, kd KernelDirs, cwd, startDir, transport string) ([]string, error) {
 	exe, err := lookPath(argv[0], path)
 	if err != nil {
 		return nil, err
@@ -134,7 +133,7 @@ func (iso isolation) command(argv []string, path, runtime string, kd KernelDirs,
 	if iso.bridged(transport) {
 		infoFD = sandboxInfoFD
 	}
-	out := append([]string{bwrap}, iso.sandbox.bwrapArgs(runtime, kd, cwd, infoFD)...)
+	out := append([]string{bwrap}, iso.sandbox.bwrapArgs(runtime, kd, cwd, startDir, infoFD)...)
 	return append(out, argv...), nil
 }
 

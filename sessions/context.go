@@ -232,58 +232,10 @@ func runContext(r *Run, parent context.Context) (context.Context, context.Cancel
 
 // execute runs r on the context's kernel and ends it.
 func (c *Context) execute(r *Run) {
-	ctx, cancel := runContext(r, context.Background())
-	k, jk, err := c.ensureKernel(ctx)
-	cancel()
-	if err != nil {
-		if !r.deadline.IsZero() && time.Now().After(r.deadline) {
-			r.end(TimedOut, nil)
-		} else {
-			r.end(Lost, err)
-		}
-		return
-	}
 	stop := make(chan Reason, 1)
 	late := make(chan struct{}, 1)
-	r.mu.Lock()
-	if r.state != RunQueued {
-		r.mu.Unlock()
-		return
-	}
-	r.cancel = func(reason Reason) {
-		select {
-		case stop <- reason:
-		default:
-		}
-	}
 	var pendingInput *Message
-	r.input = func(value string) error {
-		r.mu.Lock()
-		parent := pendingInput
-		r.mu.Unlock()
-		m, err := jk.NewMessage(jupyter.InputReply, map[string]string{"value": value}, parent)
-		if err != nil {
-			return err
-		}
-		return jk.Send(jupyter.Stdin, m)
-	}
-	stopped := r.stopBeforeStart
-	r.mu.Unlock()
-	if stopped == "" && !r.deadline.IsZero() && time.Now().After(r.deadline) {
-		stopped = TimedOut
-	}
-	if stopped != "" {
-		r.end(stopped, nil)
-		return
-	}
-	if !r.start() {
-		return
-	}
-	content := jupyter.NewExecute(r.Code)
-	content.AllowStdin = r.Stdin
-	// Runs are independent: an error must not abort the next one.
-	content.StopOnError = false
-	call, err := jk.StartExecute(content, func(ch jupyter.Channel, m *Message) {
+	handle := func(ch jupyter.Channel, m *Message) {
 		if m.Type() == jupyter.InputRequest {
 			r.mu.Lock()
 			pendingInput = m
@@ -294,9 +246,73 @@ func (c *Context) execute(r *Run) {
 		case late <- struct{}{}:
 		default:
 		}
-	})
-	if err != nil {
-		r.end(Lost, nil)
+	}
+	content := jupyter.NewExecute(r.Code)
+	content.AllowStdin = r.Stdin
+	// Runs are independent: an error must not abort the next one.
+	content.StopOnError = false
+
+	var k *Kernel
+	var jk *jupyter.Kernel
+	var call *jupyter.Call
+	// A kernel that dies between being handed out and taking the run is
+	// replaced once: the run had not started.
+	for attempt := 0; ; attempt++ {
+		ctx, cancel := runContext(r, context.Background())
+		var err error
+		k, jk, err = c.ensureKernel(ctx)
+		cancel()
+		if err != nil {
+			if !r.deadline.IsZero() && time.Now().After(r.deadline) {
+				r.end(TimedOut, nil)
+			} else {
+				r.end(Lost, err)
+			}
+			return
+		}
+		r.mu.Lock()
+		if r.state != RunQueued {
+			r.mu.Unlock()
+			return
+		}
+		stopped := r.stopBeforeStart
+		r.mu.Unlock()
+		if stopped == "" && !r.deadline.IsZero() && time.Now().After(r.deadline) {
+			stopped = TimedOut
+		}
+		if stopped != "" {
+			r.end(stopped, nil)
+			return
+		}
+		call, err = jk.StartExecute(content, handle)
+		if err == nil {
+			break
+		}
+		if attempt > 0 || !errors.Is(err, jupyter.ErrKernelDied) {
+			r.lose(lostMessage(err))
+			return
+		}
+	}
+	r.mu.Lock()
+	r.cancel = func(reason Reason) {
+		select {
+		case stop <- reason:
+		default:
+		}
+	}
+	r.input = func(value string) error {
+		r.mu.Lock()
+		parent := pendingInput
+		r.mu.Unlock()
+		m, err := jk.NewMessage(jupyter.InputReply, map[string]string{"value": value}, parent)
+		if err != nil {
+			return err
+		}
+		return jk.Send(jupyter.Stdin, m)
+	}
+	r.mu.Unlock()
+	if !r.start() {
+		jk.Forget(call)
 		return
 	}
 	// A deadline passed between the checks above and the start.

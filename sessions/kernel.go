@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -120,8 +121,47 @@ func (k *Kernel) Running() bool {
 }
 
 func (k *Kernel) config() jupyter.Config {
-	return jupyter.Config{ID: k.id, Spec: k.spec, Env: k.env, Cwd: k.cwd, Logger: k.m.log, IOPub: k.onIOPub,
-		Limits: k.limits, Sandbox: k.sandbox, MaxFrame: k.m.cfg.MaxKernelFrame}
+	return jupyter.Config{ID: k.id, Spec: k.spec, Env: k.env, Cwd: k.cwd, StartFresh: k.chdirCode() != "",
+		Logger: k.m.log, IOPub: k.onIOPub, Limits: k.limits, Sandbox: k.sandbox, MaxFrame: k.m.cfg.MaxKernelFrame}
+}
+
+// chdirCode is the code that moves a kernel started in a fresh directory
+// into its working directory, or "" when the kernel starts there (no
+// working directory chosen, or a language without such code).
+func (k *Kernel) chdirCode() string {
+	if k.cwd == "" {
+		return ""
+	}
+	code, ok := setupCode(k.spec, k.cwd, nil)
+	if !ok {
+		return ""
+	}
+	return code
+}
+
+// enterCwd moves a freshly started kernel into its working directory.
+func (k *Kernel) enterCwd(ctx context.Context, jk *jupyter.Kernel) error {
+	code := k.chdirCode()
+	if code == "" {
+		return nil
+	}
+	content := jupyter.NewExecute(code)
+	content.Silent, content.StoreHistory, content.StopOnError = true, false, false
+	call, err := jk.StartExecute(content, nil)
+	if err != nil {
+		return err
+	}
+	reply, err := call.Wait(ctx)
+	if err != nil {
+		jk.Forget(call)
+		return err
+	}
+	var r struct{ Status, EValue string }
+	reply.DecodeContent(&r)
+	if r.Status != "ok" {
+		return fmt.Errorf("entering %s: %s", k.cwd, r.EValue)
+	}
+	return nil
 }
 
 // launch starts a process for the kernel; the caller holds k.life.
@@ -140,6 +180,12 @@ func (k *Kernel) launch(ctx context.Context) error {
 	defer cancel()
 	t0 := time.Now()
 	jk, err := k.m.start(ctx, k.config())
+	if err == nil {
+		if err = k.enterCwd(ctx, jk); err != nil {
+			jk.Shutdown(context.Background())
+			err = fmt.Errorf("%w: %v", jupyter.ErrStartFailed, err)
+		}
+	}
 	k.m.cfg.Observer.KernelStarted(k.spec.Name, time.Since(t0), err)
 
 	k.mu.Lock()
@@ -170,6 +216,8 @@ func (k *Kernel) launch(ctx context.Context) error {
 // kernel's last output.
 func startError(err error) error {
 	switch {
+	case errors.Is(err, jupyter.ErrEnvNotAllowed):
+		return &Error{Kind: ErrInvalidEnv, Msg: err.Error()}
 	case errors.Is(err, jupyter.ErrStartTimeout), errors.Is(err, context.DeadlineExceeded):
 		return &Error{Kind: ErrStartTimeout, Msg: "the kernel did not start in time: " + err.Error()}
 	case errors.Is(err, ErrKernelGone):
@@ -189,9 +237,10 @@ func (k *Kernel) watch(jk *jupyter.Kernel, gen int) {
 	if errors.Is(err, jupyter.ErrKernelShutdown) {
 		return
 	}
-	// Reap the dead process and remove what it left behind.
-	jk.Shutdown(context.Background())
+	// Forget the dead process first, so no run is sent to it, then reap
+	// it and remove what it left behind.
 	k.died(jk, gen, err)
+	jk.Shutdown(context.Background())
 }
 
 // died records a process death and restarts the kernel per its policy.

@@ -278,10 +278,10 @@ func (m *Manager) filterEnv(env map[string]string) (map[string]string, string, e
 		if !strings.HasPrefix(k, "KERNEL_") && !contains(m.cfg.EnvAllow, k) {
 			continue
 		}
-		if len(v) > MaxEnvValue || strings.ContainsAny(v, "\x00\r\n") {
-			return nil, "", errorf(ErrBadRequest, "env %s: values must be at most %d bytes without NUL or line breaks", k, MaxEnvValue)
-		}
 		out[k] = v
+	}
+	if err := checkEnv(out); err != nil {
+		return nil, "", err
 	}
 	if dir := out["KERNEL_WORKING_DIR"]; dir != "" {
 		if fi, err := os.Stat(dir); err == nil && fi.IsDir() && m.checkCwd(dir) == nil {
@@ -334,8 +334,8 @@ func (m *Manager) StartKernel(ctx context.Context, o StartOptions) (*Kernel, err
 	}
 	id := o.ID
 	if id != "" {
-		if _, err := uuid.Parse(id); err != nil {
-			return nil, errorf(ErrBadRequest, "kernel_id must be a UUID")
+		if u, err := uuid.Parse(id); err != nil || u.String() != id || u.Version() != 4 {
+			return nil, errorf(ErrBadRequest, "kernel_id must be a version 4 UUID in its canonical lowercase form")
 		}
 		if k, err := m.Kernel(id); err == nil {
 			return k, nil
