@@ -49,6 +49,7 @@ type config struct {
 
 	Sandbox        bool
 	SandboxNetwork bool
+	SandboxHide    []string
 	KernelMemory   string
 	KernelPids     int
 	KernelNoFile   uint64
@@ -99,6 +100,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("sandbox")
 	fs.BoolVar(&c.SandboxNetwork, "sandbox-network", false, "let sandboxed kernels use the network")
 	add("sandbox-network")
+	fs.Var(listFlag{&c.SandboxHide}, "sandbox-hide", "host path a sandboxed kernel sees empty, e.g. a secrets directory (repeatable; the API keys file is always hidden)")
+	add("sandbox-hide")
 	fs.StringVar(&c.KernelMemory, "kernel-memory", "4GiB", "memory limit of each kernel (cgroup), e.g. 512MiB; 0 for none; a kernelspec's metadata.kernelgate.memory overrides it")
 	add("kernel-memory")
 	fs.IntVar(&c.KernelPids, "kernel-pids", 1024, "most processes and threads per kernel (cgroup); 0 for none")

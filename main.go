@@ -133,7 +133,13 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	}
 	var sandbox *jupyter.SandboxConfig
 	if cfg.Sandbox {
-		sandbox = &jupyter.SandboxConfig{Network: cfg.SandboxNetwork}
+		hide := append([]string{}, cfg.SandboxHide...)
+		if cfg.APIKeysFile != "" {
+			if abs, err := filepath.Abs(cfg.APIKeysFile); err == nil {
+				hide = append(hide, abs)
+			}
+		}
+		sandbox = &jupyter.SandboxConfig{Network: cfg.SandboxNetwork, Hide: hide}
 	}
 	metrics := gateway.NewMetrics()
 	runtimeDir := cfg.RuntimeDir
