@@ -37,9 +37,13 @@ fuzz:
 	$(GO) test ./jupyter -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 10s
 	$(GO) test ./kernelspecs -run '^$$' -fuzz '^FuzzResourcePath$$' -fuzztime 5s
 
-# Fixed-count benchmarks of the kernel client against internal/directclient (docs/benchmarks.md).
+# Benchmarks (docs/benchmarks.md): the kernel client against internal/directclient (Go
+# benchmarks, about 1 minute), then bench/, kernelgate side by side with the direct client and
+# Debian's Jupyter Server (about 6 minutes), which writes its table into docs/benchmarks.md.
 bench: kernels build
+	@bench/install-jupyter-server.sh
 	$(GO) test ./jupyter -run '^$$' -bench . -benchtime 1x -timeout 20m
+	$(GO) run ./bench -write docs/benchmarks.md
 
 clean:
 	rm -rf bin

@@ -50,6 +50,8 @@ type config struct {
 	Sandbox        bool
 	SandboxNetwork bool
 	SandboxHide    []string
+	SandboxUID     int
+	SandboxGID     int
 	KernelMemory   string
 	KernelPids     int
 	KernelNoFile   uint64
@@ -100,6 +102,10 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("sandbox")
 	fs.BoolVar(&c.SandboxNetwork, "sandbox-network", false, "let sandboxed kernels use the network")
 	add("sandbox-network")
+	fs.IntVar(&c.SandboxUID, "sandbox-uid", 65534, "host user sandboxed kernels run as when the gateway runs as root")
+	add("sandbox-uid")
+	fs.IntVar(&c.SandboxGID, "sandbox-gid", 65534, "host group sandboxed kernels run as when the gateway runs as root")
+	add("sandbox-gid")
 	fs.Var(listFlag{&c.SandboxHide}, "sandbox-hide", "host path a sandboxed kernel sees empty, e.g. a secrets directory (repeatable; the API keys file is always hidden)")
 	add("sandbox-hide")
 	fs.StringVar(&c.KernelMemory, "kernel-memory", "4GiB", "memory limit of each kernel (cgroup), e.g. 512MiB; 0 for none; a kernelspec's metadata.kernelgate.memory overrides it")

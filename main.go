@@ -140,6 +140,9 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 			}
 		}
 		sandbox = &jupyter.SandboxConfig{Network: cfg.SandboxNetwork, Hide: hide}
+		if os.Getuid() == 0 {
+			sandbox.UID, sandbox.GID = cfg.SandboxUID, cfg.SandboxGID
+		}
 	}
 	metrics := gateway.NewMetrics()
 	runtimeDir := cfg.RuntimeDir

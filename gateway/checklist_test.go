@@ -2038,8 +2038,12 @@ func TestB4_25_GatewayFilesAndOtherCwd(t *testing.T) {
 	os.WriteFile(filepath.Join(hidden, "api-keys"), []byte("agent exec "+secret+"\n"), 0o600)
 	os.WriteFile(filepath.Join(conf, "unlisted-keys"), []byte("agent exec "+secret+"\n"), 0o600)
 	ws := b4HostDir(t)
-	os.Mkdir(filepath.Join(ws, "a"), 0o755)
-	os.Mkdir(filepath.Join(ws, "b"), 0o755)
+	os.Chmod(ws, 0o711)
+	for _, d := range []string{"a", "b"} {
+		// The operator gives the sandbox user (nobody) the workspace.
+		os.Mkdir(filepath.Join(ws, d), 0o755)
+		os.Chown(filepath.Join(ws, d), 65534, 65534)
+	}
 	g := newGateway(t, b4Sandboxed(jupyter.SandboxConfig{Hide: []string{hidden}}), func(m *sessions.Config, _ *Config) { m.WorkspaceRoot = ws })
 	b4Context(t, g, map[string]any{"id": "a", "cwd": filepath.Join(ws, "a")})
 	b4Context(t, g, map[string]any{"id": "b", "cwd": filepath.Join(ws, "b")})

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +40,17 @@ func newGateway(t *testing.T, opts ...gwOption) *testGateway {
 	return newGatewayWithDirs(t, nil, opts...)
 }
 
+// runtimeDir is a kernels' runtime directory that a sandboxed kernel's
+// unprivileged user can reach (t.TempDir's parent is private to root).
+func runtimeDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.Chmod(filepath.Dir(dir), 0o711); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // newGatewayWithDirs searches dirs for kernelspecs before the real ones.
 func newGatewayWithDirs(t *testing.T, dirs []string, opts ...gwOption) *testGateway {
 	t.Helper()
@@ -48,7 +61,7 @@ func newGatewayWithDirs(t *testing.T, dirs []string, opts ...gwOption) *testGate
 	for _, o := range opts {
 		o(&mcfg, &gcfg)
 	}
-	mgr := sessions.New(mcfg, specs, &jupyter.LocalProvisioner{RuntimeDir: t.TempDir()}, gcfg.testLogger)
+	mgr := sessions.New(mcfg, specs, &jupyter.LocalProvisioner{RuntimeDir: runtimeDir(t)}, gcfg.testLogger)
 	srv := New(gcfg, mgr, gcfg.testLogger)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(func() {

@@ -678,3 +678,18 @@ func TestPoolKernelsAreNeverReused(t *testing.T) {
 		return false
 	})
 }
+
+func TestFinishedRunsAreKeptBounded(t *testing.T) {
+	g := newGateway(t, func(m *sessions.Config, _ *Config) { m.RunsKept = 2 })
+	var ids []string
+	for i := 0; i < 4; i++ {
+		ids = append(ids, g.run(map[string]any{"code": fmt.Sprint(i)}).ID)
+	}
+	g.run(map[string]any{"code": "'prune'"}) // keeps only ids[3] and this one
+	for i, id := range ids {
+		status, _ := g.do("GET", "/api/runs/"+id, nil)
+		if want := map[bool]int{true: 404, false: 200}[i < 3]; status != want {
+			t.Errorf("run %d: %d, want %d", i, status, want)
+		}
+	}
+}

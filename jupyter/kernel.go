@@ -181,14 +181,24 @@ func Start(ctx context.Context, p Provisioner, cfg Config) (*Kernel, error) {
 	}
 	for attempt := 1; ; attempt++ {
 		k, err := start(ctx, p, cfg)
-		var died *DiedError
-		if err == nil || attempt == portRetries || !errors.As(err, &died) || !strings.Contains(died.Output, "Address already in use") || ctx.Err() != nil {
+		if err == nil || attempt == portRetries || !portTaken(err) || ctx.Err() != nil {
 			return k, err
 		}
 		if cfg.Logger != nil {
 			cfg.Logger.Info("kernel ports were taken meanwhile: starting it again", "kernel", cfg.ID)
 		}
 	}
+}
+
+// portTaken reports whether a start failed because another process took
+// one of the kernel's ports first: the kernel could not bind it, or the
+// gateway dialled someone else's socket there.
+func portTaken(err error) bool {
+	var died *DiedError
+	if errors.As(err, &died) && (strings.Contains(died.Output, "Address already in use") || strings.Contains(died.Output, "AddrInUse")) {
+		return true
+	}
+	return strings.Contains(err.Error(), "not compatible")
 }
 
 func start(ctx context.Context, p Provisioner, cfg Config) (*Kernel, error) {

@@ -20,10 +20,12 @@ const (
 	maxEnvName  = 128
 )
 
-// KernelDirs are the gateway-owned directories of one kernel. A launch
-// makes them fresh and Cleanup removes them, so a kernel never reads
-// configuration or startup files that an earlier kernel wrote into its
-// HOME, its IPython directory or its working directory.
+// KernelDirs are the directories of one kernel, made by the gateway. A
+// launch makes them fresh and Cleanup removes them, so a kernel never
+// reads configuration or startup files that an earlier kernel wrote into
+// its HOME, its IPython directory or its working directory. They belong to
+// the gateway's user or, for a kernel a root gateway sandboxes, to the
+// sandbox user (SandboxConfig.UID).
 type KernelDirs struct {
 	// Root holds the connection file and, for the ipc transport, the
 	// sockets; it is the one directory a sandboxed kernel may write.

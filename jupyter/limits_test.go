@@ -41,7 +41,7 @@ func TestMemoryLimitKillsKernel(t *testing.T) {
 			if c.sandbox != nil {
 				needSandbox(t)
 			}
-			prov := &LocalProvisioner{RuntimeDir: t.TempDir(), Sandbox: c.sandbox}
+			prov := &LocalProvisioner{RuntimeDir: sandboxRuntime(t), Sandbox: c.sandbox}
 			small := startWith(t, prov, Config{Spec: spec, Limits: &Limits{MemoryBytes: 512 << 20}})
 			big := startWith(t, prov, Config{Spec: spec})
 
@@ -101,7 +101,7 @@ func TestPidsLimitStopsForkBomb(t *testing.T) {
 			if c.sandbox != nil {
 				needSandbox(t)
 			}
-			prov := &LocalProvisioner{RuntimeDir: t.TempDir(), Sandbox: c.sandbox, Limits: Limits{Pids: 64}}
+			prov := &LocalProvisioner{RuntimeDir: sandboxRuntime(t), Sandbox: c.sandbox, Limits: Limits{Pids: 64}}
 			k := startWith(t, prov, Config{Spec: testkernels.Spec(t, "python3")})
 			col := newCollector()
 			call, err := k.StartExecute(keepGoing(forkBomb), col.handle)

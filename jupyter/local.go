@@ -20,7 +20,10 @@ import (
 // its own process group, with its connection file in a private directory.
 type LocalProvisioner struct {
 	// RuntimeDir holds one private directory per kernel; empty means
-	// $TMPDIR/kernelgate-<uid>.
+	// $TMPDIR/kernelgate-<uid>. For kernels sandboxed as another user
+	// (SandboxConfig.UID) the directories above it must be searchable by
+	// that user; the provisioner makes it and the kernels' directories
+	// searchable (0711) itself.
 	RuntimeDir string
 	// Transport is "tcp" (default) or "ipc".
 	Transport string
@@ -100,7 +103,8 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	// The kernel's own directories; dir itself stays the gateway's.
+	// The kernel's own directories (its sandbox user's, sandboxuser.go);
+	// dir itself stays the gateway's.
 	kd, err := newKernelDirs(filepath.Join(dir, "kernel"))
 	if err != nil {
 		return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
@@ -122,11 +126,18 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	}
 	kernelCI := lp.ci
 	if iso.bridged(transport) {
-		kernelCI, lp.ci = bridgedConnInfo(lp.ci, dir)
+		if kernelCI, lp.ci, err = bridgedConnInfo(lp.ci, dir); err != nil {
+			return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
+		}
 	}
 	connFile := filepath.Join(kd.Root, "kernel-"+req.KernelID+".json")
 	if err := kernelCI.WriteFile(connFile); err != nil {
 		return fail(fmt.Errorf("%w: connection file: %v", ErrStartFailed, err))
+	}
+	if iso.sandbox != nil {
+		if err := iso.user.handOver(root, kd); err != nil {
+			return fail(fmt.Errorf("%w: sandbox user %s: %v", ErrStartFailed, iso.user, err))
+		}
 	}
 
 	env := p.baseEnv(kd)
@@ -163,6 +174,9 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	cmd.Dir = startDir
 	cmd.Stdout, cmd.Stderr = lp.tail, lp.tail
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if iso.sandbox != nil {
+		cmd.SysProcAttr.Credential = iso.user.credential()
+	}
 	// A kernel's children may hold its output pipes open after it exits.
 	cmd.WaitDelay = time.Second
 	info, err := iso.infoPipe(cmd, transport)

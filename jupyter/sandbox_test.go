@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
@@ -27,6 +28,18 @@ func needSandbox(t *testing.T) {
 	if out, err := exec.Command(bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net", "--", "/bin/true").CombinedOutput(); err != nil {
 		t.Skipf("bwrap cannot sandbox here: %v: %s", err, out)
 	}
+}
+
+// sandboxRuntime is a runtime directory for sandboxed kernels: a
+// t.TempDir whose parent (the test's own, 0700) is made searchable, so that
+// the sandbox user reaches the kernels' directories in it.
+func sandboxRuntime(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := searchable(filepath.Dir(dir)); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // loopbackListener is a TCP port on the host's loopback that a sandboxed
@@ -109,7 +122,7 @@ func TestSandboxedPython(t *testing.T) {
 			hide = append(hide, p)
 		}
 	}
-	prov := &LocalProvisioner{RuntimeDir: t.TempDir(), Transport: "ipc", Sandbox: &SandboxConfig{Hide: hide}}
+	prov := &LocalProvisioner{RuntimeDir: sandboxRuntime(t), Transport: "ipc", Sandbox: &SandboxConfig{Hide: hide}}
 	spec := testkernels.Spec(t, "python3")
 	k := startWith(t, prov, Config{Spec: spec})
 	other := startWith(t, prov, Config{Spec: spec})
@@ -195,7 +208,7 @@ func TestSandboxedDeno(t *testing.T) {
 	needSandbox(t)
 	port := loopbackListener(t)
 	// Deno speaks tcp only: without network it is reached through the bridge.
-	prov := &LocalProvisioner{RuntimeDir: t.TempDir(), Sandbox: &SandboxConfig{}}
+	prov := &LocalProvisioner{RuntimeDir: sandboxRuntime(t), Sandbox: &SandboxConfig{}}
 	k := startWith(t, prov, Config{Spec: testkernels.Spec(t, "deno")})
 	cases := []struct{ name, code, want string }{
 		{"result", "1+1", "2"},
@@ -232,7 +245,7 @@ func TestSandboxedDeno(t *testing.T) {
 				c.Close()
 			}
 		}()
-		prov := &LocalProvisioner{RuntimeDir: t.TempDir(), Sandbox: &SandboxConfig{Network: true}}
+		prov := &LocalProvisioner{RuntimeDir: sandboxRuntime(t), Sandbox: &SandboxConfig{Network: true}}
 		k := startWith(t, prov, Config{Spec: testkernels.Spec(t, "deno")})
 		code := fmt.Sprintf(`let r = "connected"; try { (await Deno.connect({hostname: "127.0.0.1", port: %d})).close() } catch (e) { r = e.name }; r`, ln.Addr().(*net.TCPAddr).Port)
 		_, col := execute(t, k, code)
@@ -243,8 +256,29 @@ func TestSandboxedDeno(t *testing.T) {
 }
 
 func TestBwrapArgs(t *testing.T) {
-	kd := KernelDirs{Root: "/run/kg/kernel-1/kernel"}
+	for _, p := range []string{"/var/tmp", "/etc/hostname", "/etc/ssl", "/srv"} {
+		if !exists(p) {
+			t.Skipf("%s does not exist here", p)
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "kernel-1")
+	kd := KernelDirs{Root: filepath.Join(dir, "kernel")}
+	if err := os.MkdirAll(filepath.Join(kd.Root, "work"), 0o700); err != nil {
+		t.Fatal(err)
+	}
 	common := []string{"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--cap-drop", "ALL"}
+	// What every sandbox hides, as it exists here.
+	var always []string
+	for _, p := range alwaysHidden {
+		switch fi, err := os.Stat(p); {
+		case err != nil:
+		case fi.IsDir():
+			always = append(always, "--tmpfs", p)
+		default:
+			always = append(always, "--ro-bind", dir+"/sealed", p)
+		}
+	}
+	start := []string{"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp"}
 	cases := []struct {
 		name    string
 		cfg     SandboxConfig
@@ -254,21 +288,20 @@ func TestBwrapArgs(t *testing.T) {
 		want    []string
 	}{
 		{"runtime under /tmp", SandboxConfig{}, "/tmp/kg", kd.Root + "/work", 0,
-			cat([]string{"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp",
-				"--bind", kd.Root, kd.Root, "--chdir", kd.Root + "/work"}, common, []string{"--unshare-net", "--"})},
+			cat(start, always, []string{"--bind", kd.Root, kd.Root, "--chdir", kd.Root + "/work"}, common, []string{"--unshare-net", "--"})},
 		{"network, hidden paths, outside cwd, info fd", SandboxConfig{Network: true, Hide: []string{"/etc/hostname", "/nonexistent/x", "relative"}}, "/etc/ssl", "/srv", 4,
-			cat([]string{"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp",
-				"--ro-bind", "/run/kg/kernel-1/empty", "/etc/hostname", "--tmpfs", "/etc/ssl",
+			cat(start, always, []string{"--ro-bind", dir + "/empty", "/etc/hostname", "--tmpfs", "/etc/ssl",
 				"--bind", kd.Root, kd.Root, "--bind", "/srv", "/srv", "--chdir", "/srv"}, common, []string{"--info-fd", "4", "--"})},
 	}
+	// The gateway's own user: the paths as the test sees them.
+	u := sandboxUser{uid: os.Geteuid(), gid: os.Getegid()}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			for _, p := range []string{"/var/tmp", "/etc/hostname", "/etc/ssl"} {
-				if !exists(p) {
-					t.Skipf("%s does not exist here", p)
-				}
+			got, err := c.cfg.bwrapArgs(u, c.runtime, kd, c.cwd, c.cwd, c.infoFD)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if got := c.cfg.bwrapArgs(c.runtime, kd, c.cwd, c.cwd, c.infoFD); !reflect.DeepEqual(got, c.want) {
+			if !reflect.DeepEqual(got, c.want) {
 				t.Errorf("bwrapArgs =\n%q\nwant\n%q", got, c.want)
 			}
 		})
@@ -289,7 +322,7 @@ func TestSandboxCyclesLeakNothing(t *testing.T) {
 	needSandbox(t)
 	needCgroups(t, "memory", "pids")
 	prov := &LocalProvisioner{
-		RuntimeDir: t.TempDir(),
+		RuntimeDir: sandboxRuntime(t),
 		Sandbox:    &SandboxConfig{},
 		Limits:     Limits{MemoryBytes: 1 << 30, Pids: 256, NoFile: 1024},
 	}
@@ -342,15 +375,26 @@ func TestSandboxStartFailuresLeaveNothing(t *testing.T) {
 	host, _ := hostCgroups()
 	cases := []struct {
 		name, transport, bwrap string
+		unreachable            bool // the runtime dir, by the sandbox user
 	}{
-		{"bwrap missing", "", "/nonexistent/bwrap"},
-		{"bwrap fails, bridged", "", "/bin/false"},
-		{"bwrap fails, ipc", "ipc", "/bin/false"},
+		{"bwrap missing", "", "/nonexistent/bwrap", false},
+		{"bwrap fails, bridged", "", "/bin/false", false},
+		{"bwrap fails, ipc", "ipc", "/bin/false", false},
+		{"runtime dir unreachable", "", "", true},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			var runtime string
+			switch {
+			case !c.unreachable:
+				runtime = sandboxRuntime(t)
+			case os.Geteuid() != 0:
+				t.Skip("the sandbox user is the gateway's")
+			default:
+				runtime = t.TempDir() // below the test's own 0700 directory
+			}
 			prov := &LocalProvisioner{
-				RuntimeDir: t.TempDir(), Transport: c.transport,
+				RuntimeDir: runtime, Transport: c.transport,
 				Sandbox: &SandboxConfig{Bwrap: c.bwrap}, Limits: Limits{MemoryBytes: 1 << 30, Pids: 100},
 			}
 			id := fmt.Sprintf("failing-%d", i)

@@ -26,6 +26,7 @@ const sandboxInfoWait = 10 * time.Second
 type isolation struct {
 	limits  Limits
 	sandbox *SandboxConfig // nil: no sandbox
+	user    sandboxUser    // who runs a sandbox (sandboxuser.go)
 }
 
 // isolationFor checks req and merges its overrides with the defaults of p.
@@ -39,6 +40,13 @@ func (p *LocalProvisioner) isolationFor(req LaunchRequest) (isolation, error) {
 	}
 	if req.Sandbox != nil {
 		iso.sandbox = req.Sandbox
+	}
+	if iso.sandbox != nil {
+		u, err := iso.sandbox.user()
+		if err != nil {
+			return isolation{}, fmt.Errorf("sandbox: %w", err)
+		}
+		iso.user = u
 	}
 	return iso, iso.limits.validate()
 }
@@ -57,13 +65,18 @@ func (iso isolation) bridged(transport string) bool {
 }
 
 // bridgedConnInfo splits ci into what a bridged kernel binds (tcp on its
-// own loopback) and how the gateway reaches it (unix sockets in dir, which
-// the sandbox does not show).
-func bridgedConnInfo(ci ConnInfo, dir string) (kernel, gw ConnInfo) {
+// own loopback) and how the gateway reaches it: unix sockets in a
+// directory below dir that only the gateway may enter (the sandbox does
+// not show dir, and its user may search it but not this directory).
+func bridgedConnInfo(ci ConnInfo, dir string) (kernel, gw ConnInfo, err error) {
+	private := filepath.Join(dir, "gw")
+	if err := os.Mkdir(private, 0o700); err != nil {
+		return ci, ci, err
+	}
 	kernel, gw = ci, ci
 	kernel.Transport, kernel.IP = "tcp", "127.0.0.1"
-	gw.Transport, gw.IP = "ipc", filepath.Join(dir, "k")
-	return kernel, gw
+	gw.Transport, gw.IP = "ipc", filepath.Join(private, "k")
+	return kernel, gw, nil
 }
 
 var (
@@ -126,14 +139,18 @@ func (iso isolation) command(argv []string, path, runtime string, kd KernelDirs,
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
-	if err := os.WriteFile(emptyFile(kd), nil, 0o400); err != nil {
+	if err := writeHideFiles(kd); err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}
 	infoFD := 0
 	if iso.bridged(transport) {
 		infoFD = sandboxInfoFD
 	}
-	out := append([]string{bwrap}, iso.sandbox.bwrapArgs(runtime, kd, cwd, startDir, infoFD)...)
+	args, err := iso.sandbox.bwrapArgs(iso.user, runtime, kd, cwd, startDir, infoFD)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: %w", err)
+	}
+	out := append([]string{bwrap}, args...)
 	return append(out, argv...), nil
 }
 
@@ -171,7 +188,8 @@ func (lp *localProcess) setup(iso isolation, gate, info *os.File, kernelCI ConnI
 				return fmt.Errorf("cgroup: %w", err)
 			}
 		}
-		if err := iso.limits.setRlimits(pid); err != nil {
+		// The child already runs as the sandbox user, if any.
+		if err := iso.user.peerOf(func() error { return iso.limits.setRlimits(pid) }); err != nil {
 			return err
 		}
 		return openGate(gate)

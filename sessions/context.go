@@ -24,6 +24,9 @@ type Context struct {
 	Shared   bool // code-python, code-javascript, code-typescript
 	Isolated bool // a one-run kernel, deleted after its run
 
+	// pool gave an isolated context its kernel; it refills when the run ends.
+	pool *pool
+
 	m       *Manager
 	spec    *kernelspecs.Spec
 	created time.Time
@@ -217,6 +220,9 @@ func (c *Context) work() {
 		c.running = nil
 		c.mu.Unlock()
 		if c.Isolated {
+			if c.pool != nil {
+				c.pool.refill()
+			}
 			c.m.deleteContext(c)
 		}
 	}

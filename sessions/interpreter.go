@@ -308,7 +308,9 @@ func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*Run
 	var k *Kernel
 	if canSetup {
 		if p := m.pool(spec); p != nil {
-			k = p.take()
+			if k = p.take(); k != nil {
+				c.pool = p
+			}
 		}
 	}
 	if k != nil {
@@ -443,30 +445,26 @@ func (m *Manager) dropRun(r *Run) {
 	m.mu.Unlock()
 }
 
-// pruneRunsLocked forgets finished runs past the retention time or count.
+// pruneRunsLocked forgets the oldest finished runs past the retention
+// count or time. Runs are kept in arrival order and pruning stops at the
+// first one still queued or running, so each call does O(1) work on
+// average.
 func (m *Manager) pruneRunsLocked() {
 	now := time.Now()
-	keep := m.runOrder[:0]
-	finished := 0
-	for i := len(m.runOrder) - 1; i >= 0; i-- {
-		r := m.runOrder[i]
+	drop := 0
+	for _, r := range m.runOrder {
 		r.mu.Lock()
 		done, at := r.state == RunDone, r.finished
 		r.mu.Unlock()
-		if done {
-			finished++
-			if finished > m.cfg.RunsKept || now.Sub(at) > m.cfg.RunRetention {
-				delete(m.runs, r.ID)
-				continue
-			}
+		if !done || (len(m.runOrder)-drop <= m.cfg.RunsKept && now.Sub(at) <= m.cfg.RunRetention) {
+			break
 		}
-		keep = append(keep, r)
+		delete(m.runs, r.ID)
+		drop++
 	}
-	// keep is newest first; restore oldest first.
-	for i, j := 0, len(keep)-1; i < j; i, j = i+1, j-1 {
-		keep[i], keep[j] = keep[j], keep[i]
+	if drop > 0 {
+		m.runOrder = append(m.runOrder[:0], m.runOrder[drop:]...)
 	}
-	m.runOrder = keep
 }
 
 // Run returns a run by id.

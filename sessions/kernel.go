@@ -293,9 +293,17 @@ func (k *Kernel) died(jk *jupyter.Kernel, gen int, err error) {
 func (k *Kernel) running(ctx context.Context) (*jupyter.Kernel, error) {
 	for {
 		k.mu.Lock()
-		jk, ready, removed := k.jk, k.ready, k.removed
+		jk, ready, removed, gen := k.jk, k.ready, k.removed, k.gen
 		reason := k.reason
 		k.mu.Unlock()
+		if jk != nil {
+			// A process that died but whose watcher has not caught up yet
+			// is handled here, so nothing is sent to it.
+			if err := jk.Err(); err != nil && !errors.Is(err, jupyter.ErrKernelShutdown) {
+				k.died(jk, gen, err)
+				continue
+			}
+		}
 		switch {
 		case removed:
 			return nil, ErrKernelGone

@@ -3,6 +3,7 @@ package sessions
 import (
 	"context"
 	"sync"
+	"time"
 
 	"kernelgate/kernelspecs"
 )
@@ -22,7 +23,15 @@ type pool struct {
 	misses   int
 }
 
-// take returns a ready kernel, or nil; either way the pool refills.
+// refillDelay is how long the pool waits after handing out a kernel
+// before it starts the replacement, unless the run that took the kernel
+// ends sooner (its context refills then): a starting kernel takes a core
+// for most of a second, which on a small machine slows the very run the
+// pool is serving.
+const refillDelay = time.Second
+
+// take returns a ready kernel, or nil. After a miss the pool refills at
+// once; after a hit, when the run ends or refillDelay has passed.
 func (p *pool) take() *Kernel {
 	p.mu.Lock()
 	var k *Kernel
@@ -41,7 +50,11 @@ func (p *pool) take() *Kernel {
 	}
 	p.mu.Unlock()
 	p.m.cfg.Observer.PoolTaken(p.spec.Name, k != nil)
-	p.refill()
+	if k == nil {
+		p.refill()
+	} else {
+		time.AfterFunc(refillDelay, p.refill)
+	}
 	return k
 }
 

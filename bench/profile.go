@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+	"time"
+
+	"kernelgate/gateway"
+	"kernelgate/jupyter"
+	"kernelgate/kernelspecs"
+	"kernelgate/sessions"
+)
+
+// The profiling run serves the gateway from this process (kernelgate has
+// no pprof endpoint), configured as `kernelgate serve` configures it by
+// default (but with no warm pool, so that no kernel starts in the
+// background), and records a CPU profile of each workload. The harness's own
+// clients run in the same process; their functions are easy to tell apart
+// (package main, gorilla's client side).
+
+// inProcessGateway serves kernelgate's gateway on a loopback listener.
+func inProcessGateway(poolSize int) (*server, func(), error) {
+	dir, err := os.MkdirTemp("", "kgprof-")
+	if err != nil {
+		return nil, nil, err
+	}
+	metrics := gateway.NewMetrics()
+	mgr := sessions.New(sessions.Config{
+		DefaultKernel: "python3", StartTimeout: time.Minute, QueueLimit: 64,
+		RunLimits: sessions.Limits{LogBytes: 8 << 20, ResultBytes: 32 << 20}, RunRetention: 10 * time.Minute,
+		RunsKept: 1000, InterruptGrace: 3 * time.Second, PoolSize: poolSize, LateOutputWait: 5 * time.Millisecond,
+		Observer:     metrics,
+		KernelLimits: jupyter.Limits{MemoryBytes: 4 << 30, Pids: 1024, NoFile: 4096},
+	}, kernelspecs.Load([]string{specDir}), &jupyter.LocalProvisioner{RuntimeDir: filepath.Join(dir, "runtime")}, nil)
+	s := &server{name: "kernelgate (in process)", token: "bench-profile", dir: dir, http: newHTTPClient(), waited: make(chan struct{})}
+	srv := gateway.New(gateway.Config{Token: s.token, Metrics: metrics, MetricsOpen: true}, mgr, nil)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	go srv.Serve(l)
+	s.url = "http://" + l.Addr().String() + "/"
+	stop := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		mgr.Close(ctx)
+		s.http.CloseIdleConnections()
+		os.RemoveAll(dir)
+	}
+	return s, stop, nil
+}
+
+// profileWorkloads are what -profile can record, by name.
+var profileWorkloads = map[string]func(ctx context.Context, kg *server, n int) error{
+	"ws-deno":     func(ctx context.Context, kg *server, n int) error { return profileWS(ctx, kg, "deno", n) },
+	"ws-python":   func(ctx context.Context, kg *server, n int) error { return profileWS(ctx, kg, "python3", n) },
+	"rest-python": func(ctx context.Context, kg *server, n int) error { return profileREST(ctx, kg, "python", n) },
+	"rest-deno":   func(ctx context.Context, kg *server, n int) error { return profileREST(ctx, kg, "javascript", n) },
+}
+
+// runProfiles records a CPU profile of each named workload into dir.
+func runProfiles(ctx context.Context, dir, names string, n int) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	kg, stop, err := inProcessGateway(0)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	for _, name := range strings.Split(names, ",") {
+		fn := profileWorkloads[name]
+		if fn == nil {
+			return fmt.Errorf("no workload %q to profile", name)
+		}
+		// Warm up (kernel start, first runs) outside the profile.
+		if err := fn(ctx, kg, 20); err != nil {
+			return err
+		}
+		f, err := os.Create(filepath.Join(dir, name+".pprof"))
+		if err != nil {
+			return err
+		}
+		progress("profiling %s: %d round trips", name, n)
+		t0 := time.Now()
+		pprof.StartCPUProfile(f)
+		err = fn(ctx, kg, n)
+		pprof.StopCPUProfile()
+		f.Close()
+		if err != nil {
+			return err
+		}
+		progress("profiled %s in %v: %s", name, time.Since(t0).Round(time.Millisecond), f.Name())
+	}
+	return nil
+}
+
+// profiled keeps the kernels of the profiled workloads between the
+// warm-up and the profile.
+var profiled = map[string]*kernelWS{}
+
+func profileWS(ctx context.Context, kg *server, spec string, n int) error {
+	ws := profiled[spec]
+	if ws == nil {
+		id, err := kg.startKernel(ctx, spec)
+		if err != nil {
+			return err
+		}
+		if ws, err = dialKernel(ctx, kg, id, true); err != nil {
+			return err
+		}
+		profiled[spec] = ws
+	}
+	for range n {
+		o, err := ws.execute(ctx, "1+1", 0)
+		if err != nil {
+			return err
+		}
+		if o.wrong("2") {
+			return fmt.Errorf("%w: %+v", errWrong, o)
+		}
+	}
+	return nil
+}
+
+func profileREST(ctx context.Context, kg *server, language string, n int) error {
+	for range n {
+		if _, err := kg.execute(ctx, map[string]any{"code": "1+1", "language": language}, "2"); err != nil {
+			return err
+		}
+	}
+	return nil
+}

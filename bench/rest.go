@@ -1,0 +1,207 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// do sends a request with the server's token and returns status and body.
+func (s *server) do(ctx context.Context, method, path string, body any) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		js, err := json.Marshal(body)
+		if err != nil {
+			return 0, nil, err
+		}
+		rd = bytes.NewReader(js)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, s.url+path, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Authorization", "token "+s.token)
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, out, err
+}
+
+// expect sends a request and fails unless the status is want; it decodes
+// the body into v when v is not nil.
+func (s *server) expect(ctx context.Context, want int, method, path string, body, v any) error {
+	status, out, err := s.do(ctx, method, path, body)
+	if err != nil {
+		return fmt.Errorf("%s %s %s: %w", s.name, method, path, err)
+	}
+	if status != want {
+		return fmt.Errorf("%s %s %s: status %d, want %d: %.300s", s.name, method, path, status, want, out)
+	}
+	if v != nil {
+		if err := json.Unmarshal(out, v); err != nil {
+			return fmt.Errorf("%s %s %s: %w", s.name, method, path, err)
+		}
+	}
+	return nil
+}
+
+// startKernel is POST /api/kernels; it returns the kernel id.
+func (s *server) startKernel(ctx context.Context, spec string) (string, error) {
+	var k struct {
+		ID string `json:"id"`
+	}
+	if err := s.expect(ctx, http.StatusCreated, "POST", "api/kernels", map[string]string{"name": spec}, &k); err != nil {
+		return "", err
+	}
+	return k.ID, nil
+}
+
+func (s *server) deleteKernel(ctx context.Context, id string) error {
+	return s.expect(ctx, http.StatusNoContent, "DELETE", "api/kernels/"+id, nil, nil)
+}
+
+// execution is what the harness reads of an Execution.
+type execution struct {
+	Results []struct {
+		Text string `json:"text"`
+	} `json:"results"`
+	Logs struct {
+		Stdout []string `json:"stdout"`
+	} `json:"logs"`
+	Process struct {
+		Reason string `json:"reason"`
+	} `json:"process"`
+}
+
+// execute is POST /api/execute. It returns an error for a non-200
+// answer, a run that did not complete, or a result other than want (ANSI
+// colours stripped); missing reports a run that completed without any
+// result (Deno publishes some results after idle, see --late-output-wait).
+func (s *server) execute(ctx context.Context, body map[string]any, want string) (missing bool, err error) {
+	status, out, err := s.do(ctx, "POST", "api/execute", body)
+	if err != nil {
+		return false, err
+	}
+	if status != http.StatusOK {
+		return false, fmt.Errorf("POST /api/execute: status %d: %.300s", status, out)
+	}
+	var e execution
+	if err := json.Unmarshal(out, &e); err != nil {
+		return false, fmt.Errorf("POST /api/execute: %w", err)
+	}
+	if e.Process.Reason != "completed" {
+		return false, fmt.Errorf("POST /api/execute: run ended %q: %.300s", e.Process.Reason, out)
+	}
+	if len(e.Results) == 0 {
+		return true, nil
+	}
+	if got := stripANSI(e.Results[0].Text); got != want {
+		return false, fmt.Errorf("POST /api/execute: %w: %q, want %q", errWrong, got, want)
+	}
+	return false, nil
+}
+
+// createContext is POST /api/contexts; it returns the context's id and
+// its kernel's id.
+func (s *server) createContext(ctx context.Context, language string) (id, kernel string, err error) {
+	var c struct {
+		ID       string `json:"id"`
+		KernelID string `json:"kernelId"`
+	}
+	err = s.expect(ctx, http.StatusCreated, "POST", "api/contexts", map[string]string{"language": language}, &c)
+	return c.ID, c.KernelID, err
+}
+
+func (s *server) deleteContext(ctx context.Context, id string) error {
+	return s.expect(ctx, http.StatusNoContent, "DELETE", "api/contexts/"+id, nil, nil)
+}
+
+// metrics scrapes /metrics and returns the value of each series, keyed
+// by its name with labels as printed (go_goroutines,
+// kernelgate_pool_ready_kernels{spec="python3"}).
+func (s *server) metrics(ctx context.Context) (map[string]float64, error) {
+	status, out, err := s.do(ctx, "GET", "metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	if status != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: status %d", status)
+	}
+	m := map[string]float64{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		m[line[:i]] = v
+	}
+	return m, nil
+}
+
+// goroutines is the gateway's go_goroutines.
+func (s *server) goroutines(ctx context.Context) (int, error) {
+	m, err := s.metrics(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return int(m["go_goroutines"]), nil
+}
+
+// waitPool waits until the warm pool of spec holds n ready kernels.
+func (s *server) waitPool(ctx context.Context, spec string, n int) error {
+	key := `kernelgate_pool_ready_kernels{spec="` + spec + `"}`
+	for {
+		m, err := s.metrics(ctx)
+		if err == nil && int(m[key]) >= n {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: warm pool of %s not filled: %w", s.name, spec, ctx.Err())
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}
+
+// stripANSI removes CSI escape sequences (Deno colours its results).
+func stripANSI(s string) string {
+	if !strings.Contains(s, "\x1b") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0x1b && i+1 < len(s) && s[i+1] == '[' {
+			j := i + 2
+			for j < len(s) && (s[j] < 0x40 || s[j] > 0x7e) {
+				j++
+			}
+			i = j
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

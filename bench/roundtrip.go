@@ -1,0 +1,273 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"kernelgate/internal/directclient"
+)
+
+// benchRoundTrip measures `1+1` from sending the request until both its
+// reply and its status: idle have arrived (for POST /api/execute: until
+// the Execution is read), on one warm kernel per system, one request of
+// each system in turn.
+func (b *bench) benchRoundTrip(ctx context.Context) error {
+	for _, k := range kernels {
+		if err := b.roundTrip(ctx, k.spec, k.language); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rtSystem is one way of running `1+1` in the round-trip section, on
+// one or more kernels taken in turn.
+type rtSystem struct {
+	runs []func(context.Context) (outcome, error)
+	next int
+	lat  sample
+	late int // round trips that ended without their result (it came after idle)
+	// gateway, when set, is the process whose CPU time the round trips
+	// are charged with (read around each one, outside the timing)
+	gateway *server
+	cpu     time.Duration
+}
+
+// cpuNote is the gateway CPU time per round trip.
+func (s *rtSystem) cpuNote() string {
+	if s.gateway == nil || len(s.lat) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; gateway CPU %.0f µs per round trip", float64(s.cpu.Microseconds())/float64(len(s.lat)))
+}
+
+// join makes one system of several, each on a kernel of its own: turn by
+// turn, they average out how far one kernel process differs from another.
+func join(systems ...*rtSystem) *rtSystem {
+	j := &rtSystem{}
+	for _, s := range systems {
+		j.runs = append(j.runs, s.runs...)
+	}
+	return j
+}
+
+func (s *rtSystem) step(ctx context.Context) error {
+	run := s.runs[s.next%len(s.runs)]
+	s.next++
+	var cpu0 time.Duration
+	if s.gateway != nil {
+		cpu0, _ = cpuTime(s.gateway.pid())
+	}
+	t0 := time.Now()
+	o, err := run(ctx)
+	d := time.Since(t0)
+	if err != nil {
+		return err
+	}
+	if s.gateway != nil {
+		cpu1, _ := cpuTime(s.gateway.pid())
+		s.cpu += cpu1 - cpu0
+	}
+	if o.wrong("2") {
+		return fmt.Errorf("%w: status %s, result %q", errWrong, o.status, o.text)
+	}
+	if o.text == "" {
+		s.late++
+	}
+	s.lat = append(s.lat, d)
+	return nil
+}
+
+func directSystem(c *directclient.Client) *rtSystem {
+	return &rtSystem{runs: []func(context.Context) (outcome, error){func(ctx context.Context) (outcome, error) {
+		status, err := c.Execute(ctx, "1+1")
+		return outcome{status: status, text: "2"}, err // the direct client reads no result
+	}}}
+}
+
+// wsSystem starts a kernel on s and returns a system that runs over its
+// websocket; close deletes the kernel.
+func wsSystem(ctx context.Context, s *server, spec string, v1 bool) (sys *rtSystem, close func(), err error) {
+	id, err := s.startKernel(ctx, spec)
+	if err != nil {
+		return nil, nil, err
+	}
+	ws, err := dialKernel(ctx, s, id, v1)
+	if err != nil {
+		s.deleteKernel(context.Background(), id)
+		return nil, nil, err
+	}
+	close = func() {
+		ws.Close()
+		s.deleteKernel(context.Background(), id)
+	}
+	if err := ws.kernelInfo(ctx); err != nil {
+		close()
+		return nil, nil, err
+	}
+	return &rtSystem{runs: []func(context.Context) (outcome, error){
+		func(ctx context.Context) (outcome, error) { return ws.execute(ctx, "1+1", 0) }}}, close, nil
+}
+
+// restSystem runs on the shared context of language (POST /api/execute
+// without a context); close deletes that context.
+func restSystem(s *server, language string) (*rtSystem, func()) {
+	return &rtSystem{runs: []func(context.Context) (outcome, error){func(ctx context.Context) (outcome, error) {
+			missing, err := s.execute(ctx, map[string]any{"code": "1+1", "language": language}, "2")
+			if missing {
+				return outcome{status: "ok"}, err
+			}
+			return outcome{status: "ok", text: "2"}, err
+		}}}, func() {
+			s.deleteContext(context.Background(), "code-"+language)
+		}
+}
+
+func (b *bench) roundTrip(ctx context.Context, specName, language string) error {
+	spec, _ := b.specs.Get(specName)
+	sctx, cancel := within(ctx, 5*time.Minute)
+	defer cancel()
+	var closers []func()
+	defer func() {
+		for _, c := range closers {
+			c()
+		}
+	}()
+	per := b.opt.rtKernels
+	newDirect := func() (*rtSystem, error) {
+		var all []*rtSystem
+		for range per {
+			var c *directclient.Client
+			err := b.retry(func() error {
+				var err error
+				c, err = directclient.Start(sctx, spec)
+				return err
+			})
+			if err != nil {
+				return nil, err
+			}
+			closers = append(closers, func() { c.Close() })
+			all = append(all, directSystem(c))
+		}
+		return join(all...), nil
+	}
+	newWS := func(s *server, v1 bool, n int) (*rtSystem, error) {
+		var all []*rtSystem
+		for range n {
+			var sys *rtSystem
+			var close func()
+			err := b.retry(func() error {
+				var err error
+				sys, close, err = wsSystem(sctx, s, specName, v1)
+				return err
+			})
+			if err != nil {
+				return nil, err
+			}
+			closers = append(closers, close)
+			all = append(all, sys)
+		}
+		j := join(all...)
+		j.gateway = s
+		return j, nil
+	}
+	newREST := func(s *server) *rtSystem {
+		sys, close := restSystem(s, language)
+		closers = append(closers, close)
+		sys.gateway = s
+		return sys
+	}
+	direct, err := newDirect()
+	if err != nil {
+		return err
+	}
+	// A second direct client on a kernel of its own is the control: how far
+	// two kernel processes of one kernelspec differ with the same client.
+	control, err := newDirect()
+	if err != nil {
+		return err
+	}
+	kgV1, err := newWS(b.kg, true, per)
+	if err != nil {
+		return err
+	}
+	kgJSON, err := newWS(b.kg, false, per)
+	if err != nil {
+		return err
+	}
+	js, err := newWS(b.js, false, 1)
+	if err != nil {
+		return err
+	}
+	rest := newREST(b.kg)
+	systems := []*rtSystem{direct, kgV1, kgJSON, rest, js, control}
+	var restOff, bV1, bREST *rtSystem
+	if language != "python" {
+		restOff = newREST(b.kgOff)
+		systems = append(systems, restOff)
+	}
+	if b.kgB != nil {
+		if bV1, err = newWS(b.kgB, true, per); err != nil {
+			return err
+		}
+		bREST = newREST(b.kgB)
+		systems = append(systems, bV1, bREST)
+	}
+
+	progress("round trip, %s: %d warm-up round trips each", specName, b.opt.warmup)
+	for range b.opt.warmup {
+		for _, s := range systems {
+			if err := s.step(sctx); err != nil {
+				return err
+			}
+		}
+	}
+	for _, s := range systems {
+		s.lat, s.late, s.cpu = nil, 0, 0
+	}
+	for i := range b.opt.roundTrips {
+		if i%100 == 0 {
+			progress("round trip, %s: %d/%d", specName, i, b.opt.roundTrips)
+		}
+		for _, s := range systems {
+			if err := s.step(sctx); err != nil {
+				return err
+			}
+		}
+	}
+
+	name := "`1+1` round trip, " + specName
+	d := direct.lat
+	b.add(row{figure: name + ", control: a second direct client on a kernel of its own", direct: lat(control.lat),
+		ratios: "direct 2/direct " + ratio(ms(control.lat.p50()), ms(d.p50())) + " (paired " + fmtDiff(paired(control.lat, d)) + ")"})
+	b.add(row{figure: name + ", websocket v1", kg: lat(kgV1.lat) + lateNote(kgV1.late), direct: lat(d), ratios: ratios(kgV1.lat, d, nil, true) + kgV1.cpuNote()})
+	b.add(row{figure: name + ", websocket JSON", kg: lat(kgJSON.lat) + lateNote(kgJSON.late), direct: lat(d),
+		js: lat(js.lat) + lateNote(js.late), ratios: ratios(kgJSON.lat, d, js.lat, true) + kgJSON.cpuNote() + "; JS" + strings.TrimPrefix(js.cpuNote(), "; gateway")})
+	b.add(row{figure: name + ", POST /api/execute", kg: lat(rest.lat) + missingNote(rest.late), direct: lat(d), ratios: ratios(rest.lat, d, nil, true) + rest.cpuNote()})
+	if restOff != nil {
+		b.add(row{figure: name + ", POST /api/execute with --late-output-wait=-1ms", kg: lat(restOff.lat) + missingNote(restOff.late),
+			direct: lat(d), ratios: ratios(restOff.lat, d, nil, true) + restOff.cpuNote()})
+	}
+	if bV1 != nil {
+		b.add(row{figure: name + ", websocket v1, kernelgate B", kg: lat(bV1.lat) + lateNote(bV1.late), direct: lat(d),
+			ratios: ratios(bV1.lat, d, nil, true) + "; B/A paired " + fmtDiff(paired(bV1.lat, kgV1.lat)) + bV1.cpuNote()})
+		b.add(row{figure: name + ", POST /api/execute, kernelgate B", kg: lat(bREST.lat) + missingNote(bREST.late), direct: lat(d),
+			ratios: ratios(bREST.lat, d, nil, true) + "; B/A paired " + fmtDiff(paired(bREST.lat, rest.lat)) + bREST.cpuNote()})
+	}
+	for _, w := range []struct {
+		name string
+		s    sample
+	}{{"v1", kgV1.lat}, {"JSON", kgJSON.lat}} {
+		p := paired(w.s, d)
+		b.check(fmt.Sprintf("websocket %s round trip on %s within 0.3 ms of direct", w.name, specName), p <= 300*time.Microsecond,
+			"paired difference %s, p50 %s vs %s ms; control %s", fmtDiff(p), fmtMS(w.s.p50()), fmtMS(d.p50()), fmtDiff(paired(control.lat, d)))
+	}
+	if language == "python" {
+		r := ms(rest.lat.p50()) / ms(d.p50())
+		b.check("POST /api/execute `1+1` on python3 within 7% of direct", r <= 1.07,
+			"p50 %s vs %s ms, ratio %.3f; paired %s", fmtMS(rest.lat.p50()), fmtMS(d.p50()), r, fmtDiff(paired(rest.lat, d)))
+	}
+	return nil
+}
