@@ -1,6 +1,7 @@
 package jupyter
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -69,8 +70,34 @@ func (t limitedTransport) Dial(ctx context.Context, d transport.Dialer, addr str
 	if max == 0 {
 		max = DefaultMaxFrame
 	}
-	return &limitedConn{Conn: c, max: max, greeting: zmtpGreeting}, nil
+	l := frameLimiter{max: max, greeting: zmtpGreeting, br: bufio.NewReaderSize(c, readBuffer)}
+	// Embed the concrete connection, not net.Conn: zmq4 writes a message
+	// with net.Buffers, which makes one writev only for a connection of
+	// package net (its method for it is unexported, and embedding keeps
+	// it); through an interface every frame would be its own write and
+	// its own TCP segment.
+	switch c := c.(type) {
+	case *net.TCPConn:
+		return &limitedTCPConn{TCPConn: c, frameLimiter: l}, nil
+	case *net.UnixConn:
+		return &limitedUnixConn{UnixConn: c, frameLimiter: l}, nil
+	}
+	return &limitedConn{Conn: c, frameLimiter: l}, nil
 }
+
+type limitedTCPConn struct {
+	*net.TCPConn
+	frameLimiter
+}
+
+func (c *limitedTCPConn) Read(p []byte) (int, error) { return c.read(c.TCPConn, p) }
+
+type limitedUnixConn struct {
+	*net.UnixConn
+	frameLimiter
+}
+
+func (c *limitedUnixConn) Read(p []byte) (int, error) { return c.read(c.UnixConn, p) }
 
 func (t limitedTransport) Listen(ctx context.Context, addr string) (net.Listener, error) {
 	return t.inner.Listen(ctx, addr)
@@ -81,10 +108,17 @@ func (t limitedTransport) Addr(ep string) (string, error) { return t.inner.Addr(
 // zmtpGreeting is the length of a ZMTP 3 greeting.
 const zmtpGreeting = 64
 
-// limitedConn follows the ZMTP framing of what it reads: after the
-// greeting, frames of a flags byte, a 1- or 8-byte size and a body.
+// limitedConn is the limit over any other connection.
 type limitedConn struct {
 	net.Conn
+	frameLimiter
+}
+
+func (c *limitedConn) Read(p []byte) (int, error) { return c.read(c.Conn, p) }
+
+// frameLimiter follows the ZMTP framing of what is read: after the
+// greeting, frames of a flags byte, a 1- or 8-byte size and a body.
+type frameLimiter struct {
 	max      uint64
 	greeting int
 
@@ -94,23 +128,38 @@ type limitedConn struct {
 	sizeHave int
 	body     uint64 // body bytes left
 	err      error
+
+	// br batches reads: zmq4 reads each frame's header and body apart, so
+	// a message of six frames would otherwise be a dozen system calls.
+	br *bufio.Reader
 }
 
-func (c *limitedConn) Read(p []byte) (int, error) {
+// readBuffer is the read buffer of a kernel connection: a few small
+// messages; a larger read goes around it.
+const readBuffer = 4 << 10
+
+// read reads from c and checks what it read.
+func (c *frameLimiter) read(conn net.Conn, p []byte) (int, error) {
 	if c.err != nil {
 		return 0, c.err
 	}
-	n, err := c.Conn.Read(p)
+	var n int
+	var err error
+	if c.br != nil {
+		n, err = c.br.Read(p)
+	} else {
+		n, err = conn.Read(p)
+	}
 	if serr := c.scan(p[:n]); serr != nil {
 		c.err = serr
-		c.Conn.Close()
+		conn.Close()
 		return 0, serr
 	}
 	return n, err
 }
 
 // scan advances the framing state over b.
-func (c *limitedConn) scan(b []byte) error {
+func (c *frameLimiter) scan(b []byte) error {
 	for len(b) > 0 {
 		switch {
 		case c.greeting > 0:

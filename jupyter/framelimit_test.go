@@ -32,7 +32,7 @@ func zmtpStream(sizes ...int) []byte {
 
 // feed passes stream through a limitedConn in chunks of chunk bytes.
 func feed(stream []byte, max uint64, chunk int) error {
-	c := &limitedConn{max: max, greeting: zmtpGreeting}
+	c := &frameLimiter{max: max, greeting: zmtpGreeting}
 	for len(stream) > 0 {
 		k := min(chunk, len(stream))
 		if err := c.scan(stream[:k]); err != nil {
@@ -61,6 +61,8 @@ func TestFrameLimit(t *testing.T) {
 		t.Errorf("endpoint %s", got)
 	}
 	var _ net.Conn = (*limitedConn)(nil)
+	var _ net.Conn = (*limitedTCPConn)(nil)
+	var _ net.Conn = (*limitedUnixConn)(nil)
 }
 
 func TestKernelOverTheFrameLimitIsStopped(t *testing.T) {
