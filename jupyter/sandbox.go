@@ -111,7 +111,7 @@ const sandboxInfoFD = 4
 // it. Paths are looked up as u, as bwrap will look them up: hidden paths
 // u cannot reach are skipped, and kd.Root, cwd and startDir must be
 // reachable.
-func (c *SandboxConfig) bwrapArgs(u sandboxUser, runtime string, kd KernelDirs, cwd, startDir string, infoFD int) ([]string, error) {
+func (c *SandboxConfig) bwrapArgs(u sandboxUser, runtime string, kd KernelDirs, cwd, startDir, program string, infoFD int) ([]string, error) {
 	type hiddenPath struct {
 		path   string
 		sealed bool // a file is replaced by sealedFile, not emptyFile
@@ -163,6 +163,16 @@ func (c *SandboxConfig) bwrapArgs(u sandboxUser, runtime string, kd KernelDirs, 
 			a = append(a, "--ro-bind", sealedFile(kd), h.path)
 		default:
 			a = append(a, "--ro-bind", emptyFile(kd), h.path)
+		}
+	}
+	// A kernel installed below /tmp (a checkout there, say) would vanish
+	// under the empty /tmp: its program's directory comes back read-only.
+	if program != "" {
+		if real, err := filepath.EvalSymlinks(program); err == nil {
+			dir := filepath.Dir(real)
+			if within(dir, "/tmp") || within(dir, "/var/tmp") || within(dir, runtime) {
+				a = append(a, "--ro-bind", dir, dir)
+			}
 		}
 	}
 	a = append(a, "--bind", kd.Root, kd.Root)

@@ -297,7 +297,7 @@ func TestBwrapArgs(t *testing.T) {
 	u := sandboxUser{uid: os.Geteuid(), gid: os.Getegid()}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := c.cfg.bwrapArgs(u, c.runtime, kd, c.cwd, c.cwd, c.infoFD)
+			got, err := c.cfg.bwrapArgs(u, c.runtime, kd, c.cwd, c.cwd, "", c.infoFD)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -421,5 +421,40 @@ func TestSandboxStartFailuresLeaveNothing(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestSandboxedProgramBelowTmp(t *testing.T) {
+	// A kernel installed in a checkout below /tmp still starts in the
+	// sandbox, whose /tmp is empty: its program's directory is bound back.
+	if _, err := exec.LookPath("bwrap"); err != nil {
+		t.Skip("bwrap is not installed")
+	}
+	dir, err := os.MkdirTemp("/tmp", "kg-program-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o755)
+	prog := filepath.Join(dir, "python3")
+	if err := os.Symlink("/usr/bin/python3", prog); err != nil {
+		t.Fatal(err)
+	}
+	// The link resolves out of /tmp: bind nothing. A real file below /tmp: bind its directory.
+	var cfg SandboxConfig
+	runtime := t.TempDir()
+	kd := KernelDirs{Root: filepath.Join(runtime, "kernel"), Work: filepath.Join(runtime, "kernel", "work")}
+	os.MkdirAll(kd.Work, 0o755)
+	args, err := cfg.bwrapArgs(sandboxUser{}, runtime, kd, kd.Work, kd.Work, prog, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(strings.Join(args, " "), dir) {
+		t.Errorf("a link out of /tmp binds %s: %v", dir, args)
+	}
+	real := filepath.Join(dir, "tool")
+	os.WriteFile(real, []byte("#!/bin/sh\n"), 0o755)
+	if args, _ := cfg.bwrapArgs(sandboxUser{}, runtime, kd, kd.Work, kd.Work, real, 0); !strings.Contains(strings.Join(args, " "), "--ro-bind "+dir+" "+dir) {
+		t.Errorf("program below /tmp not bound: %v", args)
 	}
 }

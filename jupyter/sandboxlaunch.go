@@ -146,7 +146,7 @@ func (iso isolation) command(argv []string, path, runtime string, kd KernelDirs,
 	if iso.bridged(transport) {
 		infoFD = sandboxInfoFD
 	}
-	args, err := iso.sandbox.bwrapArgs(iso.user, runtime, kd, cwd, startDir, infoFD)
+	args, err := iso.sandbox.bwrapArgs(iso.user, runtime, kd, cwd, startDir, exe, infoFD)
 	if err != nil {
 		return nil, fmt.Errorf("sandbox: %w", err)
 	}

@@ -145,7 +145,7 @@ func TestBwrapArgsAsSandboxUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := &SandboxConfig{Hide: []string{secret, open}}
-	args, err := cfg.bwrapArgs(u, runtime, kd, kd.Work, kd.Work, 0)
+	args, err := cfg.bwrapArgs(u, runtime, kd, kd.Work, kd.Work, "", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +156,7 @@ func TestBwrapArgsAsSandboxUser(t *testing.T) {
 	if !strings.Contains(line, "--ro-bind "+emptyFile(kd)+" "+open) {
 		t.Errorf("bwrap does not hide %s: %s", open, line)
 	}
-	if _, err := cfg.bwrapArgs(u, runtime, kd, private, private, 0); err == nil || !strings.Contains(err.Error(), "cannot enter "+private) {
+	if _, err := cfg.bwrapArgs(u, runtime, kd, private, private, "", 0); err == nil || !strings.Contains(err.Error(), "cannot enter "+private) {
 		t.Errorf("working directory %s (0700, root's): err = %v, want cannot enter", private, err)
 	}
 }
