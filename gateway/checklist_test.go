@@ -1743,8 +1743,8 @@ func TestB4_21_ResourceLimits(t *testing.T) {
 		t.Errorf("run on another context during the allocation: %+v", e)
 	}
 	evs := readEvents(t, sc, func(e event) bool { return e.Type == "end" })
-	if end := evs[len(evs)-1]; end.Type != "end" || end.Process.Reason != sessions.Lost || end.Process.ExitCode != nil {
-		t.Errorf("1 GiB in 256 MiB: %s, want lost", end.Raw)
+	if end := evs[len(evs)-1]; end.Type != "end" || end.Process.Reason != sessions.Lost || end.Process.ExitCode != nil || !strings.Contains(end.Process.Message, "out of memory") {
+		t.Errorf("1 GiB in 256 MiB: %s, want lost, out of memory", end.Raw)
 	}
 	if grew := rssBytes(t) - before; grew > 64<<20 {
 		t.Errorf("gateway RSS grew by %d MiB", grew>>20)
