@@ -344,18 +344,5 @@ func resultText(t *testing.T, iopub []wsMsg) string {
 	return ""
 }
 
-func stripANSI(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == 0x1b && i+1 < len(s) && s[i+1] == '[' {
-			j := i + 2
-			for j < len(s) && (s[j] < 0x40 || s[j] > 0x7e) {
-				j++
-			}
-			i = j
-			continue
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
+// stripANSI is the product's own: the Execution's text mirror uses it.
+func stripANSI(s string) string { return sessions.StripANSI(s) }
