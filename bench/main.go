@@ -97,6 +97,7 @@ func main() {
 	profile := flag.String("profile", "", "instead of the benchmarks, serve the gateway in this process and write CPU profiles of -workloads into this directory")
 	workloads := flag.String("workloads", "ws-deno,rest-python,rest-deno", "workloads of -profile: ws-deno, ws-python, rest-python, rest-deno")
 	profileN := flag.Int("n", 2000, "round trips per -profile workload")
+	flag.BoolVar(&traceToo, "trace", false, "with -profile, also write an execution trace of each workload (go tool trace -pprof=sched shows hand-off latency)")
 	flag.StringVar(&compareBin, "compare", "", "a second kernelgate program measured beside bin/kernelgate (rows marked kernelgate B)")
 	flag.Func("kgflag", "extra flag for every kernelgate process, e.g. -kgflag=--kernel-memory=0 (repeatable)", func(s string) error {
 		extraFlags = append(extraFlags, s)

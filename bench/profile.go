@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"runtime/trace"
 	"strings"
 	"time"
 
@@ -90,10 +91,22 @@ func runProfiles(ctx context.Context, dir, names string, n int) error {
 		}
 		progress("profiling %s: %d round trips", name, n)
 		t0 := time.Now()
+		var tf *os.File
+		if traceToo {
+			if tf, err = os.Create(filepath.Join(dir, name+".trace")); err != nil {
+				f.Close()
+				return err
+			}
+			trace.Start(tf)
+		}
 		pprof.StartCPUProfile(f)
 		err = fn(ctx, kg, n)
 		pprof.StopCPUProfile()
 		f.Close()
+		if tf != nil {
+			trace.Stop()
+			tf.Close()
+		}
 		if err != nil {
 			return err
 		}
@@ -101,6 +114,9 @@ func runProfiles(ctx context.Context, dir, names string, n int) error {
 	}
 	return nil
 }
+
+// traceToo makes -profile write execution traces beside the CPU profiles.
+var traceToo bool
 
 // profiled keeps the kernels of the profiled workloads between the
 // warm-up and the profile.
