@@ -170,7 +170,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("runs-kept")
 	fs.DurationVar(&c.InterruptGrace, "interrupt-grace", 3*time.Second, "how long an interrupted run may take to stop before its kernel is restarted")
 	add("interrupt-grace")
-	fs.DurationVar(&c.LateOutputWait, "late-output-wait", 5*time.Millisecond, "quiet period before a Deno run ends, for output Deno publishes after its idle status (negative: none)")
+	fs.DurationVar(&c.LateOutputWait, "late-output-wait", 5*time.Millisecond, "quiet period before a Deno run without a result ends, for output Deno publishes after its idle status (negative: none)")
 	add("late-output-wait")
 
 	fs.Usage = func() {

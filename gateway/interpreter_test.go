@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"runtime"
@@ -342,6 +343,41 @@ func TestWedgedDenoIsRestarted(t *testing.T) {
 	after := g.run(map[string]any{"code": "typeof before", "language": "typescript"})
 	if len(after.Results) != 1 || after.Results[0].Text != `"undefined"` {
 		t.Errorf("after restart: %+v", after.Results)
+	}
+}
+
+// A Deno run ends as soon as its execute_result has come, without the
+// quiet period for late output: Deno publishes the result after the run's
+// other output. With a quiet period of a minute, twenty runs finish well
+// within it, each with all its output; a run without a result still gets
+// output that comes after the idle status.
+func TestDenoResultEndsTheLateOutputWait(t *testing.T) {
+	g := newGateway(t, func(m *sessions.Config, _ *Config) { m.LateOutputWait = time.Minute })
+	client := &http.Client{Timeout: 30 * time.Second}
+	for i := range 20 {
+		body := fmt.Sprintf(`{"code": "console.log('a'); console.error('b'); console.log('c'); %d * 2", "language": "javascript"}`, i)
+		req, _ := http.NewRequest("POST", g.url+"/api/execute", strings.NewReader(body))
+		req.Header.Set("Authorization", "token "+g.token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("run %d (a run with a result must not wait the quiet period): %v", i, err)
+		}
+		out, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		e := decode[sessions.Execution](t, out)
+		stdout, stderr := strings.Join(e.Logs.Stdout, ""), strings.Join(e.Logs.Stderr, "")
+		if len(e.Results) != 1 || e.Results[0].Text != strconv.Itoa(i*2) || stdout != "a\nc\n" || stderr != "b\n" {
+			t.Fatalf("run %d: results %+v, stdout %q, stderr %q", i, e.Results, stdout, stderr)
+		}
+	}
+
+	short := newGateway(t, func(m *sessions.Config, _ *Config) { m.LateOutputWait = 200 * time.Millisecond })
+	for i := range 5 {
+		e := short.run(map[string]any{"code": fmt.Sprintf("for (let j = 0; j < 3; j++) console.log(%d + j)", i), "language": "javascript"})
+		if want := fmt.Sprintf("%d\n%d\n%d\n", i, i+1, i+2); strings.Join(e.Logs.Stdout, "") != want || len(e.Results) != 0 {
+			t.Errorf("run without a result: stdout %q (want %q), results %+v", strings.Join(e.Logs.Stdout, ""), want, e.Results)
+		}
 	}
 }
 

@@ -239,7 +239,8 @@ func runContext(r *Run, parent context.Context) (context.Context, context.Cancel
 // execute runs r on the context's kernel and ends it.
 func (c *Context) execute(r *Run) {
 	stop := make(chan Reason, 1)
-	late := make(chan struct{}, 1)
+	late := lateOutput{more: make(chan struct{}, 1), result: make(chan struct{})}
+	var resultOnce sync.Once
 	var pendingInput *Message
 	handle := func(ch jupyter.Channel, m *Message) {
 		if m.Type() == jupyter.InputRequest {
@@ -248,8 +249,11 @@ func (c *Context) execute(r *Run) {
 			r.mu.Unlock()
 		}
 		r.handle(m, ch)
+		if m.Type() == jupyter.ExecuteResult {
+			resultOnce.Do(func() { close(late.result) })
+		}
 		select {
-		case late <- struct{}{}:
+		case late.more <- struct{}{}:
 		default:
 		}
 	}
@@ -391,18 +395,34 @@ func lostMessage(err error) string {
 	return "the kernel went away: " + err.Error()
 }
 
+// lateOutput is what settle hears of a run's messages.
+type lateOutput struct {
+	more   chan struct{} // a message of the run arrived
+	result chan struct{} // closed once its execute_result arrived
+}
+
 // settle waits, for kernels known to publish output after their idle
-// status (Deno), until no message of the run came for a short while.
-func (c *Context) settle(jk *jupyter.Kernel, late chan struct{}) {
+// status (Deno), until no message of the run came for a short while, or
+// until its execute_result has come: such a kernel publishes the result
+// after the run's other output (stdout goes ahead of it, through the
+// kernel's own stdio channel), so nothing of the run follows it.
+func (c *Context) settle(jk *jupyter.Kernel, late lateOutput) {
 	wait := c.m.cfg.LateOutputWait
 	if wait <= 0 || !contains(c.m.cfg.LateOutputKernels, jk.Info().Implementation) {
 		return
+	}
+	select {
+	case <-late.result:
+		return
+	default:
 	}
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
 		select {
-		case <-late:
+		case <-late.result:
+			return
+		case <-late.more:
 			t.Reset(wait)
 		case <-t.C:
 			return

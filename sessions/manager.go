@@ -59,8 +59,9 @@ type Config struct {
 	PoolSize int
 	// LateOutputWait is how long a run waits after its reply and idle
 	// status for more output, on kernels that publish some late
-	// (LateOutputKernels, by kernel_info implementation name); negative
-	// turns the wait off.
+	// (LateOutputKernels, by kernel_info implementation name); a run
+	// whose execute_result has come ends at once (those kernels publish
+	// it last). Negative turns the wait off.
 	LateOutputWait    time.Duration
 	LateOutputKernels []string
 
