@@ -103,9 +103,12 @@ func main() {
 		extraFlags = append(extraFlags, s)
 		return nil
 	})
+	relay := flag.String("relay", "", "serve as a byte relay to these loopback ports (used by the harness itself)")
 	flag.Parse()
 	var err error
-	if *profile != "" {
+	if *relay != "" {
+		err = relayMain(*relay)
+	} else if *profile != "" {
 		err = profileMain(*profile, *workloads, *profileN)
 	} else {
 		err = run(*quick, *write, *only)

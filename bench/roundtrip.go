@@ -136,13 +136,13 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 		}
 	}()
 	per := b.opt.rtKernels
-	newDirect := func() (*rtSystem, error) {
+	newDirect := func(relay directclient.Relay) (*rtSystem, error) {
 		var all []*rtSystem
 		for range per {
 			var c *directclient.Client
 			err := b.retry(func() error {
 				var err error
-				c, err = directclient.Start(sctx, spec)
+				c, err = directclient.StartThrough(sctx, spec, relay)
 				return err
 			})
 			if err != nil {
@@ -179,13 +179,19 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 		sys.gateway = s
 		return sys
 	}
-	direct, err := newDirect()
+	direct, err := newDirect(nil)
 	if err != nil {
 		return err
 	}
 	// A second direct client on a kernel of its own is the control: how far
 	// two kernel processes of one kernelspec differ with the same client.
-	control, err := newDirect()
+	control, err := newDirect(nil)
+	if err != nil {
+		return err
+	}
+	// The direct client through a byte relay process: the floor of any
+	// process between a client and a kernel.
+	relayed, err := newDirect(startRelay)
 	if err != nil {
 		return err
 	}
@@ -202,7 +208,7 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 		return err
 	}
 	rest := newREST(b.kg)
-	systems := []*rtSystem{direct, kgV1, kgJSON, rest, js, control}
+	systems := []*rtSystem{direct, kgV1, kgJSON, rest, js, control, relayed}
 	var restOff, bV1, bREST *rtSystem
 	if language != "python" {
 		restOff = newREST(b.kgOff)
@@ -242,6 +248,8 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 	d := direct.lat
 	b.add(row{figure: name + ", control: a second direct client on a kernel of its own", direct: lat(control.lat),
 		ratios: "direct 2/direct " + ratio(ms(control.lat.p50()), ms(d.p50())) + " (paired " + fmtDiff(paired(control.lat, d)) + ")"})
+	b.add(row{figure: name + ", floor: the direct client through a byte relay process", direct: lat(relayed.lat),
+		ratios: "relayed/direct " + ratio(ms(relayed.lat.p50()), ms(d.p50())) + " (paired " + fmtDiff(paired(relayed.lat, d)) + ")"})
 	b.add(row{figure: name + ", websocket v1", kg: lat(kgV1.lat) + lateNote(kgV1.late), direct: lat(d), ratios: ratios(kgV1.lat, d, nil, true) + kgV1.cpuNote()})
 	b.add(row{figure: name + ", websocket JSON", kg: lat(kgJSON.lat) + lateNote(kgJSON.late), direct: lat(d),
 		js: lat(js.lat) + lateNote(js.late), ratios: ratios(kgJSON.lat, d, js.lat, true) + kgJSON.cpuNote() + "; JS" + strings.TrimPrefix(js.cpuNote(), "; gateway")})
@@ -262,12 +270,17 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 	}{{"v1", kgV1.lat}, {"JSON", kgJSON.lat}} {
 		p := paired(w.s, d)
 		b.check(fmt.Sprintf("websocket %s round trip on %s within 0.3 ms of direct", w.name, specName), p <= 300*time.Microsecond,
-			"paired difference %s, p50 %s vs %s ms; control %s", fmtDiff(p), fmtMS(w.s.p50()), fmtMS(d.p50()), fmtDiff(paired(control.lat, d)))
+			"paired difference %s, p50 %s vs %s ms; control %s; floor (relay) %s", fmtDiff(p), fmtMS(w.s.p50()), fmtMS(d.p50()), fmtDiff(paired(control.lat, d)), fmtDiff(paired(relayed.lat, d)))
 	}
+	floor := "; floor (relay) " + fmtDiff(paired(relayed.lat, d))
 	if language == "python" {
 		r := ms(rest.lat.p50()) / ms(d.p50())
 		b.check("POST /api/execute `1+1` on python3 within 7% of direct", r <= 1.07,
-			"p50 %s vs %s ms, ratio %.3f; paired %s", fmtMS(rest.lat.p50()), fmtMS(d.p50()), r, fmtDiff(paired(rest.lat, d)))
+			"p50 %s vs %s ms, ratio %.3f; paired %s%s", fmtMS(rest.lat.p50()), fmtMS(d.p50()), r, fmtDiff(paired(rest.lat, d)), floor)
+	} else {
+		p := paired(rest.lat, d)
+		b.check("POST /api/execute `1+1` on "+specName+" within 0.5 ms of direct", p <= 500*time.Microsecond,
+			"paired difference %s, p50 %s vs %s ms%s", fmtDiff(p), fmtMS(rest.lat.p50()), fmtMS(d.p50()), floor)
 	}
 	return nil
 }

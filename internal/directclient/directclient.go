@@ -73,6 +73,8 @@ type Client struct {
 	exited                chan struct{} // closed once cmd.Wait returned
 	up                    bool          // the kernel became ready
 
+	stopRelay func()
+
 	closeOnce sync.Once
 }
 
@@ -87,9 +89,27 @@ type message struct {
 // Start spawns the kernel of spec and returns once it has answered a
 // kernel_info_request and an iopub message has arrived.
 func Start(ctx context.Context, spec *kernelspecs.Spec) (*Client, error) {
+	return StartThrough(ctx, spec, nil)
+}
+
+// Relay puts something between the client and the kernel: given the
+// kernel's ports (shell, iopub, stdin, control, hb) it returns the ports
+// the client dials instead, and a function that removes it.
+type Relay func(kernelPorts [5]int) (dial [5]int, stop func(), err error)
+
+// StartThrough is Start with the client's sockets going through relay
+// (nil: straight to the kernel). Close stops the relay after the kernel.
+func StartThrough(ctx context.Context, spec *kernelspecs.Spec, relay Relay) (*Client, error) {
 	ports, err := freePorts()
 	if err != nil {
 		return nil, err
+	}
+	dialPorts := ports
+	stopRelay := func() {}
+	if relay != nil {
+		if dialPorts, stopRelay, err = relay(ports); err != nil {
+			return nil, fmt.Errorf("directclient: relay: %w", err)
+		}
 	}
 	key := make([]byte, 32)
 	rand.Read(key)
@@ -102,11 +122,14 @@ func Start(ctx context.Context, spec *kernelspecs.Spec) (*Client, error) {
 		exited:  make(chan struct{}),
 	}
 	c.mac = hmac.New(sha256.New, c.key)
+	c.stopRelay = stopRelay
 	if c.dir, err = os.MkdirTemp("", "directclient-"); err != nil {
+		stopRelay()
 		return nil, fmt.Errorf("directclient: %w", err)
 	}
 	if err := c.writeConnFile(ports); err != nil {
 		os.RemoveAll(c.dir)
+		stopRelay()
 		return nil, err
 	}
 	env := append(os.Environ(), "HOME="+c.dir)
@@ -130,6 +153,7 @@ func Start(ctx context.Context, spec *kernelspecs.Spec) (*Client, error) {
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := c.cmd.Start(); err != nil {
 		os.RemoveAll(c.dir)
+		stopRelay()
 		return nil, fmt.Errorf("directclient: %w", err)
 	}
 	go func() {
@@ -151,7 +175,7 @@ func Start(ctx context.Context, spec *kernelspecs.Spec) (*Client, error) {
 		case <-dialed:
 		}
 	}()
-	err = c.dial(sockCtx, ports)
+	err = c.dial(sockCtx, dialPorts)
 	close(dialed)
 	if err != nil && ctx.Err() != nil {
 		err = fmt.Errorf("directclient: kernel did not bind its ports: %w", ctx.Err())
@@ -447,6 +471,7 @@ func (c *Client) Close() error {
 			}
 		}
 		c.readers.Wait()
+		c.stopRelay()
 		os.RemoveAll(c.dir)
 	})
 	return nil
