@@ -35,6 +35,7 @@ test: test-deps vet
 # Short, bounded fuzzing of the parsers that take untrusted input.
 fuzz:
 	$(GO) test ./jupyter -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 10s
+	$(GO) test ./jupyter -run '^$$' -fuzz '^FuzzScanStrings$$' -fuzztime 5s
 	$(GO) test ./kernelspecs -run '^$$' -fuzz '^FuzzResourcePath$$' -fuzztime 5s
 
 # Benchmarks (docs/benchmarks.md): the kernel client against internal/directclient (Go

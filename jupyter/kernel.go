@@ -693,10 +693,11 @@ func (k *Kernel) dispatch(ch Channel, m *Message) {
 	if !c.finished {
 		switch {
 		case ch == IOPub && m.Header.MsgType == StatusMsg:
-			if isIdle(m) && !c.idle && c.reply == nil && k.interrupts > c.interrupts {
+			idle := isIdle(m)
+			if idle && !c.idle && c.reply == nil && k.interrupts > c.interrupts {
 				time.AfterFunc(noReplyWait, func() { k.replyLost(c) })
 			}
-			c.idle = c.idle || isIdle(m)
+			c.idle = c.idle || idle
 		case (ch == Shell || ch == Control) && m.Header.MsgType.IsReply():
 			c.reply = m
 		}
@@ -750,12 +751,7 @@ func (k *Kernel) findRecent(id string) *Call {
 	return nil
 }
 
-func isIdle(m *Message) bool {
-	var s struct {
-		State ExecutionState `json:"execution_state"`
-	}
-	return json.Unmarshal(m.RawContent, &s) == nil && s.State == StateIdle
-}
+func isIdle(m *Message) bool { return m.ExecutionState() == StateIdle }
 
 // watch ends the kernel when its process ends.
 func (k *Kernel) watch() {

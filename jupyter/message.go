@@ -204,8 +204,12 @@ func (m *Message) parseHeaders() error {
 	if !isJSONObject(m.RawHeader) {
 		return fmt.Errorf("%w: header is not a JSON object", ErrMalformed)
 	}
-	if err := json.Unmarshal(m.RawHeader, &m.Header); err != nil {
-		return fmt.Errorf("%w: header: %v", ErrMalformed, err)
+	h := &m.Header
+	if !scanStrings(m.RawHeader, headerKeys, []*string{&h.MsgID, &h.Session, &h.Username, &h.Date, (*string)(&h.MsgType), &h.Version}) {
+		*h = Header{}
+		if err := json.Unmarshal(m.RawHeader, h); err != nil {
+			return fmt.Errorf("%w: header: %v", ErrMalformed, err)
+		}
 	}
 	if m.Header.MsgID == "" || m.Header.MsgType == "" {
 		return fmt.Errorf("%w: header without msg_id or msg_type", ErrMalformed)
@@ -215,12 +219,40 @@ func (m *Message) parseHeaders() error {
 	}
 	if len(m.RawParent) > 2 {
 		var p parentRef
-		if err := json.Unmarshal(m.RawParent, &p); err != nil {
-			return fmt.Errorf("%w: parent header: %v", ErrMalformed, err)
+		if !scanStrings(m.RawParent, parentKeys, []*string{&p.MsgID, (*string)(&p.MsgType)}) {
+			p = parentRef{}
+			if err := json.Unmarshal(m.RawParent, &p); err != nil {
+				return fmt.Errorf("%w: parent header: %v", ErrMalformed, err)
+			}
 		}
 		m.ParentID, m.ParentType = p.MsgID, p.MsgType
 	}
 	return nil
+}
+
+// The JSON names of Header's and parentRef's fields, in field order.
+var (
+	headerKeys = []string{"msg_id", "session", "username", "date", "msg_type", "version"}
+	parentKeys = []string{"msg_id", "msg_type"}
+	stateKeys  = []string{"execution_state"}
+)
+
+// ExecutionState is the execution_state of a status message ("" for other
+// messages and for a status without one).
+func (m *Message) ExecutionState() ExecutionState {
+	if m.Header.MsgType != StatusMsg {
+		return ""
+	}
+	var s struct {
+		State ExecutionState `json:"execution_state"`
+	}
+	if !scanStrings(m.RawContent, stateKeys, []*string{(*string)(&s.State)}) {
+		s.State = ""
+		if json.Unmarshal(m.RawContent, &s) != nil {
+			return ""
+		}
+	}
+	return s.State
 }
 
 // isJSONObject is a cheap structural check: the part starts with '{' and

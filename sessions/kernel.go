@@ -2,7 +2,6 @@ package sessions
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -424,15 +423,7 @@ func (k *Kernel) shutdown(ctx context.Context) {
 // or to the replay buffer while none is connected.
 func (k *Kernel) onIOPub(m *Message) {
 	now := time.Now()
-	var state jupyter.ExecutionState
-	if m.Type() == jupyter.StatusMsg {
-		var s struct {
-			State jupyter.ExecutionState `json:"execution_state"`
-		}
-		if json.Unmarshal(m.RawContent, &s) == nil {
-			state = s.State
-		}
-	}
+	state := m.ExecutionState()
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.removed {
