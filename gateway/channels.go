@@ -160,23 +160,33 @@ func (ws *wsConn) writePump() {
 	defer ws.s.wg.Done()
 	defer ws.finish()
 	var buf []byte
+	// One timer for the pings, every PingInterval whatever the traffic: a
+	// timer per wait would cost more than the write it waits for.
+	ping := time.NewTimer(ws.s.cfg.PingInterval)
+	defer ping.Stop()
 	for {
-		ctx, cancel := context.WithTimeout(ws.ctx, ws.s.cfg.PingInterval)
-		items, err := ws.client.Next(ctx)
-		cancel()
+		items, err := ws.client.Take()
 		if err != nil {
 			switch {
-			case errors.Is(err, context.DeadlineExceeded) && ws.ctx.Err() == nil:
-				if ws.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeWait)) != nil {
-					return
-				}
-				continue
 			case errors.Is(err, sessions.ErrKernelGone):
 				ws.closeWith(websocket.CloseNormalClosure, "kernel shut down")
 			case errors.Is(err, sessions.ErrSlowClient):
 				ws.closeWith(websocket.CloseTryAgainLater, "client too slow: reconnect")
 			}
 			return
+		}
+		if len(items) == 0 {
+			select {
+			case <-ws.client.Ready():
+			case <-ping.C:
+				if ws.conn.WriteControl(websocket.PingMessage, nil, time.Now().Add(writeWait)) != nil {
+					return
+				}
+				ping.Reset(ws.s.cfg.PingInterval)
+			case <-ws.ctx.Done():
+				return
+			}
+			continue
 		}
 		ws.conn.SetWriteDeadline(time.Now().Add(writeWait))
 		n := 0

@@ -78,18 +78,10 @@ func (c *Client) push(o Outgoing) bool {
 // an error once the client is closed and its queue drained.
 func (c *Client) Next(ctx context.Context) ([]Outgoing, error) {
 	for {
-		c.mu.Lock()
-		if c.q.len() > 0 || c.q.dropped > 0 {
-			items := c.q.take()
-			c.mu.Unlock()
-			return items, nil
+		items, err := c.Take()
+		if len(items) > 0 || err != nil {
+			return items, err
 		}
-		if c.closed {
-			err := c.err
-			c.mu.Unlock()
-			return nil, err
-		}
-		c.mu.Unlock()
 		select {
 		case <-c.wake:
 		case <-ctx.Done():
@@ -97,6 +89,26 @@ func (c *Client) Next(ctx context.Context) ([]Outgoing, error) {
 		}
 	}
 }
+
+// Take returns the queued messages without waiting (nil when there are
+// none). It returns an error once the client is closed and its queue
+// drained.
+func (c *Client) Take() ([]Outgoing, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.q.len() > 0 || c.q.dropped > 0 {
+		return c.q.take(), nil
+	}
+	if c.closed {
+		return nil, c.err
+	}
+	return nil, nil
+}
+
+// Ready receives a value after messages were queued or the client was
+// closed: the moment to Take again. A writer that selects on it with
+// other events of its own uses Take and Ready instead of Next.
+func (c *Client) Ready() <-chan struct{} { return c.wake }
 
 // Send forwards a message from the client to the kernel on ch (shell,
 // control or stdin), waiting while the kernel (re)starts. Replies and
