@@ -118,6 +118,7 @@ func (s *Server) execute(c echo.Context) error {
 	if req.Stdin && format == noStream {
 		return newError(http.StatusBadRequest, "BAD_REQUEST", "stdin needs a streamed run: send Accept: application/x-ndjson or text/event-stream")
 	}
+	req.Wait = format == noStream
 	run, err := s.mgr.Execute(c.Request().Context(), req)
 	if err != nil {
 		return err

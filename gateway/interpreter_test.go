@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -377,6 +378,81 @@ func TestDenoResultEndsTheLateOutputWait(t *testing.T) {
 		e := short.run(map[string]any{"code": fmt.Sprintf("for (let j = 0; j < 3; j++) console.log(%d + j)", i), "language": "javascript"})
 		if want := fmt.Sprintf("%d\n%d\n%d\n", i, i+1, i+2); strings.Join(e.Logs.Stdout, "") != want || len(e.Results) != 0 {
 			t.Errorf("run without a result: stdout %q (want %q), results %+v", strings.Join(e.Logs.Stdout, ""), want, e.Results)
+		}
+	}
+}
+
+// Waited runs on one context run one at a time in arrival order: the
+// first runs on its request's goroutine, and those queued behind it are
+// taken over by a worker when it ends.
+func TestWaitedRunsRunInArrivalOrder(t *testing.T) {
+	g := newGateway(t)
+	if status, body := g.do("POST", "/api/contexts", map[string]any{"id": "q"}); status != 201 {
+		t.Fatalf("%d %s", status, body)
+	}
+	dir := t.TempDir()
+	start, goAhead := filepath.Join(dir, "started"), filepath.Join(dir, "go")
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.After(30 * time.Second)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for !ok() {
+			select {
+			case <-deadline:
+				t.Fatalf("timed out waiting for %s", what)
+			case <-tick.C:
+			}
+		}
+	}
+	queued := func(n int) func() bool {
+		return func() bool {
+			_, body := g.do("GET", "/api/contexts/q", nil)
+			return len(decode[sessions.ContextModel](t, body).ProcessIDs) >= n
+		}
+	}
+	type answer struct {
+		i int
+		e sessions.Execution
+	}
+	answers := make(chan answer, 3)
+	post := func(i int, code string) {
+		js, _ := json.Marshal(map[string]any{"code": code, "context": "q"})
+		req, _ := http.NewRequest("POST", g.url+"/api/execute", strings.NewReader(string(js)))
+		req.Header.Set("Authorization", "token "+g.token)
+		req.Header.Set("Content-Type", "application/json")
+		var e sessions.Execution
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			json.NewDecoder(resp.Body).Decode(&e)
+			resp.Body.Close()
+		}
+		answers <- answer{i, e}
+	}
+	go post(0, fmt.Sprintf("import os, time\nopen(%q, 'w').close()\nwhile not os.path.exists(%q): time.sleep(0.01)\n'a'", start, goAhead))
+	waitFor("the first run to start", func() bool { _, err := os.Stat(start); return err == nil })
+	go post(1, "'b'")
+	waitFor("the second run to be queued", queued(2))
+	go post(2, "'c'")
+	waitFor("the third run to be queued", queued(3))
+	if err := os.WriteFile(goAhead, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]sessions.Execution, 3)
+	for range 3 {
+		select {
+		case a := <-answers:
+			got[a.i] = a.e
+		case <-time.After(60 * time.Second):
+			t.Fatal("a run did not end")
+		}
+	}
+	for i, want := range []string{"'a'", "'b'", "'c'"} {
+		e := got[i]
+		if len(e.Results) != 1 || e.Results[0].Text != want || e.ExecutionCount == nil {
+			t.Fatalf("run %d: %+v", i, e)
+		}
+		if i > 0 && *e.ExecutionCount <= *got[i-1].ExecutionCount {
+			t.Errorf("run %d has execution count %d after %d: not run in arrival order", i, *e.ExecutionCount, *got[i-1].ExecutionCount)
 		}
 	}
 }

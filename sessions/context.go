@@ -122,14 +122,21 @@ func (c *Context) ensureKernel(ctx context.Context) (*Kernel, *jupyter.Kernel, e
 
 // enqueue adds a run to the queue and makes sure a worker runs it.
 func (c *Context) enqueue(r *Run) error {
+	_, err := c.enqueueRun(r, false)
+	return err
+}
+
+// enqueueRun queues r. With inline, when the context is idle, it starts
+// no worker and reports true: the caller runs r itself (workInline).
+func (c *Context) enqueueRun(r *Run, inline bool) (bool, error) {
 	c.mu.Lock()
 	if c.deleted {
 		c.mu.Unlock()
-		return errorf(ErrNoSuchContext, "context %s was deleted", c.ID)
+		return false, errorf(ErrNoSuchContext, "context %s was deleted", c.ID)
 	}
 	if limit := c.m.cfg.QueueLimit; len(c.queue) >= limit {
 		c.mu.Unlock()
-		return errorf(ErrQueueFull, "context %s already has %d runs waiting; wait for them or use another context", c.ID, limit)
+		return false, errorf(ErrQueueFull, "context %s already has %d runs waiting; wait for them or use another context", c.ID, limit)
 	}
 	c.queue = append(c.queue, r)
 	c.runIDs = append(c.runIDs, r.ID)
@@ -139,9 +146,12 @@ func (c *Context) enqueue(r *Run) error {
 	r.mu.Lock()
 	r.cancel = func(reason Reason) { c.dequeue(r, reason) }
 	r.mu.Unlock()
+	inline = inline && !c.working && !c.Isolated
 	if !c.working {
 		c.working = true
-		c.m.goroutine(c.work)
+		if !inline {
+			c.m.goroutine(c.work)
+		}
 	}
 	c.mu.Unlock()
 	if !r.deadline.IsZero() {
@@ -154,7 +164,7 @@ func (c *Context) enqueue(r *Run) error {
 		}
 		r.mu.Unlock()
 	}
-	return nil
+	return inline, nil
 }
 
 // dequeue ends a run that is still queued; a running one is left to its
@@ -198,8 +208,21 @@ func (r *Run) expire() {
 }
 
 // work runs the queue until it is empty; one worker per context at most.
-func (c *Context) work() {
-	for {
+func (c *Context) work() { c.runQueue(false) }
+
+// workInline runs the run the caller queued with enqueueRun(r, true), on
+// the caller's goroutine, and hands what was queued behind it to a worker:
+// the caller waits for its own run only.
+func (c *Context) workInline() {
+	c.m.wg.Add(1)
+	defer c.m.wg.Done()
+	c.runQueue(true)
+}
+
+// runQueue runs the queued runs in order until none is left (or, with
+// justOne, hands the rest to a worker after the first).
+func (c *Context) runQueue(justOne bool) {
+	for ran := false; ; ran = true {
 		c.mu.Lock()
 		if len(c.queue) == 0 || c.deleted {
 			c.working = false
@@ -209,6 +232,12 @@ func (c *Context) work() {
 			for _, r := range queued {
 				r.end(Lost, errorf(ErrNoSuchContext, "context %s was deleted", c.ID))
 			}
+			return
+		}
+		if ran && justOne {
+			// The caller's run is done: a worker takes the rest.
+			c.m.goroutine(c.work)
+			c.mu.Unlock()
 			return
 		}
 		r := c.queue[0]

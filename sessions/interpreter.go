@@ -206,6 +206,12 @@ type ExecuteRequest struct {
 	Env      map[string]string // nil: not given
 	Timeout  time.Duration     // 0: no limit
 	Stdin    bool
+	// Wait says the caller waits for the run's end (a POST /api/execute
+	// that is not streamed). On an idle context the run then runs on the
+	// caller's goroutine, and Execute returns once it has ended: one
+	// hand-off less each way. The run still ends the same way if the
+	// caller's client goes away.
+	Wait bool
 }
 
 // Execute queues a run and returns it; it runs in the background and
@@ -245,9 +251,13 @@ func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*Run, error)
 		}
 	}
 	r := m.newRun(c, req)
-	if err := c.enqueue(r); err != nil {
+	inline, err := c.enqueueRun(r, req.Wait)
+	if err != nil {
 		m.dropRun(r)
 		return nil, err
+	}
+	if inline {
+		c.workInline()
 	}
 	return r, nil
 }
