@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -83,11 +85,18 @@ func TestReplayOnReconnect(t *testing.T) {
 	g := newGateway(t)
 	k := g.startKernel("python3")
 	c := g.mustDial(k.ID, true)
-	id := c.execute("import time\nfor i in range(5):\n    print(i, flush=True)\n    time.sleep(0.2)", false)
+	// The run prints once its client has gone (it waits for a file the
+	// test creates then).
+	goAhead := filepath.Join(t.TempDir(), "go")
+	id := c.execute(fmt.Sprintf("import os, time\nwhile not os.path.exists(%q): time.sleep(0.01)\nfor i in range(5):\n    print(i, flush=True)\n    time.sleep(0.2)", goAhead), false)
 	c.until(10*time.Second, func(m wsMsg) bool { return m.Header.MsgType == jupyter.ExecuteInput })
-	c.conn.Close() // away while the run prints
-	// Wait for the run to finish with nobody connected.
+	c.conn.Close()
 	kk, _ := g.mgr.Kernel(k.ID)
+	eventually(t, 5*time.Second, func() bool { return kk.Model().Connections == 0 })
+	if err := os.WriteFile(goAhead, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the run to finish with nobody connected.
 	eventually(t, 10*time.Second, func() bool { return kk.Model().ExecutionState == "idle" })
 	// A different session gets everything, once, in order.
 	c2 := g.mustDial(k.ID, false)
