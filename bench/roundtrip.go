@@ -111,18 +111,22 @@ func wsSystem(ctx context.Context, s *server, spec string, v1 bool) (sys *rtSyst
 		func(ctx context.Context) (outcome, error) { return ws.execute(ctx, "1+1", 0) }}}, close, nil
 }
 
-// restSystem runs on the shared context of language (POST /api/execute
-// without a context); close deletes that context.
-func restSystem(s *server, language string) (*rtSystem, func()) {
+// restSystem runs POST /api/execute on a context of language of its own
+// (created here; close deletes it).
+func restSystem(ctx context.Context, s *server, language string) (*rtSystem, func(), error) {
+	id, _, err := s.createContext(ctx, language)
+	if err != nil {
+		return nil, nil, err
+	}
 	return &rtSystem{runs: []func(context.Context) (outcome, error){func(ctx context.Context) (outcome, error) {
-			missing, err := s.execute(ctx, map[string]any{"code": "1+1", "language": language}, "2")
+			missing, err := s.execute(ctx, map[string]any{"code": "1+1", "context": id}, "2")
 			if missing {
 				return outcome{status: "ok"}, err
 			}
 			return outcome{status: "ok", text: "2"}, err
 		}}}, func() {
-			s.deleteContext(context.Background(), "code-"+language)
-		}
+			s.deleteContext(context.Background(), id)
+		}, nil
 }
 
 func (b *bench) roundTrip(ctx context.Context, specName, language string) error {
@@ -173,11 +177,25 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 		j.gateway = s
 		return j, nil
 	}
-	newREST := func(s *server) *rtSystem {
-		sys, close := restSystem(s, language)
-		closers = append(closers, close)
-		sys.gateway = s
-		return sys
+	newREST := func(s *server) (*rtSystem, error) {
+		var all []*rtSystem
+		for range per {
+			var sys *rtSystem
+			var close func()
+			err := b.retry(func() error {
+				var err error
+				sys, close, err = restSystem(sctx, s, language)
+				return err
+			})
+			if err != nil {
+				return nil, err
+			}
+			closers = append(closers, close)
+			all = append(all, sys)
+		}
+		j := join(all...)
+		j.gateway = s
+		return j, nil
 	}
 	direct, err := newDirect(nil)
 	if err != nil {
@@ -207,18 +225,25 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 	if err != nil {
 		return err
 	}
-	rest := newREST(b.kg)
+	rest, err := newREST(b.kg)
+	if err != nil {
+		return err
+	}
 	systems := []*rtSystem{direct, kgV1, kgJSON, rest, js, control, relayed}
 	var restOff, bV1, bREST *rtSystem
 	if language != "python" {
-		restOff = newREST(b.kgOff)
+		if restOff, err = newREST(b.kgOff); err != nil {
+			return err
+		}
 		systems = append(systems, restOff)
 	}
 	if b.kgB != nil {
 		if bV1, err = newWS(b.kgB, true, per); err != nil {
 			return err
 		}
-		bREST = newREST(b.kgB)
+		if bREST, err = newREST(b.kgB); err != nil {
+			return err
+		}
 		systems = append(systems, bV1, bREST)
 	}
 
