@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -95,6 +97,11 @@ func (s *server) execute(ctx context.Context, body map[string]any, want string) 
 	if err != nil {
 		return false, err
 	}
+	return checkExecution(status, out, want)
+}
+
+// checkExecution reads the answer of POST /api/execute as execute does.
+func checkExecution(status int, out []byte, want string) (missing bool, err error) {
 	if status != http.StatusOK {
 		return false, fmt.Errorf("POST /api/execute: status %d: %.300s", status, out)
 	}
@@ -204,4 +211,55 @@ func stripANSI(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// restConn is a minimal HTTP/1.1 client on one keep-alive connection, for
+// the REST round trips: it writes the request and reads the answer on the
+// caller's goroutine. Go's http.Transport hands every request to a writer
+// and a reader goroutine of its own, which costs about 0.25 ms a request
+// on this machine (GET /api: 0.47 against 0.22 ms p50), more than the
+// budgets the round trips are held to; clients such as curl or Python's
+// http.client do not pay it, and it is no part of the gateway.
+type restConn struct {
+	s    *server
+	host string
+	conn net.Conn
+	br   *bufio.Reader
+}
+
+func dialREST(ctx context.Context, s *server) (*restConn, error) {
+	u, err := url.Parse(s.url)
+	if err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", u.Host)
+	if err != nil {
+		return nil, err
+	}
+	return &restConn{s: s, host: u.Host, conn: conn, br: bufio.NewReader(conn)}, nil
+}
+
+func (c *restConn) Close() error { return c.conn.Close() }
+
+// execute is POST /api/execute of body, checked as server.execute does.
+func (c *restConn) execute(ctx context.Context, body []byte, want string) (missing bool, err error) {
+	dl, _ := ctx.Deadline() // zero: none
+	c.conn.SetDeadline(dl)
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "POST /api/execute HTTP/1.1\r\nHost: %s\r\nAuthorization: token %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", c.host, c.s.token, len(body))
+	b.Write(body)
+	if _, err := c.conn.Write(b.Bytes()); err != nil {
+		return false, fmt.Errorf("%s POST /api/execute: %w", c.s.name, err)
+	}
+	resp, err := http.ReadResponse(c.br, nil)
+	if err != nil {
+		return false, fmt.Errorf("%s POST /api/execute: %w", c.s.name, err)
+	}
+	out, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return false, fmt.Errorf("%s POST /api/execute: %w", c.s.name, err)
+	}
+	return checkExecution(resp.StatusCode, out, want)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -112,19 +113,26 @@ func wsSystem(ctx context.Context, s *server, spec string, v1 bool) (sys *rtSyst
 }
 
 // restSystem runs POST /api/execute on a context of language of its own
-// (created here; close deletes it).
+// (created here; close deletes it), through a restConn.
 func restSystem(ctx context.Context, s *server, language string) (*rtSystem, func(), error) {
 	id, _, err := s.createContext(ctx, language)
 	if err != nil {
 		return nil, nil, err
 	}
+	c, err := dialREST(ctx, s)
+	if err != nil {
+		s.deleteContext(context.Background(), id)
+		return nil, nil, err
+	}
+	body, _ := json.Marshal(map[string]any{"code": "1+1", "context": id})
 	return &rtSystem{runs: []func(context.Context) (outcome, error){func(ctx context.Context) (outcome, error) {
-			missing, err := s.execute(ctx, map[string]any{"code": "1+1", "context": id}, "2")
+			missing, err := c.execute(ctx, body, "2")
 			if missing {
 				return outcome{status: "ok"}, err
 			}
 			return outcome{status: "ok", text: "2"}, err
 		}}}, func() {
+			c.Close()
 			s.deleteContext(context.Background(), id)
 		}, nil
 }
