@@ -42,6 +42,7 @@ type config struct {
 	RunsKept       int
 	InterruptGrace time.Duration
 	LateOutputWait time.Duration
+	Procs          int
 
 	APIKeysFile string
 	APIKeys     string
@@ -172,6 +173,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("interrupt-grace")
 	fs.DurationVar(&c.LateOutputWait, "late-output-wait", 5*time.Millisecond, "quiet period before a Deno run without a result ends, for output Deno publishes after its idle status (negative: none)")
 	add("late-output-wait")
+	fs.IntVar(&c.Procs, "procs", 0, "threads that run the gateway's own code at once (GOMAXPROCS); 0: half the CPUs it may use, at least 1, so the kernels keep the rest (or GOMAXPROCS from the environment, when set)")
+	add("procs")
 
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: kernelgate serve [flags]\n\nEvery flag can also be set with the environment variable shown.\n\n")
@@ -224,4 +227,21 @@ func (c *config) languages() (map[string]string, error) {
 		out[lang] = spec
 	}
 	return out, nil
+}
+
+// gatewayProcs is the GOMAXPROCS kernelgate runs with: the --procs flag
+// when given; else the runtime's own when the GOMAXPROCS environment
+// variable set it; else half of the runtime's default (the CPUs the
+// process may use), at least 1. The gateway's work is short hand-offs
+// between goroutines for every message; with a P idle for each, every
+// hand-off also wakes a thread that finds nothing to do, CPU the kernels
+// on the same machine need (measured in docs/benchmarks.md).
+func gatewayProcs(flag int, envSet bool, current int) int {
+	switch {
+	case flag > 0:
+		return flag
+	case envSet:
+		return current
+	}
+	return max(1, current/2)
 }

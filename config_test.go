@@ -70,3 +70,24 @@ func TestRefusesOpenAddressWithoutToken(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func TestGatewayProcs(t *testing.T) {
+	for _, c := range []struct {
+		flag    int
+		envSet  bool
+		current int
+		want    int
+	}{
+		{0, false, 2, 1},  // two CPUs: one for the gateway
+		{0, false, 1, 1},  // never zero
+		{0, false, 16, 8}, // half
+		{0, false, 7, 3},
+		{0, true, 2, 2}, // GOMAXPROCS from the environment is kept
+		{4, true, 2, 4}, // the flag wins
+		{3, false, 16, 3},
+	} {
+		if got := gatewayProcs(c.flag, c.envSet, c.current); got != c.want {
+			t.Errorf("gatewayProcs(%d, %v, %d) = %d, want %d", c.flag, c.envSet, c.current, got, c.want)
+		}
+	}
+}

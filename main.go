@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -100,6 +101,12 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if cfg.Procs < 0 {
+		return fmt.Errorf("--procs must be 0 (automatic) or more")
+	}
+	procs := gatewayProcs(cfg.Procs, os.Getenv("GOMAXPROCS") != "", runtime.GOMAXPROCS(0))
+	runtime.GOMAXPROCS(procs)
+	log.Info("gateway threads", "procs", procs, "cpus", runtime.NumCPU())
 	keys, err := loadKeys(cfg)
 	if err != nil {
 		return err
