@@ -461,14 +461,20 @@ func (c *Context) settle(jk *jupyter.Kernel, late lateOutput) {
 
 // reason says how a run that got its reply ended.
 func (c *Context) reason(r *Run, reply *Message) Reason {
-	var s struct {
-		Status string `json:"status"`
-	}
-	json.Unmarshal(reply.RawContent, &s)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// The run's builder has read the reply (it sees every message of
+	// the call before the call ends); a reply it did not read is read here.
+	status := r.b.replyStatus
+	if status == "" {
+		var s struct {
+			Status string `json:"status"`
+		}
+		json.Unmarshal(reply.RawContent, &s)
+		status = s.Status
+	}
 	switch {
-	case s.Status == "ok":
+	case status == "ok":
 		return Completed
 	case r.timedOut:
 		return TimedOut

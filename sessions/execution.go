@@ -168,7 +168,8 @@ type builder struct {
 	droppedLog, droppedData int
 	clearPending            bool
 	sawMain                 bool
-	started                 bool // the code was sent to the kernel
+	started                 bool   // the code was sent to the kernel
+	replyStatus             string // of the execute_reply, once it came
 }
 
 func (b *builder) truncatedNow() bool { return b.droppedLog > 0 || b.droppedData > 0 }
@@ -344,6 +345,7 @@ func (b *builder) reply(m *jupyter.Message) {
 	if m.DecodeContent(&c) != nil {
 		return
 	}
+	b.replyStatus = c.Status
 	if c.ExecutionCount != nil {
 		b.exec.ExecutionCount = c.ExecutionCount
 	}

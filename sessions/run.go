@@ -3,6 +3,7 @@ package sessions
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -98,21 +99,31 @@ func (r *Run) emitLocked(typ string, payload any) {
 	r.changed = make(chan struct{})
 }
 
-// eventJSON merges type and seq into the payload's JSON object.
+// endEvent is the payload of a run's end event.
+type endEvent struct {
+	ExecutionCount *int         `json:"executionCount"`
+	Process        ProcessState `json:"process"`
+	Truncated      bool         `json:"truncated"`
+}
+
+// eventJSON merges type and seq into the payload's JSON object. Event
+// types are plain words, written as they are.
 func eventJSON(typ string, seq int, payload any) ([]byte, error) {
-	body, err := json.Marshal(payload)
-	if err != nil {
-		return nil, err
+	var body []byte
+	if payload != nil {
+		var err error
+		if body, err = json.Marshal(payload); err != nil {
+			return nil, err
+		}
 	}
-	head, _ := json.Marshal(struct {
-		Type string `json:"type"`
-		Seq  int    `json:"seq"`
-	}{typ, seq})
+	out := make([]byte, 0, 32+len(body))
+	out = append(out, `{"type":"`...)
+	out = append(out, typ...)
+	out = append(out, `","seq":`...)
+	out = strconv.AppendInt(out, int64(seq), 10)
 	if len(body) <= 2 { // {} or null
-		return head, nil
+		return append(out, '}'), nil
 	}
-	out := make([]byte, 0, len(head)+len(body))
-	out = append(out, head[:len(head)-1]...)
 	out = append(out, ',')
 	return append(out, body[1:]...), nil
 }
@@ -247,11 +258,7 @@ func (r *Run) endWith(reason Reason, failure error, message string) bool {
 	r.finished = time.Now()
 	r.b.finish(reason)
 	r.b.exec.Process.Message = message
-	r.emitLocked("end", map[string]any{
-		"executionCount": r.b.exec.ExecutionCount,
-		"process":        r.b.exec.Process,
-		"truncated":      r.b.exec.Truncated,
-	})
+	r.emitLocked("end", endEvent{r.b.exec.ExecutionCount, r.b.exec.Process, r.b.exec.Truncated})
 	r.cancel, r.input = nil, nil
 	if r.timer != nil {
 		r.timer.Stop()
