@@ -75,6 +75,23 @@ type Result struct {
 	JavaScript   string                     `json:"javascript,omitempty"`
 
 	size int
+	js   []byte // the JSON above, once written
+}
+
+// MarshalJSON writes the result once: a run's result goes out in its
+// result event and again in every copy of the Execution. A Result is not
+// changed after it is made (an update replaces it whole, dropping js);
+// like the rest of a run's record, it is marshalled under the run's lock.
+func (r *Result) MarshalJSON() ([]byte, error) {
+	if r.js == nil {
+		type plain Result
+		js, err := json.Marshal((*plain)(r))
+		if err != nil {
+			return nil, err
+		}
+		r.js = js
+	}
+	return r.js, nil
 }
 
 // ansi matches terminal escape sequences (CSI and OSC).
