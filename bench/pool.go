@@ -76,20 +76,9 @@ func (b *bench) benchPool(ctx context.Context) error {
 			return nil
 		}
 		steps = append(steps, first)
-		progress("isolated run from the warm pool, %s: warming up", k.spec)
-		for _, s := range steps {
-			if err := s(); err != nil {
-				return err
-			}
-		}
-		kg, kgB, direct, missing, missingB = nil, nil, nil, 0, 0
-		for i := range b.opt.poolRuns {
-			progress("isolated run from the warm pool, %s: %d/%d", k.spec, i+1, b.opt.poolRuns)
-			for _, s := range steps {
-				if err := b.retry(s); err != nil {
-					return err
-				}
-			}
+		reset := func() { kg, kgB, direct, missing, missingB = nil, nil, nil, 0, 0 }
+		if err := b.interleave("isolated run from the warm pool, "+k.spec, steps, reset, b.opt.poolRuns); err != nil {
+			return err
 		}
 		b.add(row{figure: "Isolated `1+1` from the warm pool, " + k.spec + " (direct: first `1+1` on a ready kernel)",
 			kg: lat(kg) + missingNote(missing), direct: lat(direct), ratios: ratios(kg, direct, nil, true)})

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"kernelgate/internal/tailbuf"
 )
 
 // server is a gateway process the harness started: kernelgate or Jupyter
@@ -26,7 +28,7 @@ type server struct {
 	token string
 	cmd   *exec.Cmd
 	dir   string // private scratch directory, removed by stop
-	log   *tailBuffer
+	log   *tailbuf.Buffer
 	http  *http.Client
 
 	waited chan struct{}
@@ -40,7 +42,7 @@ func startKernelgate(ctx context.Context, name, bin string, extra ...string) (*s
 	if err != nil {
 		return nil, err
 	}
-	s := &server{name: name, token: "bench-" + strconv.Itoa(os.Getpid()), dir: dir, log: &tailBuffer{}}
+	s := &server{name: name, token: "bench-" + strconv.Itoa(os.Getpid()), dir: dir, log: tailbuf.New(8 << 10)}
 	args := []string{"serve", "--port", "0", "--kernelspec-dir", specDir, "--log-level", "warn",
 		"--metrics-open", "--token", s.token, "--runtime-dir", filepath.Join(dir, "runtime")}
 	args = append(args, extra...)
@@ -81,7 +83,7 @@ func startKernelgate(ctx context.Context, name, bin string, extra ...string) (*s
 	case s.url = <-urls:
 	case <-s.waited:
 		s.stop()
-		return nil, fmt.Errorf("%s exited before serving: %s", name, s.log)
+		return nil, fmt.Errorf("%s exited before serving: %s", name, strings.TrimSpace(s.log.String()))
 	case <-ctx.Done():
 		s.stop()
 		return nil, fmt.Errorf("%s did not serve: %w", name, ctx.Err())
@@ -98,7 +100,7 @@ func startJupyterServer(ctx context.Context) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &server{name: "Jupyter Server", token: "bench-" + strconv.Itoa(os.Getpid()), dir: dir, log: &tailBuffer{}}
+	s := &server{name: "Jupyter Server", token: "bench-" + strconv.Itoa(os.Getpid()), dir: dir, log: tailbuf.New(8 << 10)}
 	jpath := filepath.Join(dir, "path")
 	root := filepath.Join(dir, "root")
 	for _, d := range []string{jpath, root, filepath.Join(dir, "config"), filepath.Join(dir, "data")} {
@@ -147,10 +149,10 @@ func startJupyterServer(ctx context.Context) (*server, error) {
 		select {
 		case <-s.waited:
 			s.stop()
-			return nil, fmt.Errorf("jupyter_server exited: %s", s.log)
+			return nil, fmt.Errorf("jupyter_server exited: %s", strings.TrimSpace(s.log.String()))
 		case <-ctx.Done():
 			s.stop()
-			return nil, fmt.Errorf("jupyter_server did not answer: %w; %s", ctx.Err(), s.log)
+			return nil, fmt.Errorf("jupyter_server did not answer: %w; %s", ctx.Err(), strings.TrimSpace(s.log.String()))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -195,28 +197,6 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-// tailBuffer keeps the last 8 KiB of a process's output.
-type tailBuffer struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if over := len(t.buf) - 8192; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return strings.TrimSpace(string(t.buf))
 }
 
 // cpuTime is the CPU time (user + system) a process has used: the sum of

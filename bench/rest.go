@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"kernelgate/sessions"
 )
 
 // do sends a request with the server's token and returns status and body.
@@ -115,7 +117,7 @@ func checkExecution(status int, out []byte, want string) (missing bool, err erro
 	if len(e.Results) == 0 {
 		return true, nil
 	}
-	if got := stripANSI(e.Results[0].Text); got != want {
+	if got := sessions.StripANSI(e.Results[0].Text); got != want {
 		return false, fmt.Errorf("POST /api/execute: %w: %q, want %q", errWrong, got, want)
 	}
 	return false, nil
@@ -191,26 +193,6 @@ func (s *server) waitPool(ctx context.Context, spec string, n int) error {
 		case <-time.After(25 * time.Millisecond):
 		}
 	}
-}
-
-// stripANSI removes CSI escape sequences (Deno colours its results).
-func stripANSI(s string) string {
-	if !strings.Contains(s, "\x1b") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == 0x1b && i+1 < len(s) && s[i+1] == '[' {
-			j := i + 2
-			for j < len(s) && (s[j] < 0x40 || s[j] > 0x7e) {
-				j++
-			}
-			i = j
-			continue
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // restConn is a minimal HTTP/1.1 client on one keep-alive connection, for

@@ -165,14 +165,16 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 		}
 		return join(all...), nil
 	}
-	newWS := func(s *server, v1 bool, n int) (*rtSystem, error) {
+	// onGateway joins n systems that start makes on gateway s, each on a
+	// kernel or context of its own, and charges their CPU to s.
+	onGateway := func(s *server, n int, start func() (*rtSystem, func(), error)) (*rtSystem, error) {
 		var all []*rtSystem
 		for range n {
 			var sys *rtSystem
 			var close func()
 			err := b.retry(func() error {
 				var err error
-				sys, close, err = wsSystem(sctx, s, specName, v1)
+				sys, close, err = start()
 				return err
 			})
 			if err != nil {
@@ -185,25 +187,11 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 		j.gateway = s
 		return j, nil
 	}
+	newWS := func(s *server, v1 bool, n int) (*rtSystem, error) {
+		return onGateway(s, n, func() (*rtSystem, func(), error) { return wsSystem(sctx, s, specName, v1) })
+	}
 	newREST := func(s *server) (*rtSystem, error) {
-		var all []*rtSystem
-		for range per {
-			var sys *rtSystem
-			var close func()
-			err := b.retry(func() error {
-				var err error
-				sys, close, err = restSystem(sctx, s, language)
-				return err
-			})
-			if err != nil {
-				return nil, err
-			}
-			closers = append(closers, close)
-			all = append(all, sys)
-		}
-		j := join(all...)
-		j.gateway = s
-		return j, nil
+		return onGateway(s, per, func() (*rtSystem, func(), error) { return restSystem(sctx, s, language) })
 	}
 	direct, err := newDirect(nil)
 	if err != nil {

@@ -131,20 +131,8 @@ func (b *bench) benchStart(ctx context.Context) error {
 			isolated,
 			func() error { return viaWS(b.js, false, &f.js) },
 		}
-		progress("start → ready, %s: warming up", k.spec)
-		for _, s := range steps {
-			if err := s(); err != nil {
-				return err
-			}
-		}
-		*f = startFigures{}
-		for i := range b.opt.starts {
-			progress("start → ready, %s: %d/%d", k.spec, i+1, b.opt.starts)
-			for _, s := range steps {
-				if err := b.retry(s); err != nil {
-					return err
-				}
-			}
+		if err := b.interleave("start → ready, "+k.spec, steps, func() { *f = startFigures{} }, b.opt.starts); err != nil {
+			return err
 		}
 		b.add(row{figure: "Start → ready, " + k.spec + " (kernelgate and Jupyter Server: POST /api/kernels → kernel_info_reply over the websocket)",
 			kg: lat(f.kg), direct: lat(f.direct), js: lat(f.js), ratios: ratios(f.kg, f.direct, f.js, true)})
@@ -177,6 +165,27 @@ func (s *server) waitKernels(ctx context.Context, n int) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// interleave runs steps once as a warm-up, then reset to forget what the
+// warm-up measured, then the steps in turn n times, each retried once.
+func (b *bench) interleave(what string, steps []func() error, reset func(), n int) error {
+	progress("%s: warming up", what)
+	for _, s := range steps {
+		if err := s(); err != nil {
+			return err
+		}
+	}
+	reset()
+	for i := range n {
+		progress("%s: %d/%d", what, i+1, n)
+		for _, s := range steps {
+			if err := b.retry(s); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // retry runs a step, once more after a failure: a kernel start can fail

@@ -13,6 +13,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/gorilla/websocket"
+
+	"kernelgate/jupyter"
+	"kernelgate/sessions"
 )
 
 // v1Protocol is jupyter_server 2's binary websocket subprotocol.
@@ -132,16 +135,6 @@ func (c *kernelWS) send(channel, typ string, content any) (string, error) {
 	return id, c.conn.WriteMessage(websocket.TextMessage, b.Bytes())
 }
 
-// executeContent is an ordinary execute_request, as jupyter_client sends it.
-type executeContent struct {
-	Code            string            `json:"code"`
-	Silent          bool              `json:"silent"`
-	StoreHistory    bool              `json:"store_history"`
-	UserExpressions map[string]string `json:"user_expressions"`
-	AllowStdin      bool              `json:"allow_stdin"`
-	StopOnError     bool              `json:"stop_on_error"`
-}
-
 // outcome is what came back for a request.
 type outcome struct {
 	status      string // of the reply
@@ -155,8 +148,7 @@ var errWSClosed = errors.New("websocket closed")
 // execute runs code and returns once its execute_reply and its status:
 // idle have arrived, and at least minStream bytes of stream content.
 func (c *kernelWS) execute(ctx context.Context, code string, minStream int) (outcome, error) {
-	id, err := c.send("shell", "execute_request", executeContent{Code: code, StoreHistory: true,
-		StopOnError: true, UserExpressions: map[string]string{}})
+	id, err := c.send("shell", "execute_request", jupyter.NewExecute(code))
 	if err != nil {
 		return outcome{}, err
 	}
@@ -191,7 +183,7 @@ func (c *kernelWS) await(ctx context.Context, id, replyType string, idle bool, m
 			case m.typ == "status" && m.state == "idle":
 				gotIdle = true
 			case m.typ == "execute_result":
-				o.text = stripANSI(m.text)
+				o.text = sessions.StripANSI(m.text)
 			case m.typ == "stream":
 				o.streamBytes += m.size
 				if gotReply && gotIdle {

@@ -138,18 +138,12 @@ type frameLimiter struct {
 // messages; a larger read goes around it.
 const readBuffer = 4 << 10
 
-// read reads from c and checks what it read.
+// read reads conn (through br, which wraps it) and checks what it read.
 func (c *frameLimiter) read(conn net.Conn, p []byte) (int, error) {
 	if c.err != nil {
 		return 0, c.err
 	}
-	var n int
-	var err error
-	if c.br != nil {
-		n, err = c.br.Read(p)
-	} else {
-		n, err = conn.Read(p)
-	}
+	n, err := c.br.Read(p)
 	if serr := c.scan(p[:n]); serr != nil {
 		c.err = serr
 		conn.Close()

@@ -11,9 +11,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"kernelgate/internal/tailbuf"
 )
 
 // LocalProvisioner runs kernels as child processes of the gateway, each in
@@ -97,7 +98,7 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrStartFailed, err)
 	}
-	lp := &localProcess{dir: dir, done: make(chan struct{}), tail: newTailBuffer(p.OutputTail), sandboxed: iso.sandbox != nil}
+	lp := &localProcess{dir: dir, done: make(chan struct{}), tail: tailbuf.New(p.OutputTail), sandboxed: iso.sandbox != nil}
 	fail := func(err error) (Process, error) {
 		lp.cg.remove()
 		os.RemoveAll(dir)
@@ -214,7 +215,7 @@ type localProcess struct {
 	ci   ConnInfo
 	dir  string
 	cmd  *exec.Cmd
-	tail *tailBuffer
+	tail *tailbuf.Buffer
 
 	// isolation (limits.go, cgroup.go, sandbox.go)
 	cg        *kernelCgroup // nil without cgroup limits
@@ -271,38 +272,4 @@ func (lp *localProcess) Signal(sig syscall.Signal) error {
 
 func (lp *localProcess) Cleanup() error {
 	return errors.Join(lp.cg.remove(), os.RemoveAll(lp.dir))
-}
-
-// tailBuffer keeps the last n bytes written to it.
-type tailBuffer struct {
-	mu  sync.Mutex
-	n   int
-	buf []byte
-}
-
-func newTailBuffer(n int) *tailBuffer {
-	if n <= 0 {
-		n = 8 << 10
-	}
-	return &tailBuffer{n: n}
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(p) >= t.n {
-		t.buf = append(t.buf[:0], p[len(p)-t.n:]...)
-		return len(p), nil
-	}
-	if over := len(t.buf) + len(p) - t.n; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-	}
-	t.buf = append(t.buf, p...)
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.buf)
 }

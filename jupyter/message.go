@@ -116,6 +116,10 @@ type Message struct {
 	RawMetadata []byte
 	RawContent  []byte
 	Buffers     [][]byte
+
+	// state is a status message's execution_state, read once by Decode:
+	// the kernel client and the sessions above both look at it.
+	state ExecutionState
 }
 
 // Type returns the message type.
@@ -243,12 +247,20 @@ func (m *Message) ExecutionState() ExecutionState {
 	if m.Header.MsgType != StatusMsg {
 		return ""
 	}
+	if m.state != "" {
+		return m.state
+	}
+	return readState(m.RawContent)
+}
+
+// readState reads the execution_state of a status message's content.
+func readState(content []byte) ExecutionState {
 	var s struct {
 		State ExecutionState `json:"execution_state"`
 	}
-	if !scanStrings(m.RawContent, stateKeys, []*string{(*string)(&s.State)}) {
+	if !scanStrings(content, stateKeys, []*string{(*string)(&s.State)}) {
 		s.State = ""
-		if json.Unmarshal(m.RawContent, &s) != nil {
+		if json.Unmarshal(content, &s) != nil {
 			return ""
 		}
 	}

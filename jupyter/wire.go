@@ -52,6 +52,9 @@ func Decode(frames [][]byte, s *Signer) (*Message, error) {
 	if err := m.parseHeaders(); err != nil {
 		return nil, err
 	}
+	if m.Header.MsgType == StatusMsg {
+		m.state = readState(m.RawContent)
+	}
 	return m, nil
 }
 

@@ -74,22 +74,6 @@ func (c *Client) push(o Outgoing) bool {
 	return true
 }
 
-// Next returns the queued messages, waiting for at least one. It returns
-// an error once the client is closed and its queue drained.
-func (c *Client) Next(ctx context.Context) ([]Outgoing, error) {
-	for {
-		items, err := c.Take()
-		if len(items) > 0 || err != nil {
-			return items, err
-		}
-		select {
-		case <-c.wake:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-}
-
 // Take returns the queued messages without waiting (nil when there are
 // none). It returns an error once the client is closed and its queue
 // drained.
@@ -106,8 +90,7 @@ func (c *Client) Take() ([]Outgoing, error) {
 }
 
 // Ready receives a value after messages were queued or the client was
-// closed: the moment to Take again. A writer that selects on it with
-// other events of its own uses Take and Ready instead of Next.
+// closed: the moment to Take again.
 func (c *Client) Ready() <-chan struct{} { return c.wake }
 
 // Send forwards a message from the client to the kernel on ch (shell,

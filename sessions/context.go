@@ -370,14 +370,13 @@ func (c *Context) execute(r *Run) {
 	for {
 		select {
 		case <-call.Done():
-			reply, err := call.Result()
-			if err != nil {
+			if _, err := call.Result(); err != nil {
 				c.m.log.Info("run lost its kernel", "context", c.ID, "run", r.ID, "err", err)
 				r.lose(lostMessage(err))
 				return
 			}
 			c.settle(jk, late)
-			r.end(c.reason(r, reply), nil)
+			r.end(c.reason(r), nil)
 			return
 		case why := <-stop:
 			r.mu.Lock()
@@ -460,21 +459,14 @@ func (c *Context) settle(jk *jupyter.Kernel, late lateOutput) {
 }
 
 // reason says how a run that got its reply ended.
-func (c *Context) reason(r *Run, reply *Message) Reason {
+func (c *Context) reason(r *Run) Reason {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	// The run's builder has read the reply (it sees every message of
-	// the call before the call ends); a reply it did not read is read here.
-	status := r.b.replyStatus
-	if status == "" {
-		var s struct {
-			Status string `json:"status"`
-		}
-		json.Unmarshal(reply.RawContent, &s)
-		status = s.Status
-	}
+	// The run's builder has read the reply: a call hands every message,
+	// the reply too (even one made up after an interrupt), to its handler
+	// before it ends.
 	switch {
-	case status == "ok":
+	case r.b.replyStatus == "ok":
 		return Completed
 	case r.timedOut:
 		return TimedOut

@@ -39,6 +39,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 	"github.com/google/uuid"
 
+	"kernelgate/internal/tailbuf"
 	"kernelgate/kernelspecs"
 )
 
@@ -59,7 +60,7 @@ type Client struct {
 	cmd      *exec.Cmd
 	dir      string // private: connection file and HOME
 	connFile string
-	output   tail // the end of the kernel's stdout and stderr
+	output   *tailbuf.Buffer // the end of the kernel's stdout and stderr
 	key      []byte
 	session  string
 	mac      hash.Hash // signs outgoing messages; used by the caller's goroutine only
@@ -120,6 +121,7 @@ func StartThrough(ctx context.Context, spec *kernelspecs.Spec, relay Relay) (*Cl
 		pub:     make(chan message, 1024),
 		quit:    make(chan struct{}),
 		exited:  make(chan struct{}),
+		output:  tailbuf.New(4 << 10),
 	}
 	c.mac = hmac.New(sha256.New, c.key)
 	c.stopRelay = stopRelay
@@ -149,7 +151,7 @@ func StartThrough(ctx context.Context, spec *kernelspecs.Spec, relay Relay) (*Cl
 	c.cmd = exec.Command(argv[0], argv[1:]...)
 	c.cmd.Env = env
 	c.cmd.Dir = c.dir
-	c.cmd.Stdout, c.cmd.Stderr = &c.output, &c.output
+	c.cmd.Stdout, c.cmd.Stderr = c.output, c.output
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := c.cmd.Start(); err != nil {
 		os.RemoveAll(c.dir)
@@ -475,26 +477,4 @@ func (c *Client) Close() error {
 		os.RemoveAll(c.dir)
 	})
 	return nil
-}
-
-// tail keeps the last 4 KiB written to it.
-type tail struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if over := len(t.buf) - 4096; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.buf)
 }
