@@ -2,22 +2,17 @@ package jupyter
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
-	"log"
+	"net"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/go-zeromq/zmq4/security/null"
 )
-
-// socket is the part of a zmq4 socket the kernel client uses.
-type socket interface {
-	SendMulti(zmq4.Msg) error
-	Recv() (zmq4.Msg, error)
-	Close() error
-}
-
-var _ socket = zmq4.Socket(nil)
 
 // dialRetry is how often a dial is retried while the kernel has not bound
 // its ports yet; fine enough that start time is not quantised by it.
@@ -26,59 +21,54 @@ const dialRetry = 5 * time.Millisecond
 // sendTimeout bounds a send to a kernel that stopped reading.
 const sendTimeout = 30 * time.Second
 
-// channels are the sockets of one kernel connection. All of them live on
-// ctx, which only close cancels.
+// channels are the connections of one kernel client.
 type channels struct {
-	shell, control, stdin, iopub, hb socket
+	shell, control, stdin, iopub, hb *socket
 }
-
-var quietLog = log.New(io.Discard, "", 0)
 
 // dialChannels connects DEALER sockets for shell, control and stdin (one
 // identity, so the kernel routes input_request to the sender of the
 // execute_request), a SUB for iopub subscribed to everything and a REQ for
-// the heartbeat. It returns once every socket is connected or ctx ends.
+// the heartbeat. It returns once every socket is connected or ctx ends;
+// closing the channels is the only way to stop them after that.
 func dialChannels(ctx context.Context, ci *ConnInfo, identity string, maxFrame int64) (*channels, error) {
-	ctx = withFrameLimit(ctx, maxFrame)
-	opts := []zmq4.Option{
-		zmq4.WithDialerRetry(dialRetry),
-		zmq4.WithDialerMaxRetries(-1),
-		zmq4.WithTimeout(sendTimeout),
-		zmq4.WithLogger(quietLog),
+	if maxFrame <= 0 {
+		maxFrame = DefaultMaxFrame
 	}
-	id := zmq4.WithID(zmq4.SocketIdentity(identity))
-	iopub := zmq4.NewSub(ctx, opts...)
-	ch := &channels{
-		iopub:   iopub,
-		shell:   zmq4.NewDealer(ctx, append(opts, id)...),
-		control: zmq4.NewDealer(ctx, append(opts, id)...),
-		stdin:   zmq4.NewDealer(ctx, append(opts, id)...),
-		hb:      zmq4.NewReq(ctx, opts...),
-	}
+	ch := &channels{}
 	// iopub first, so the subscription is in place before the first request.
 	dials := []struct {
-		s  zmq4.Socket
-		ch Channel
-	}{{iopub, IOPub}, {ch.shell.(zmq4.Socket), Shell}, {ch.control.(zmq4.Socket), Control}, {ch.stdin.(zmq4.Socket), Stdin}, {ch.hb.(zmq4.Socket), Heartbeat}}
+		s   **socket
+		ch  Channel
+		typ zmq4.SocketType
+		id  string
+	}{
+		{&ch.iopub, IOPub, zmq4.Sub, ""},
+		{&ch.shell, Shell, zmq4.Dealer, identity},
+		{&ch.control, Control, zmq4.Dealer, identity},
+		{&ch.stdin, Stdin, zmq4.Dealer, identity},
+		{&ch.hb, Heartbeat, zmq4.Req, ""},
+	}
 	for _, d := range dials {
-		if err := d.s.Dial(limitedEndpoint(ci.Endpoint(d.ch))); err != nil {
+		s, err := dialSocket(ctx, ci.Endpoint(d.ch), d.typ, d.id, uint64(maxFrame))
+		if err != nil {
 			ch.close()
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
 			return nil, fmt.Errorf("jupyter: dial %s: %w", d.ch, err)
 		}
-		if d.ch == IOPub {
-			if err := iopub.SetOption(zmq4.OptionSubscribe, ""); err != nil {
-				ch.close()
-				return nil, fmt.Errorf("jupyter: subscribe iopub: %w", err)
-			}
-		}
+		*d.s = s
+	}
+	// ZMTP 3.0 subscription: a message of 1 and the topic (everything).
+	if err := ch.iopub.send([][]byte{{1}}); err != nil {
+		ch.close()
+		return nil, fmt.Errorf("jupyter: subscribe iopub: %w", err)
 	}
 	return ch, nil
 }
 
-func (c *channels) socket(ch Channel) socket {
+func (c *channels) socket(ch Channel) *socket {
 	switch ch {
 	case Shell:
 		return c.shell
@@ -95,9 +85,184 @@ func (c *channels) socket(ch Channel) socket {
 }
 
 func (c *channels) close() {
-	for _, s := range []socket{c.iopub, c.shell, c.control, c.stdin, c.hb} {
+	for _, s := range []*socket{c.iopub, c.shell, c.control, c.stdin, c.hb} {
 		if s != nil {
-			s.Close()
+			s.close()
 		}
 	}
 }
+
+// A socket is one ZMTP connection to a kernel's socket. zmq4 makes the
+// connection (greeting, NULL security handshake, socket types checked);
+// after that the socket reads and writes ZMTP frames itself, on the
+// caller's goroutine: a message received is read by the goroutine that
+// asked for it, and a message sent is one writev by the sender, with no
+// queue or goroutine between the kernel and kernelgate. One goroutine
+// receives; any number may send.
+type socket struct {
+	conn net.Conn // the frame-limited connection
+	req  bool     // REQ: an empty delimiter frame before the message
+
+	wmu  sync.Mutex
+	hdr  []byte      // frame headers of the message being sent
+	bufs net.Buffers // its headers and frames, for one writev
+
+	rhdr [9]byte
+}
+
+// dialSocket dials endpoint until it accepts a connection or ctx ends,
+// then opens a ZMTP connection of type typ and identity id over it. Every
+// frame read is refused over max bytes before it is allocated.
+func dialSocket(ctx context.Context, endpoint string, typ zmq4.SocketType, id string, max uint64) (*socket, error) {
+	network, addr, ok := strings.Cut(endpoint, "://")
+	if !ok {
+		return nil, fmt.Errorf("jupyter: bad endpoint %q", endpoint)
+	}
+	switch network {
+	case "tcp":
+	case "ipc":
+		network = "unix"
+	default:
+		return nil, fmt.Errorf("jupyter: unsupported transport %q", network)
+	}
+	var d net.Dialer
+	var nc net.Conn
+	for {
+		var err error
+		if nc, err = d.DialContext(ctx, network, addr); err == nil {
+			break
+		}
+		t := time.NewTimer(dialRetry)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+	conn := limitConn(nc, max)
+	// The handshake reads from the kernel: closing the connection is what
+	// stops it when ctx ends first.
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	_, err := zmq4.Open(conn, null.Security(), typ, zmq4.SocketIdentity(id), false, nil)
+	if !stop() || err != nil {
+		conn.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	return &socket{conn: conn, req: typ == zmq4.Req}, nil
+}
+
+// ZMTP 3.0 frame flags.
+const (
+	flagMore    = 0x01
+	flagLong    = 0x02
+	flagCommand = 0x04
+)
+
+// send writes the frames of one message with one writev.
+func (s *socket) send(frames [][]byte) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.req {
+		frames = append([][]byte{{}}, frames...)
+	}
+	hdr := s.hdr[:0]
+	for i, f := range frames {
+		var flag byte
+		if i < len(frames)-1 {
+			flag = flagMore
+		}
+		hdr = appendFrameHeader(hdr, flag, len(f))
+	}
+	bufs, off := s.bufs[:0], 0
+	for _, f := range frames {
+		n := 2
+		if len(f) > 255 {
+			n = 9
+		}
+		bufs = append(bufs, hdr[off:off+n], f)
+		off += n
+	}
+	s.hdr, s.bufs = hdr, bufs
+	s.conn.SetWriteDeadline(time.Now().Add(sendTimeout))
+	// WriteTo consumes its copy of the slice and clears what it wrote, so
+	// s.bufs keeps no frame alive after the send.
+	_, err := bufs.WriteTo(s.conn)
+	return err
+}
+
+func appendFrameHeader(hdr []byte, flag byte, size int) []byte {
+	if size > 255 {
+		return binary.BigEndian.AppendUint64(append(hdr, flag|flagLong), uint64(size))
+	}
+	return append(hdr, flag, byte(size))
+}
+
+// recv reads the next message. A PING command is answered; other commands
+// are skipped.
+func (s *socket) recv() ([][]byte, error) {
+	for {
+		frames, command, err := s.readMessage()
+		if err != nil {
+			return nil, err
+		}
+		if command {
+			if err := s.command(frames[0]); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if s.req && len(frames) > 1 && len(frames[0]) == 0 {
+			frames = frames[1:]
+		}
+		return frames, nil
+	}
+}
+
+func (s *socket) readMessage() (frames [][]byte, command bool, err error) {
+	for {
+		h := s.rhdr[:2]
+		if _, err := io.ReadFull(s.conn, h); err != nil {
+			return nil, false, err
+		}
+		flag, size := h[0], uint64(h[1])
+		if flag&flagLong != 0 {
+			// An 8-byte size: its first byte is h[1].
+			if _, err := io.ReadFull(s.conn, s.rhdr[2:9]); err != nil {
+				return nil, false, err
+			}
+			size = binary.BigEndian.Uint64(s.rhdr[1:9])
+		}
+		// The frame limiter refused a size over the limit already.
+		body := make([]byte, size)
+		if _, err := io.ReadFull(s.conn, body); err != nil {
+			return nil, false, err
+		}
+		frames = append(frames, body)
+		command = command || flag&flagCommand != 0
+		if flag&flagMore == 0 || flag&flagCommand != 0 {
+			return frames, command, nil
+		}
+	}
+}
+
+// command answers a PING (a peer with ZMTP heartbeats on) with its PONG.
+func (s *socket) command(body []byte) error {
+	// name length, name, 2 bytes of TTL, context
+	if len(body) < 7 || string(body[:5]) != "\x04PING" {
+		return nil
+	}
+	pong := append([]byte("\x04PONG"), body[7:]...)
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	hdr := appendFrameHeader(nil, flagCommand, len(pong))
+	s.conn.SetWriteDeadline(time.Now().Add(sendTimeout))
+	_, err := (&net.Buffers{hdr, pong}).WriteTo(s.conn)
+	return err
+}
+
+// close closes the connection; a recv in progress returns an error.
+func (s *socket) close() error { return s.conn.Close() }

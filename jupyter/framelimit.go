@@ -2,87 +2,36 @@ package jupyter
 
 import (
 	"bufio"
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
-	"strings"
-
-	"github.com/go-zeromq/zmq4"
-	"github.com/go-zeromq/zmq4/transport"
 )
 
-// ErrMessageTooLarge: a kernel announced a frame over the size limit. zmq4
-// allocates a frame whole as soon as its size is read, so a kernel (or
+// ErrMessageTooLarge: a kernel announced a frame over the size limit. A
+// frame is allocated whole as soon as its size is read, so a kernel (or
 // code in it) could otherwise make the gateway allocate any amount.
 var ErrMessageTooLarge = errors.New("jupyter: kernel sent a frame over the size limit")
 
 // DefaultMaxFrame bounds a frame from a kernel when Config names no limit.
 const DefaultMaxFrame = 256 << 20
 
-// The transports below wrap tcp and ipc connections with a reader that
-// reads the ZMTP framing as it passes and refuses a frame over the limit
-// before zmq4 allocates it.
-const (
-	limitedTCP = "kg+tcp"
-	limitedIPC = "kg+ipc"
-)
-
-func init() {
-	for name, network := range map[string]string{limitedTCP: "tcp", limitedIPC: "unix"} {
-		if err := zmq4.RegisterTransport(name, limitedTransport{inner: transport.New(network)}); err != nil {
-			panic(err)
-		}
-	}
-}
-
-type frameLimitKey struct{}
-
-// withFrameLimit makes the sockets created on ctx refuse frames over max.
-func withFrameLimit(ctx context.Context, max int64) context.Context {
-	if max <= 0 {
-		max = DefaultMaxFrame
-	}
-	return context.WithValue(ctx, frameLimitKey{}, uint64(max))
-}
-
-// limitedEndpoint rewrites tcp:// and ipc:// endpoints to the limited
-// transports.
-func limitedEndpoint(ep string) string {
-	switch {
-	case strings.HasPrefix(ep, "tcp://"):
-		return limitedTCP + ep[len("tcp"):]
-	case strings.HasPrefix(ep, "ipc://"):
-		return limitedIPC + ep[len("ipc"):]
-	}
-	return ep
-}
-
-type limitedTransport struct{ inner transport.Transport }
-
-func (t limitedTransport) Dial(ctx context.Context, d transport.Dialer, addr string) (net.Conn, error) {
-	c, err := t.inner.Dial(ctx, d, addr)
-	if err != nil {
-		return nil, err
-	}
-	max, _ := ctx.Value(frameLimitKey{}).(uint64)
-	if max == 0 {
-		max = DefaultMaxFrame
-	}
+// limitConn wraps a kernel connection with a reader that follows the ZMTP
+// framing as it passes (the greeting and handshake included) and refuses a
+// frame over max bytes before anything allocates it.
+func limitConn(c net.Conn, max uint64) net.Conn {
 	l := frameLimiter{max: max, greeting: zmtpGreeting, br: bufio.NewReaderSize(c, readBuffer)}
-	// Embed the concrete connection, not net.Conn: zmq4 writes a message
-	// with net.Buffers, which makes one writev only for a connection of
-	// package net (its method for it is unexported, and embedding keeps
-	// it); through an interface every frame would be its own write and
-	// its own TCP segment.
+	// Embed the concrete connection, not net.Conn: net.Buffers makes one
+	// writev only for a connection of package net (its method for it is
+	// unexported, and embedding keeps it); through an interface every
+	// frame would be its own write and its own TCP segment.
 	switch c := c.(type) {
 	case *net.TCPConn:
-		return &limitedTCPConn{TCPConn: c, frameLimiter: l}, nil
+		return &limitedTCPConn{TCPConn: c, frameLimiter: l}
 	case *net.UnixConn:
-		return &limitedUnixConn{UnixConn: c, frameLimiter: l}, nil
+		return &limitedUnixConn{UnixConn: c, frameLimiter: l}
 	}
-	return &limitedConn{Conn: c, frameLimiter: l}, nil
+	return &limitedConn{Conn: c, frameLimiter: l}
 }
 
 type limitedTCPConn struct {
@@ -98,12 +47,6 @@ type limitedUnixConn struct {
 }
 
 func (c *limitedUnixConn) Read(p []byte) (int, error) { return c.read(c.UnixConn, p) }
-
-func (t limitedTransport) Listen(ctx context.Context, addr string) (net.Listener, error) {
-	return t.inner.Listen(ctx, addr)
-}
-
-func (t limitedTransport) Addr(ep string) (string, error) { return t.inner.Addr(ep) }
 
 // zmtpGreeting is the length of a ZMTP 3 greeting.
 const zmtpGreeting = 64
@@ -129,8 +72,8 @@ type frameLimiter struct {
 	body     uint64 // body bytes left
 	err      error
 
-	// br batches reads: zmq4 reads each frame's header and body apart, so
-	// a message of six frames would otherwise be a dozen system calls.
+	// br batches reads: a frame's header and body are read apart, so a
+	// message of six frames would otherwise be a dozen system calls.
 	br *bufio.Reader
 }
 

@@ -57,9 +57,6 @@ func TestFrameLimit(t *testing.T) {
 	if err := feed(huge, DefaultMaxFrame, 3); !errors.Is(err, ErrMessageTooLarge) {
 		t.Errorf("err = %v", err)
 	}
-	if got := limitedEndpoint("tcp://127.0.0.1:5555"); got != "kg+tcp://127.0.0.1:5555" {
-		t.Errorf("endpoint %s", got)
-	}
 	var _ net.Conn = (*limitedConn)(nil)
 	var _ net.Conn = (*limitedTCPConn)(nil)
 	var _ net.Conn = (*limitedUnixConn)(nil)

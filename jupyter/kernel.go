@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
 	"github.com/google/uuid"
 
 	"kernelgate/kernelspecs"
@@ -446,7 +445,7 @@ func (k *Kernel) Send(ch Channel, m *Message) error {
 	if s == nil || ch == IOPub || ch == Heartbeat {
 		return fmt.Errorf("%w: %s", ErrChannelUnsupported, ch)
 	}
-	return s.SendMulti(zmq4.NewMsgFrom(Encode(m, k.signer)...))
+	return s.send(Encode(m, k.signer))
 }
 
 // Request sends m on ch (shell or control) and routes the messages that
@@ -581,9 +580,9 @@ func (k *Kernel) heartbeat() {
 	for {
 		select {
 		case r := <-k.hbReq:
-			err := k.ch.hb.SendMulti(zmq4.NewMsg([]byte("ping")))
+			err := k.ch.hb.send([][]byte{[]byte("ping")})
 			if err == nil {
-				_, err = k.ch.hb.Recv()
+				_, err = k.ch.hb.recv()
 			}
 			r <- err
 		case <-k.ctx.Done():
@@ -653,15 +652,15 @@ func (k *Kernel) Restart(ctx context.Context) (*Kernel, error) {
 }
 
 // read is the one goroutine reading socket s.
-func (k *Kernel) read(ch Channel, s socket) {
+func (k *Kernel) read(ch Channel, s *socket) {
 	defer k.wg.Done()
 	for {
-		zm, err := s.Recv()
+		frames, err := s.recv()
 		if err != nil {
 			k.lost(ch, err)
 			return
 		}
-		m, err := Decode(zm.Frames, k.signer)
+		m, err := Decode(frames, k.signer)
 		if err != nil {
 			k.log.Warn("dropped a message from the kernel", "channel", ch.String(), "err", err)
 			continue
