@@ -12,6 +12,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"kernelgate/internal/rawio"
 	"kernelgate/sessions"
 )
 
@@ -131,7 +132,9 @@ func (s *Server) Handler() http.Handler { return s }
 
 // Serve accepts connections on l until Shutdown.
 func (s *Server) Serve(l net.Listener) error {
-	err := s.http.Serve(l)
+	// Raw reads and writes keep the scheduler's monitor thread asleep
+	// while messages pass (see internal/rawio).
+	err := s.http.Serve(rawio.Listener{Listener: l})
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}

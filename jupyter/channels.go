@@ -12,6 +12,8 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/go-zeromq/zmq4/security/null"
+
+	"kernelgate/internal/rawio"
 )
 
 // dialRetry is how often a dial is retried while the kernel has not bound
@@ -97,11 +99,12 @@ func (c *channels) close() {
 // after that the socket reads and writes ZMTP frames itself, on the
 // caller's goroutine: a message received is read by the goroutine that
 // asked for it, and a message sent is one writev by the sender, with no
-// queue or goroutine between the kernel and kernelgate. One goroutine
-// receives; any number may send.
+// queue or goroutine between the kernel and kernelgate, and as raw system
+// calls (internal/rawio). One goroutine receives; any number may send.
 type socket struct {
-	conn net.Conn // the frame-limited connection
-	req  bool     // REQ: an empty delimiter frame before the message
+	conn net.Conn    // the frame-limited connection, for reads
+	raw  *rawio.Conn // writes; nil for a connection rawio cannot take
+	req  bool        // REQ: an empty delimiter frame before the message
 
 	wmu  sync.Mutex
 	hdr  []byte      // frame headers of the message being sent
@@ -140,6 +143,10 @@ func dialSocket(ctx context.Context, endpoint string, typ zmq4.SocketType, id st
 		case <-t.C:
 		}
 	}
+	raw := rawio.WrapConn(nc)
+	if raw != nil {
+		nc = raw
+	}
 	conn := limitConn(nc, max)
 	// The handshake reads from the kernel: closing the connection is what
 	// stops it when ctx ends first.
@@ -152,7 +159,7 @@ func dialSocket(ctx context.Context, endpoint string, typ zmq4.SocketType, id st
 		}
 		return nil, err
 	}
-	return &socket{conn: conn, req: typ == zmq4.Req}, nil
+	return &socket{conn: conn, raw: raw, req: typ == zmq4.Req}, nil
 }
 
 // ZMTP 3.0 frame flags.
@@ -188,9 +195,18 @@ func (s *socket) send(frames [][]byte) error {
 	}
 	s.hdr, s.bufs = hdr, bufs
 	s.conn.SetWriteDeadline(time.Now().Add(sendTimeout))
-	// WriteTo consumes its copy of the slice and clears what it wrote, so
-	// s.bufs keeps no frame alive after the send.
-	_, err := bufs.WriteTo(s.conn)
+	// The write consumes its copy of the slice and clears what it wrote,
+	// so s.bufs keeps no frame alive after the send.
+	return s.write(&bufs)
+}
+
+func (s *socket) write(bufs *net.Buffers) error {
+	var err error
+	if s.raw != nil {
+		_, err = s.raw.WriteBuffers(bufs)
+	} else {
+		_, err = bufs.WriteTo(s.conn)
+	}
 	return err
 }
 
@@ -260,8 +276,7 @@ func (s *socket) command(body []byte) error {
 	defer s.wmu.Unlock()
 	hdr := appendFrameHeader(nil, flagCommand, len(pong))
 	s.conn.SetWriteDeadline(time.Now().Add(sendTimeout))
-	_, err := (&net.Buffers{hdr, pong}).WriteTo(s.conn)
-	return err
+	return s.write(&net.Buffers{hdr, pong})
 }
 
 // close closes the connection; a recv in progress returns an error.

@@ -20,38 +20,13 @@ const DefaultMaxFrame = 256 << 20
 // framing as it passes (the greeting and handshake included) and refuses a
 // frame over max bytes before anything allocates it.
 func limitConn(c net.Conn, max uint64) net.Conn {
-	l := frameLimiter{max: max, greeting: zmtpGreeting, br: bufio.NewReaderSize(c, readBuffer)}
-	// Embed the concrete connection, not net.Conn: net.Buffers makes one
-	// writev only for a connection of package net (its method for it is
-	// unexported, and embedding keeps it); through an interface every
-	// frame would be its own write and its own TCP segment.
-	switch c := c.(type) {
-	case *net.TCPConn:
-		return &limitedTCPConn{TCPConn: c, frameLimiter: l}
-	case *net.UnixConn:
-		return &limitedUnixConn{UnixConn: c, frameLimiter: l}
-	}
-	return &limitedConn{Conn: c, frameLimiter: l}
+	return &limitedConn{Conn: c, frameLimiter: frameLimiter{max: max, greeting: zmtpGreeting, br: bufio.NewReaderSize(c, readBuffer)}}
 }
-
-type limitedTCPConn struct {
-	*net.TCPConn
-	frameLimiter
-}
-
-func (c *limitedTCPConn) Read(p []byte) (int, error) { return c.read(c.TCPConn, p) }
-
-type limitedUnixConn struct {
-	*net.UnixConn
-	frameLimiter
-}
-
-func (c *limitedUnixConn) Read(p []byte) (int, error) { return c.read(c.UnixConn, p) }
 
 // zmtpGreeting is the length of a ZMTP 3 greeting.
 const zmtpGreeting = 64
 
-// limitedConn is the limit over any other connection.
+// limitedConn is a connection whose reads pass the frame limiter.
 type limitedConn struct {
 	net.Conn
 	frameLimiter

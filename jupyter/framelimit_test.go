@@ -58,8 +58,6 @@ func TestFrameLimit(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 	var _ net.Conn = (*limitedConn)(nil)
-	var _ net.Conn = (*limitedTCPConn)(nil)
-	var _ net.Conn = (*limitedUnixConn)(nil)
 }
 
 func TestKernelOverTheFrameLimitIsStopped(t *testing.T) {

@@ -1,0 +1,234 @@
+// Package rawio reads and writes sockets without telling the Go scheduler
+// that a system call is under way.
+//
+// A read or write of a non-blocking socket returns at once: it either
+// moves bytes or reports that it would block, and then the netpoller
+// waits, as for any net.Conn. Made through the usual path, each such call
+// also enters and leaves the scheduler's system-call state, and the first
+// one after the process was idle wakes the runtime's monitor thread
+// (sysmon), which then polls every 20 µs while the process is busy and
+// hands the process's P to another thread whenever a call outlasts one of
+// its polls. For a relay of small messages on a machine with few cores
+// that is the larger part of the work: two thread wake-ups and a dozen
+// monitor polls for every message, on cores the kernels need.
+//
+// Conn does the same reads and writes as raw system calls inside
+// syscall.RawConn, so deadlines, closing and the netpoller behave as for
+// the connection it wraps.
+package rawio
+
+import (
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"unsafe"
+)
+
+// Conn is a net.Conn whose Read, Write and WriteBuffers are raw system
+// calls. Everything else is the wrapped connection's.
+type Conn struct {
+	net.Conn
+	rc  syscall.RawConn
+	iov []syscall.Iovec // WriteBuffers' vector; writes are serialised by rc
+}
+
+// Wrap returns c with raw reads and writes when it is a socket of package
+// net (TCP or Unix), or c unchanged.
+func Wrap(c net.Conn) net.Conn {
+	if rc := rawConn(c); rc != nil {
+		return &Conn{Conn: c, rc: rc}
+	}
+	return c
+}
+
+// WrapConn is Wrap for a caller that needs WriteBuffers: nil when c is
+// not a socket of package net.
+func WrapConn(c net.Conn) *Conn {
+	if rc := rawConn(c); rc != nil {
+		return &Conn{Conn: c, rc: rc}
+	}
+	return nil
+}
+
+func rawConn(c net.Conn) syscall.RawConn {
+	var sc syscall.Conn
+	switch c := c.(type) {
+	case *net.TCPConn:
+		sc = c
+	case *net.UnixConn:
+		sc = c
+	default:
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return rc
+}
+
+// Read reads what the socket has, waiting for it when it has nothing.
+func (c *Conn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	var n int
+	var errno syscall.Errno
+	err := c.rc.Read(func(fd uintptr) bool {
+		for {
+			r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+			switch e {
+			case syscall.EINTR:
+				continue
+			case syscall.EAGAIN:
+				return false
+			}
+			n, errno = int(r), e
+			return true
+		}
+	})
+	switch {
+	case err != nil:
+		return 0, c.opError("read", err)
+	case errno != 0:
+		return 0, c.opError("read", os.NewSyscallError("read", errno))
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// Write writes all of p, waiting while the socket's buffer is full.
+func (c *Conn) Write(p []byte) (int, error) {
+	var n int
+	var errno syscall.Errno
+	err := c.rc.Write(func(fd uintptr) bool {
+		for n < len(p) {
+			r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[n])), uintptr(len(p)-n))
+			switch e {
+			case 0:
+				n += int(r)
+			case syscall.EINTR:
+			case syscall.EAGAIN:
+				return false
+			default:
+				errno = e
+				return true
+			}
+		}
+		return true
+	})
+	switch {
+	case err != nil:
+		return n, c.opError("write", err)
+	case errno != 0:
+		return n, c.opError("write", os.NewSyscallError("write", errno))
+	}
+	return n, nil
+}
+
+// maxIovecs is how many buffers one writev takes (IOV_MAX is 1024).
+const maxIovecs = 1024
+
+// WriteBuffers writes all of bufs with as few writev calls as the socket
+// allows, consuming bufs as net.Buffers.WriteTo does.
+func (c *Conn) WriteBuffers(bufs *net.Buffers) (int64, error) {
+	var n int64
+	var errno syscall.Errno
+	err := c.rc.Write(func(fd uintptr) bool {
+		for len(*bufs) > 0 {
+			iov := c.iov[:0]
+			for _, b := range *bufs {
+				if len(b) == 0 {
+					continue
+				}
+				iov = append(iov, syscall.Iovec{Base: &b[0]})
+				iov[len(iov)-1].SetLen(len(b))
+				if len(iov) == maxIovecs {
+					break
+				}
+			}
+			c.iov = iov
+			if len(iov) == 0 {
+				*bufs = (*bufs)[:0]
+				break
+			}
+			r, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
+			clear(iov) // no frame stays reachable through the vector
+			switch e {
+			case 0:
+				n += int64(r)
+				consume(bufs, int64(r))
+			case syscall.EINTR:
+			case syscall.EAGAIN:
+				return false
+			default:
+				errno = e
+				return true
+			}
+		}
+		return true
+	})
+	switch {
+	case err != nil:
+		return n, c.opError("writev", err)
+	case errno != 0:
+		return n, c.opError("writev", os.NewSyscallError("writev", errno))
+	}
+	return n, nil
+}
+
+// consume drops the first n bytes of bufs, clearing the buffers it has
+// written.
+func consume(bufs *net.Buffers, n int64) {
+	for len(*bufs) > 0 {
+		l := int64(len((*bufs)[0]))
+		if l > n {
+			(*bufs)[0] = (*bufs)[0][n:]
+			return
+		}
+		n -= l
+		(*bufs)[0] = nil
+		*bufs = (*bufs)[1:]
+	}
+}
+
+// CloseWrite shuts down the writing side (net/http uses it to let a
+// response reach a client whose request it did not read to the end).
+func (c *Conn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Conn.Close()
+}
+
+// CloseRead shuts down the reading side.
+func (c *Conn) CloseRead() error {
+	if cr, ok := c.Conn.(interface{ CloseRead() error }); ok {
+		return cr.CloseRead()
+	}
+	return c.Conn.Close()
+}
+
+func (c *Conn) opError(op string, err error) error {
+	if oe, ok := err.(*net.OpError); ok {
+		// RawConn reports a closed connection or a deadline as a
+		// "raw-read" or "raw-write" OpError; name the operation.
+		e := *oe
+		e.Op = op
+		return &e
+	}
+	return &net.OpError{Op: op, Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+}
+
+// Listener wraps the connections l accepts.
+type Listener struct{ net.Listener }
+
+func (l Listener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return Wrap(c), nil
+}
