@@ -57,7 +57,7 @@ type options struct {
 }
 
 var full = options{
-	starts: 8, roundTrips: 300, rtKernels: 3, warmup: 20, poolRuns: 12,
+	starts: 8, roundTrips: 1000, rtKernels: 3, warmup: 20, poolRuns: 12,
 	loadKernels: 16, loadClients: 4, loadCount: 25, loadRounds: 2,
 	streamRuns: 5, streamMiB: 100,
 	density: []int{0, 10, 50}, jsDensity: 10, idle: 30 * time.Second,

@@ -291,17 +291,17 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 	}{{"v1", kgV1.lat}, {"JSON", kgJSON.lat}} {
 		p := paired(w.s, d)
 		b.check(fmt.Sprintf("websocket %s round trip on %s within 0.3 ms of direct", w.name, specName), p <= 300*time.Microsecond,
-			"paired difference %s, p50 %s vs %s ms; control %s; floor (relay) %s", fmtDiff(p), fmtMS(w.s.p50()), fmtMS(d.p50()), fmtDiff(paired(control.lat, d)), fmtDiff(paired(relayed.lat, d)))
+			"paired difference %s, p50 %s vs %s ms; control %s; floor (relay) %s", fmtPaired(w.s, d), fmtMS(w.s.p50()), fmtMS(d.p50()), fmtPaired(control.lat, d), fmtDiff(paired(relayed.lat, d)))
 	}
 	floor := "; floor (relay) " + fmtDiff(paired(relayed.lat, d))
 	if language == "python" {
 		r := ms(rest.lat.p50()) / ms(d.p50())
 		b.check("POST /api/execute `1+1` on python3 within 7% of direct", r <= 1.07,
-			"p50 %s vs %s ms, ratio %.3f; paired %s%s", fmtMS(rest.lat.p50()), fmtMS(d.p50()), r, fmtDiff(paired(rest.lat, d)), floor)
+			"p50 %s vs %s ms, ratio %.3f; paired %s%s", fmtMS(rest.lat.p50()), fmtMS(d.p50()), r, fmtPaired(rest.lat, d), floor)
 	} else {
 		p := paired(rest.lat, d)
 		b.check("POST /api/execute `1+1` on "+specName+" within 0.5 ms of direct", p <= 500*time.Microsecond,
-			"paired difference %s, p50 %s vs %s ms%s", fmtDiff(p), fmtMS(rest.lat.p50()), fmtMS(d.p50()), floor)
+			"paired difference %s, p50 %s vs %s ms%s", fmtPaired(rest.lat, d), fmtMS(rest.lat.p50()), fmtMS(d.p50()), floor)
 	}
 	return nil
 }

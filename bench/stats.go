@@ -38,6 +38,31 @@ func paired(a, b sample) time.Duration {
 	return d.p50()
 }
 
+// pairedCI is the 95 % confidence interval of paired(a, b): the order
+// statistics of the differences at ranks n/2 ∓ 0.98·√n, which hold for
+// any distribution of the differences.
+func pairedCI(a, b sample) (lo, hi time.Duration) {
+	n := min(len(a), len(b))
+	if n == 0 {
+		return 0, 0
+	}
+	d := make(sample, n)
+	for i := range n {
+		d[i] = a[i] - b[i]
+	}
+	slices.Sort(d)
+	h := 0.98 * math.Sqrt(float64(n))
+	i := max(int(math.Floor(float64(n)/2-h)), 0)
+	j := min(int(math.Ceil(float64(n)/2+h)), n-1)
+	return d[i], d[j]
+}
+
+// fmtPaired is paired(a, b) with its confidence interval.
+func fmtPaired(a, b sample) string {
+	lo, hi := pairedCI(a, b)
+	return fmtDiff(paired(a, b)) + " (95 % CI " + fmtDiff(lo) + " to " + fmtDiff(hi) + ")"
+}
+
 // ms is d in milliseconds.
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
