@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
 	"kernelgate/internal/directclient"
+	"kernelgate/jupyter"
 )
 
 // benchRoundTrip measures `1+1` from sending the request until both its
@@ -81,6 +83,25 @@ func (s *rtSystem) step(ctx context.Context) error {
 	return nil
 }
 
+// kernelClientSystem runs `1+1` through kernelgate's own kernel client
+// (package jupyter) in the harness's process: the gateway's kernel side
+// without the process hop.
+func kernelClientSystem(k *jupyter.Kernel) *rtSystem {
+	return &rtSystem{runs: []func(context.Context) (outcome, error){func(ctx context.Context) (outcome, error) {
+		reply, err := k.Execute(ctx, "1+1", nil)
+		if err != nil {
+			return outcome{}, err
+		}
+		var c struct {
+			Status string `json:"status"`
+		}
+		if err := json.Unmarshal(reply.RawContent, &c); err != nil {
+			return outcome{}, err
+		}
+		return outcome{status: c.Status, text: "2"}, nil // like the direct client, it reads no result
+	}}}
+}
+
 func directSystem(c *directclient.Client) *rtSystem {
 	return &rtSystem{runs: []func(context.Context) (outcome, error){func(ctx context.Context) (outcome, error) {
 		status, err := c.Execute(ctx, "1+1")
@@ -141,6 +162,12 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 	spec, _ := b.specs.Get(specName)
 	sctx, cancel := within(ctx, 5*time.Minute)
 	defer cancel()
+	// Removed after the closers below have shut its kernels down.
+	runtime, err := os.MkdirTemp("", "kgbench-client-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(runtime)
 	var closers []func()
 	defer func() {
 		for _, c := range closers {
@@ -209,6 +236,23 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 	if err != nil {
 		return err
 	}
+	// kernelgate's kernel client in the harness: what the websocket adds
+	// to kernelgate's own kernel side is the hop alone.
+	var clients []*rtSystem
+	for range per {
+		var k *jupyter.Kernel
+		err := b.retry(func() error {
+			var err error
+			k, err = jupyter.Start(sctx, &jupyter.LocalProvisioner{RuntimeDir: runtime}, jupyter.Config{Spec: spec})
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		closers = append(closers, func() { k.Shutdown(context.Background()) })
+		clients = append(clients, kernelClientSystem(k))
+	}
+	client := join(clients...)
 	kgV1, err := newWS(b.kg, true, per)
 	if err != nil {
 		return err
@@ -225,7 +269,7 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 	if err != nil {
 		return err
 	}
-	systems := []*rtSystem{direct, kgV1, kgJSON, rest, js, control, relayed}
+	systems := []*rtSystem{direct, kgV1, kgJSON, rest, js, control, relayed, client}
 	var restOff, bV1, bREST *rtSystem
 	if language != "python" {
 		if restOff, err = newREST(b.kgOff); err != nil {
@@ -271,6 +315,8 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 		ratios: "direct 2/direct " + ratio(ms(control.lat.p50()), ms(d.p50())) + " (paired " + fmtDiff(paired(control.lat, d)) + ")"})
 	b.add(row{figure: name + ", floor: the direct client through a byte relay process", direct: lat(relayed.lat),
 		ratios: "relayed/direct " + ratio(ms(relayed.lat.p50()), ms(d.p50())) + " (paired " + fmtDiff(paired(relayed.lat, d)) + ")"})
+	b.add(row{figure: name + ", kernelgate's kernel client (package jupyter) in the harness, no gateway", direct: lat(client.lat),
+		ratios: "client/direct " + ratio(ms(client.lat.p50()), ms(d.p50())) + " (paired " + fmtDiff(paired(client.lat, d)) + ")"})
 	b.add(row{figure: name + ", websocket v1", kg: lat(kgV1.lat) + lateNote(kgV1.late), direct: lat(d), ratios: ratios(kgV1.lat, d, nil, true) + kgV1.cpuNote()})
 	b.add(row{figure: name + ", websocket JSON", kg: lat(kgJSON.lat) + lateNote(kgJSON.late), direct: lat(d),
 		js: lat(js.lat) + lateNote(js.late), ratios: ratios(kgJSON.lat, d, js.lat, true) + kgJSON.cpuNote() + "; JS" + strings.TrimPrefix(js.cpuNote(), "; gateway")})
@@ -291,9 +337,9 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 	}{{"v1", kgV1.lat}, {"JSON", kgJSON.lat}} {
 		p := paired(w.s, d)
 		b.check(fmt.Sprintf("websocket %s round trip on %s within 0.3 ms of direct", w.name, specName), p <= 300*time.Microsecond,
-			"paired difference %s, p50 %s vs %s ms; control %s; floor (relay) %s", fmtPaired(w.s, d), fmtMS(w.s.p50()), fmtMS(d.p50()), fmtPaired(control.lat, d), fmtDiff(paired(relayed.lat, d)))
+			"paired difference %s, p50 %s vs %s ms; control %s; floor (relay) %s; against kernelgate's kernel client in the harness %s", fmtPaired(w.s, d), fmtMS(w.s.p50()), fmtMS(d.p50()), fmtPaired(control.lat, d), fmtDiff(paired(relayed.lat, d)), fmtDiff(paired(w.s, client.lat)))
 	}
-	floor := "; floor (relay) " + fmtDiff(paired(relayed.lat, d))
+	floor := "; floor (relay) " + fmtDiff(paired(relayed.lat, d)) + "; against kernelgate's kernel client in the harness " + fmtDiff(paired(rest.lat, client.lat))
 	if language == "python" {
 		r := ms(rest.lat.p50()) / ms(d.p50())
 		b.check("POST /api/execute `1+1` on python3 within 7% of direct", r <= 1.07,

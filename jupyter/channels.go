@@ -194,13 +194,16 @@ func (s *socket) send(frames [][]byte) error {
 		off += n
 	}
 	s.hdr, s.bufs = hdr, bufs
-	s.conn.SetWriteDeadline(time.Now().Add(sendTimeout))
 	// The write consumes its copy of the slice and clears what it wrote,
 	// so s.bufs keeps no frame alive after the send.
 	return s.write(&bufs)
 }
 
+// write writes bufs within sendTimeout. The deadline is cleared after:
+// an armed one would wake the idle gateway when it expires.
 func (s *socket) write(bufs *net.Buffers) error {
+	s.conn.SetWriteDeadline(time.Now().Add(sendTimeout))
+	defer s.conn.SetWriteDeadline(time.Time{})
 	var err error
 	if s.raw != nil {
 		_, err = s.raw.WriteBuffers(bufs)
@@ -275,7 +278,6 @@ func (s *socket) command(body []byte) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	hdr := appendFrameHeader(nil, flagCommand, len(pong))
-	s.conn.SetWriteDeadline(time.Now().Add(sendTimeout))
 	return s.write(&net.Buffers{hdr, pong})
 }
 
