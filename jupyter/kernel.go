@@ -688,8 +688,20 @@ func (k *Kernel) dispatch(ch Channel, m *Message) {
 		k.mu.Unlock()
 		return
 	}
+	h := c.handler
+	k.mu.Unlock()
+	// The handler runs before the message counts towards the call's end:
+	// the reply and the idle status come from two readers, and whichever
+	// comes second ends the call, which must not happen before the other
+	// one's handler has returned.
+	if h != nil {
+		h(ch, m)
+	}
+	k.mu.Lock()
 	finish := false
-	if !c.finished {
+	// Still pending: not finished by another reader, failed by the
+	// kernel's death or forgotten meanwhile.
+	if k.pending[c.ID] == c {
 		switch {
 		case ch == IOPub && m.Header.MsgType == StatusMsg:
 			idle := isIdle(m)
@@ -710,11 +722,7 @@ func (k *Kernel) dispatch(ch Channel, m *Message) {
 			}
 		}
 	}
-	h := c.handler
 	k.mu.Unlock()
-	if h != nil {
-		h(ch, m)
-	}
 	if finish {
 		close(c.done)
 	}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -458,5 +459,56 @@ func TestStartShutdownCyclesLeakNothing(t *testing.T) {
 	entries, _ := os.ReadDir(prov.RuntimeDir)
 	if len(entries) != 0 {
 		t.Errorf("runtime dir still holds %d entries", len(entries))
+	}
+}
+
+// A call ends only once the handlers of both its reply and its idle status
+// have returned, whichever of the two readers gets its message first: a
+// caller reads what the handler made of the reply as soon as Done closes.
+func TestCallEndsAfterItsHandlers(t *testing.T) {
+	k := startKernel(t, "python3")
+	for i := range 5 {
+		replyIn := make(chan struct{})
+		release := make(chan struct{})
+		unblock := sync.OnceFunc(func() { close(release) })
+		defer unblock() // a failure must not leave the reader blocked
+		idleSeen := make(chan struct{})
+		var handledReply atomic.Bool
+		h := func(ch Channel, m *Message) {
+			switch {
+			case m.Header.MsgType == ExecuteReply:
+				close(replyIn)
+				<-release
+				handledReply.Store(true)
+			case isIdle(m):
+				close(idleSeen)
+			}
+		}
+		call, err := k.StartExecute(NewExecute("1+1"), h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.After(30 * time.Second)
+		for _, c := range []chan struct{}{replyIn, idleSeen} {
+			select {
+			case <-c:
+			case <-deadline:
+				t.Fatalf("run %d: no reply or no idle status", i)
+			}
+		}
+		select {
+		case <-call.Done():
+			t.Fatalf("run %d: the call ended while its reply's handler was still running", i)
+		default:
+		}
+		unblock()
+		select {
+		case <-call.Done():
+		case <-deadline:
+			t.Fatalf("run %d: the call did not end", i)
+		}
+		if !handledReply.Load() {
+			t.Fatalf("run %d: ended before the reply was handled", i)
+		}
 	}
 }
