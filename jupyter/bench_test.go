@@ -1,7 +1,8 @@
 package jupyter_test
 
 // Benchmarks of the kernel client against internal/directclient, a minimal
-// client on the same zmq4 sockets that serves as the floor. Each benchmark
+// client on zmq4's sockets (package jupyter has its own sockets over zmq4's
+// connections, with raw reads and writes). Each benchmark
 // makes a fixed number of measurements, interleaving the two clients
 // (A B A B …) so that drift of a shared, noisy machine hits both alike, and
 // reports nearest-rank percentiles. Run with
