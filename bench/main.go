@@ -1,5 +1,5 @@
-// Command bench measures kernelgate side by side with the floor, a minimal
-// direct ZeroMQ client (internal/directclient) on the same kernels, and
+// Command bench measures kernelgate side by side with a minimal direct
+// ZeroMQ client (internal/directclient) on kernels of the same spec, and
 // with what users would run instead, Debian's Jupyter Server. It starts
 // the real bin/kernelgate and jupyter_server processes, drives them over
 // HTTP and websockets from this process, and reads their CPU time and

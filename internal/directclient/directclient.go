@@ -1,5 +1,6 @@
-// Package directclient is a deliberately minimal Jupyter client, the
-// performance floor that package jupyter is benchmarked against.
+// Package directclient is a deliberately minimal Jupyter client on zmq4's
+// sockets, the baseline that package jupyter and the gateway are
+// benchmarked against.
 //
 // It does only what a start and an execute round trip need: spawn the
 // kernel from its kernelspec, dial shell, control and iopub, sign and verify
