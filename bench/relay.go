@@ -13,7 +13,8 @@ import (
 	"time"
 )
 
-// The relay is the floor of any process between a client and a kernel:
+// The relay is the floor of a plain Go process (net package reads and
+// writes) between a client and a kernel:
 // a second process that copies bytes both ways and does nothing else.
 // The direct client through it (the "through a relay" rows) pays what a
 // process hop costs on this machine (two more loopback writes, and two
