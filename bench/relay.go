@@ -14,8 +14,8 @@ import (
 )
 
 // The relay is the floor of a plain Go process (net package reads and
-// writes) between a client and a kernel:
-// a second process that copies bytes both ways and does nothing else.
+// writes) between a client and a kernel: a second process that copies
+// bytes both ways and does nothing else.
 // The direct client through it (the "through a relay" rows) pays what a
 // process hop costs on this machine (two more loopback writes, and two
 // more wake-ups of a process that sleeps between messages); what
