@@ -15,11 +15,10 @@ import (
 
 // The relay is the floor of a plain Go process (net package reads and
 // writes) between a client and a kernel: a second process that copies
-// bytes both ways and does nothing else.
-// The direct client through it (the "through a relay" rows) pays what a
-// process hop costs on this machine (two more loopback writes, and two
-// more wake-ups of a process that sleeps between messages); what
-// kernelgate adds beyond that is its own work.
+// bytes both ways and does nothing else. The direct client through it
+// (the "floor" rows) pays what a process hop costs on this machine (two
+// more loopback writes, and two more wake-ups of a process that sleeps
+// between messages); what kernelgate adds beyond that is its own work.
 
 // relayMain runs `bench -relay PORT,PORT,...`: it listens on a free port
 // for each target port, prints those ports on one line, relays every

@@ -96,7 +96,7 @@ func kernelClientSystem(k *jupyter.Kernel) *rtSystem {
 		var c struct {
 			Status string `json:"status"`
 		}
-		if err := json.Unmarshal(reply.RawContent, &c); err != nil {
+		if err := reply.DecodeContent(&c); err != nil {
 			return outcome{}, err
 		}
 		return outcome{status: c.Status, text: "2"}, nil // like the direct client, it reads no result
@@ -176,26 +176,10 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 		}
 	}()
 	per := b.opt.rtKernels
-	newDirect := func(relay directclient.Relay) (*rtSystem, error) {
-		var all []*rtSystem
-		for range per {
-			var c *directclient.Client
-			err := b.retry(func() error {
-				var err error
-				c, err = directclient.StartThrough(sctx, spec, relay)
-				return err
-			})
-			if err != nil {
-				return nil, err
-			}
-			closers = append(closers, func() { c.Close() })
-			all = append(all, directSystem(c))
-		}
-		return join(all...), nil
-	}
-	// onGateway joins n systems that start makes on gateway s, each on a
-	// kernel or context of its own, and charges their CPU to s.
-	onGateway := func(s *server, n int, start func() (*rtSystem, func(), error)) (*rtSystem, error) {
+	// startSystems joins n systems that start makes, each on a kernel or
+	// context of its own, and charges their CPU to gateway s (nil: they
+	// run in the harness).
+	startSystems := func(s *server, n int, start func() (*rtSystem, func(), error)) (*rtSystem, error) {
 		var all []*rtSystem
 		for range n {
 			var sys *rtSystem
@@ -215,11 +199,20 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 		j.gateway = s
 		return j, nil
 	}
+	newDirect := func(relay directclient.Relay) (*rtSystem, error) {
+		return startSystems(nil, per, func() (*rtSystem, func(), error) {
+			c, err := directclient.StartThrough(sctx, spec, relay)
+			if err != nil {
+				return nil, nil, err
+			}
+			return directSystem(c), func() { c.Close() }, nil
+		})
+	}
 	newWS := func(s *server, v1 bool, n int) (*rtSystem, error) {
-		return onGateway(s, n, func() (*rtSystem, func(), error) { return wsSystem(sctx, s, specName, v1) })
+		return startSystems(s, n, func() (*rtSystem, func(), error) { return wsSystem(sctx, s, specName, v1) })
 	}
 	newREST := func(s *server) (*rtSystem, error) {
-		return onGateway(s, per, func() (*rtSystem, func(), error) { return restSystem(sctx, s, language) })
+		return startSystems(s, per, func() (*rtSystem, func(), error) { return restSystem(sctx, s, language) })
 	}
 	direct, err := newDirect(nil)
 	if err != nil {
@@ -239,21 +232,16 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 	}
 	// kernelgate's kernel client in the harness: what the websocket adds
 	// to kernelgate's own kernel side is the hop alone.
-	var clients []*rtSystem
-	for range per {
-		var k *jupyter.Kernel
-		err := b.retry(func() error {
-			var err error
-			k, err = jupyter.Start(sctx, &jupyter.LocalProvisioner{RuntimeDir: runtime}, jupyter.Config{Spec: spec})
-			return err
-		})
+	client, err := startSystems(nil, per, func() (*rtSystem, func(), error) {
+		k, err := jupyter.Start(sctx, &jupyter.LocalProvisioner{RuntimeDir: runtime}, jupyter.Config{Spec: spec})
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
-		closers = append(closers, func() { k.Shutdown(context.Background()) })
-		clients = append(clients, kernelClientSystem(k))
+		return kernelClientSystem(k), func() { k.Shutdown(context.Background()) }, nil
+	})
+	if err != nil {
+		return err
 	}
-	client := join(clients...)
 	kgV1, err := newWS(b.kg, true, per)
 	if err != nil {
 		return err
@@ -317,12 +305,18 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 
 	name := "`1+1` round trip, " + specName
 	d := direct.lat
-	b.add(row{figure: name + ", control: a second direct client on a kernel of its own", direct: lat(control.lat),
-		ratios: "direct 2/direct " + ratio(ms(control.lat.p50()), ms(d.p50())) + " (paired " + fmtDiff(paired(control.lat, d)) + ")"})
-	b.add(row{figure: name + ", floor: the direct client through a byte relay process", direct: lat(relayed.lat),
-		ratios: "relayed/direct " + ratio(ms(relayed.lat.p50()), ms(d.p50())) + " (paired " + fmtDiff(paired(relayed.lat, d)) + ")"})
-	b.add(row{figure: name + ", kernelgate's kernel client (package jupyter) in the harness, no gateway", direct: lat(client.lat),
-		ratios: "client/direct " + ratio(ms(client.lat.p50()), ms(d.p50())) + " (paired " + fmtDiff(paired(client.lat, d)) + ")"})
+	// Rows of clients in the harness, against the direct client.
+	for _, c := range []struct {
+		what, short string
+		s           sample
+	}{
+		{"control: a second direct client on a kernel of its own", "direct 2", control.lat},
+		{"floor: the direct client through a byte relay process", "relayed", relayed.lat},
+		{"kernelgate's kernel client (package jupyter) in the harness, no gateway", "client", client.lat},
+	} {
+		b.add(row{figure: name + ", " + c.what, direct: lat(c.s),
+			ratios: c.short + "/direct " + ratio(ms(c.s.p50()), ms(d.p50())) + " (paired " + fmtDiff(paired(c.s, d)) + ")"})
+	}
 	b.add(row{figure: name + ", websocket v1", kg: lat(kgV1.lat) + lateNote(kgV1.late), direct: lat(d), ratios: ratios(kgV1.lat, d, nil, true) + kgV1.cpuNote()})
 	b.add(row{figure: name + ", websocket JSON", kg: lat(kgJSON.lat) + lateNote(kgJSON.late), direct: lat(d),
 		js: lat(js.lat) + lateNote(js.late), ratios: ratios(kgJSON.lat, d, js.lat, true) + kgJSON.cpuNote() + "; JS" + strings.TrimPrefix(js.cpuNote(), "; gateway")})

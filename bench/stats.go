@@ -29,26 +29,25 @@ func (s sample) p99() time.Duration { return s.pct(99) }
 // paired returns the median of the differences a[i] - b[i] of two samples
 // taken in pairs; slow drift of the machine's load affects it less than the
 // difference of the two medians.
-func paired(a, b sample) time.Duration {
-	n := min(len(a), len(b))
-	d := make(sample, n)
-	for i := range n {
+func paired(a, b sample) time.Duration { return diffs(a, b).p50() }
+
+// diffs is a[i] - b[i] for the pairs of two samples.
+func diffs(a, b sample) sample {
+	d := make(sample, min(len(a), len(b)))
+	for i := range d {
 		d[i] = a[i] - b[i]
 	}
-	return d.p50()
+	return d
 }
 
 // pairedCI is the 95 % confidence interval of paired(a, b): the order
 // statistics of the differences at ranks n/2 ∓ 0.98·√n, which hold for
 // any distribution of the differences.
 func pairedCI(a, b sample) (lo, hi time.Duration) {
-	n := min(len(a), len(b))
+	d := diffs(a, b)
+	n := len(d)
 	if n == 0 {
 		return 0, 0
-	}
-	d := make(sample, n)
-	for i := range n {
-		d[i] = a[i] - b[i]
 	}
 	slices.Sort(d)
 	h := 0.98 * math.Sqrt(float64(n))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -103,7 +104,7 @@ func (c *channels) close() {
 // calls (internal/rawio). One goroutine receives; any number may send.
 type socket struct {
 	conn net.Conn    // the frame-limited connection, for reads
-	raw  *rawio.Conn // writes; nil for a connection rawio cannot take
+	raw  *rawio.Conn // the same connection, for writes
 	req  bool        // REQ: an empty delimiter frame before the message
 
 	wmu  sync.Mutex
@@ -144,10 +145,11 @@ func dialSocket(ctx context.Context, endpoint string, typ zmq4.SocketType, id st
 		}
 	}
 	raw := rawio.WrapConn(nc)
-	if raw != nil {
-		nc = raw
+	if raw == nil { // a dial of tcp or unix always gives a socket of package net
+		nc.Close()
+		return nil, fmt.Errorf("jupyter: %s connection of type %T", network, nc)
 	}
-	conn := limitConn(nc, max)
+	conn := limitConn(raw, max)
 	// The handshake reads from the kernel: closing the connection is what
 	// stops it when ctx ends first.
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
@@ -176,22 +178,18 @@ func (s *socket) send(frames [][]byte) error {
 	if s.req {
 		frames = append([][]byte{{}}, frames...)
 	}
-	hdr := s.hdr[:0]
+	// Room for every header up front, so that the slices of hdr in bufs
+	// stay valid as it grows.
+	hdr := slices.Grow(s.hdr[:0], 9*len(frames))
+	bufs := s.bufs[:0]
 	for i, f := range frames {
 		var flag byte
 		if i < len(frames)-1 {
 			flag = flagMore
 		}
+		start := len(hdr)
 		hdr = appendFrameHeader(hdr, flag, len(f))
-	}
-	bufs, off := s.bufs[:0], 0
-	for _, f := range frames {
-		n := 2
-		if len(f) > 255 {
-			n = 9
-		}
-		bufs = append(bufs, hdr[off:off+n], f)
-		off += n
+		bufs = append(bufs, hdr[start:], f)
 	}
 	s.hdr, s.bufs = hdr, bufs
 	// The write consumes its copy of the slice and clears what it wrote,
@@ -202,14 +200,9 @@ func (s *socket) send(frames [][]byte) error {
 // write writes bufs within sendTimeout. The deadline is cleared after:
 // an armed one would wake the idle gateway when it expires.
 func (s *socket) write(bufs *net.Buffers) error {
-	s.conn.SetWriteDeadline(time.Now().Add(sendTimeout))
-	defer s.conn.SetWriteDeadline(time.Time{})
-	var err error
-	if s.raw != nil {
-		_, err = s.raw.WriteBuffers(bufs)
-	} else {
-		_, err = bufs.WriteTo(s.conn)
-	}
+	s.raw.SetWriteDeadline(time.Now().Add(sendTimeout))
+	defer s.raw.SetWriteDeadline(time.Time{})
+	_, err := s.raw.WriteBuffers(bufs)
 	return err
 }
 

@@ -1,6 +1,7 @@
 package jupyter
 
 import (
+	"encoding/json"
 	"strings"
 	"unicode/utf8"
 )
@@ -13,6 +14,17 @@ import (
 // value, a key that differs from a wanted one only in case, a member of
 // the wrong type) makes it give up, and the caller decodes with
 // encoding/json, so the result is always what encoding/json gives.
+
+// decodeFlat decodes b into *v: with scanStrings into dst (fields of *v,
+// named keys) when it can, else with encoding/json into a zeroed *v.
+func decodeFlat[T any](b []byte, v *T, keys []string, dst []*string) error {
+	if scanStrings(b, keys, dst) {
+		return nil
+	}
+	var zero T
+	*v = zero
+	return json.Unmarshal(b, v)
+}
 
 // scanStrings reads b, a JSON object, into the string fields dst[i] for
 // the members named keys[i]. A null member leaves its field unchanged, as

@@ -209,11 +209,8 @@ func (m *Message) parseHeaders() error {
 		return fmt.Errorf("%w: header is not a JSON object", ErrMalformed)
 	}
 	h := &m.Header
-	if !scanStrings(m.RawHeader, headerKeys, []*string{&h.MsgID, &h.Session, &h.Username, &h.Date, (*string)(&h.MsgType), &h.Version}) {
-		*h = Header{}
-		if err := json.Unmarshal(m.RawHeader, h); err != nil {
-			return fmt.Errorf("%w: header: %v", ErrMalformed, err)
-		}
+	if err := decodeFlat(m.RawHeader, h, headerKeys, []*string{&h.MsgID, &h.Session, &h.Username, &h.Date, (*string)(&h.MsgType), &h.Version}); err != nil {
+		return fmt.Errorf("%w: header: %v", ErrMalformed, err)
 	}
 	if m.Header.MsgID == "" || m.Header.MsgType == "" {
 		return fmt.Errorf("%w: header without msg_id or msg_type", ErrMalformed)
@@ -223,11 +220,8 @@ func (m *Message) parseHeaders() error {
 	}
 	if len(m.RawParent) > 2 {
 		var p parentRef
-		if !scanStrings(m.RawParent, parentKeys, []*string{&p.MsgID, (*string)(&p.MsgType)}) {
-			p = parentRef{}
-			if err := json.Unmarshal(m.RawParent, &p); err != nil {
-				return fmt.Errorf("%w: parent header: %v", ErrMalformed, err)
-			}
+		if err := decodeFlat(m.RawParent, &p, parentKeys, []*string{&p.MsgID, (*string)(&p.MsgType)}); err != nil {
+			return fmt.Errorf("%w: parent header: %v", ErrMalformed, err)
 		}
 		m.ParentID, m.ParentType = p.MsgID, p.MsgType
 	}
@@ -258,11 +252,8 @@ func readState(content []byte) ExecutionState {
 	var s struct {
 		State ExecutionState `json:"execution_state"`
 	}
-	if !scanStrings(content, stateKeys, []*string{(*string)(&s.State)}) {
-		s.State = ""
-		if json.Unmarshal(content, &s) != nil {
-			return ""
-		}
+	if decodeFlat(content, &s, stateKeys, []*string{(*string)(&s.State)}) != nil {
+		return ""
 	}
 	return s.State
 }

@@ -36,8 +36,8 @@ type Conn struct {
 // Wrap returns c with raw reads and writes when it is a socket of package
 // net (TCP or Unix), or c unchanged.
 func Wrap(c net.Conn) net.Conn {
-	if rc := rawConn(c); rc != nil {
-		return &Conn{Conn: c, rc: rc}
+	if rc := WrapConn(c); rc != nil {
+		return rc
 	}
 	return c
 }
@@ -88,12 +88,10 @@ func (c *Conn) Read(p []byte) (int, error) {
 			return true
 		}
 	})
-	switch {
-	case err != nil:
-		return 0, c.opError("read", err)
-	case errno != 0:
-		return 0, c.opError("read", os.NewSyscallError("read", errno))
-	case n == 0:
+	if err := c.result("read", err, errno); err != nil {
+		return 0, err
+	}
+	if n == 0 {
 		return 0, io.EOF
 	}
 	return n, nil
@@ -101,31 +99,9 @@ func (c *Conn) Read(p []byte) (int, error) {
 
 // Write writes all of p, waiting while the socket's buffer is full.
 func (c *Conn) Write(p []byte) (int, error) {
-	var n int
-	var errno syscall.Errno
-	err := c.rc.Write(func(fd uintptr) bool {
-		for n < len(p) {
-			r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[n])), uintptr(len(p)-n))
-			switch e {
-			case 0:
-				n += int(r)
-			case syscall.EINTR:
-			case syscall.EAGAIN:
-				return false
-			default:
-				errno = e
-				return true
-			}
-		}
-		return true
-	})
-	switch {
-	case err != nil:
-		return n, c.opError("write", err)
-	case errno != 0:
-		return n, c.opError("write", os.NewSyscallError("write", errno))
-	}
-	return n, nil
+	bufs := net.Buffers{p}
+	n, err := c.writev("write", &bufs)
+	return int(n), err
 }
 
 // maxIovecs is how many buffers one writev takes (IOV_MAX is 1024).
@@ -134,6 +110,11 @@ const maxIovecs = 1024
 // WriteBuffers writes all of bufs with as few writev calls as the socket
 // allows, consuming bufs as net.Buffers.WriteTo does.
 func (c *Conn) WriteBuffers(bufs *net.Buffers) (int64, error) {
+	return c.writev("writev", bufs)
+}
+
+// writev writes bufs; op names the operation in errors.
+func (c *Conn) writev(op string, bufs *net.Buffers) (int64, error) {
 	var n int64
 	var errno syscall.Errno
 	err := c.rc.Write(func(fd uintptr) bool {
@@ -170,13 +151,7 @@ func (c *Conn) WriteBuffers(bufs *net.Buffers) (int64, error) {
 		}
 		return true
 	})
-	switch {
-	case err != nil:
-		return n, c.opError("writev", err)
-	case errno != 0:
-		return n, c.opError("writev", os.NewSyscallError("writev", errno))
-	}
-	return n, nil
+	return n, c.result(op, err, errno)
 }
 
 // consume drops the first n bytes of bufs, clearing the buffers it has
@@ -209,6 +184,18 @@ func (c *Conn) CloseRead() error {
 		return cr.CloseRead()
 	}
 	return c.Conn.Close()
+}
+
+// result is the error of operation op: err from RawConn (closed,
+// deadline), or the errno of the system call, or nil.
+func (c *Conn) result(op string, err error, errno syscall.Errno) error {
+	switch {
+	case err != nil:
+		return c.opError(op, err)
+	case errno != 0:
+		return c.opError(op, os.NewSyscallError(op, errno))
+	}
+	return nil
 }
 
 func (c *Conn) opError(op string, err error) error {
