@@ -282,11 +282,14 @@ func TestInterrupt(t *testing.T) {
 	cases := []struct {
 		kernel, setup, check, want, block string
 		// running is the message that shows the code runs: ipykernel
-		// ignores SIGINT until the code has started.
+		// ignores SIGINT until the code has started. Without one, the
+		// code writes to a FIFO of the test (block has a %q for its path)
+		// right before it spins: Deno's execute_input comes before the
+		// code runs, and an interrupt that arrives in between is lost.
 		running MsgType
 	}{
 		{"python3", "kept = 'yes'", "kept", "'yes'", "import time; print('sleeping', flush=True); time.sleep(30)", StreamMsg},
-		{"deno", "const kept = 'yes'", "kept", `"yes"`, "while (true) {}", ExecuteInput},
+		{"deno", "const kept = 'yes'", "kept", `"yes"`, "Deno.writeTextFileSync(%q, 'x'); while (true) {}", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.kernel, func(t *testing.T) {
@@ -296,13 +299,46 @@ func TestInterrupt(t *testing.T) {
 			// With stop_on_error, ipykernel aborts a request that reaches
 			// it while it finishes the interrupted one's error reply; the
 			// check below is sent as soon as that reply is in.
-			block := NewExecute(c.block)
+			code, started := c.block, make(chan error, 1)
+			if c.running == "" {
+				fifo := filepath.Join(t.TempDir(), "started")
+				if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				code = fmt.Sprintf(c.block, fifo)
+				go func() {
+					f, err := os.Open(fifo) // until the code opens it to write
+					if err == nil {
+						_, err = f.Read(make([]byte, 1))
+						f.Close()
+					}
+					started <- err
+				}()
+				// A reader still waiting for a writer is let go.
+				defer func() {
+					if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+						f.Close()
+					}
+				}()
+			}
+			block := NewExecute(code)
 			block.StopOnError = false
 			call, err := k.StartExecute(block, col.handle)
 			if err != nil {
 				t.Fatal(err)
 			}
-			col.await(t, c.running, 10*time.Second)
+			if c.running != "" {
+				col.await(t, c.running, 10*time.Second)
+			} else {
+				select {
+				case err := <-started:
+					if err != nil {
+						t.Fatal(err)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("the code did not start")
+				}
+			}
 			t0 := time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
