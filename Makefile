@@ -36,6 +36,9 @@ test: test-deps vet
 fuzz:
 	$(GO) test ./jupyter -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 10s
 	$(GO) test ./jupyter -run '^$$' -fuzz '^FuzzScanStrings$$' -fuzztime 5s
+	$(GO) test ./internal/jsonscan -run '^$$' -fuzz '^FuzzValid$$' -fuzztime 5s
+	$(GO) test ./internal/jsonscan -run '^$$' -fuzz '^FuzzMembers$$' -fuzztime 5s
+	$(GO) test ./gateway -run '^$$' -fuzz '^FuzzDecodeLegacyText$$' -fuzztime 5s
 	$(GO) test ./kernelspecs -run '^$$' -fuzz '^FuzzResourcePath$$' -fuzztime 5s
 
 # Benchmarks (docs/benchmarks.md): the kernel client against internal/directclient (Go

@@ -208,6 +208,7 @@ func run(quick bool, write, only string) error {
 			if len(b.rows) > 0 {
 				fmt.Println("The figures taken before the failure:\n\n" + renderTable(b.rows))
 			}
+			b.printServerLogs()
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
 		progress("== %s done in %v", s.name, time.Since(t).Round(time.Second))
@@ -269,6 +270,23 @@ func (b *bench) startServers(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// printServerLogs prints what each server wrote to stderr, and whether
+// it has exited, to explain a failed section.
+func (b *bench) printServerLogs() {
+	for _, s := range []*server{b.kg, b.kgB, b.kgOff, b.js} {
+		if s == nil {
+			continue
+		}
+		state := "running"
+		select {
+		case <-s.waited:
+			state = "exited: " + s.cmd.ProcessState.String()
+		default:
+		}
+		fmt.Fprintf(os.Stderr, "--- %s (%s), the end of its log:\n%s\n", s.name, state, strings.TrimSpace(s.log.String()))
+	}
 }
 
 func (b *bench) stopServers() {

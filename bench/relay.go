@@ -72,11 +72,12 @@ func relayConn(c net.Conn, target string) {
 }
 
 // startRelay runs this program as a relay in front of a kernel's shell,
-// iopub and control ports; it is a directclient.Relay.
-func startRelay(kernel [5]int) (dial [5]int, stop func(), err error) {
+// iopub and control ports, as a directclient.Relay that also returns the
+// relay's process id.
+func startRelay(kernel [5]int) (dial [5]int, stop func(), pid int, err error) {
 	exe, err := os.Executable()
 	if err != nil {
-		return dial, nil, err
+		return dial, nil, 0, err
 	}
 	idx := []int{0, 1, 3} // shell, iopub, control
 	var targets []string
@@ -86,15 +87,15 @@ func startRelay(kernel [5]int) (dial [5]int, stop func(), err error) {
 	cmd := exec.Command(exe, "-relay", strings.Join(targets, ","))
 	in, err := cmd.StdinPipe()
 	if err != nil {
-		return dial, nil, err
+		return dial, nil, 0, err
 	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return dial, nil, err
+		return dial, nil, 0, err
 	}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
-		return dial, nil, err
+		return dial, nil, 0, err
 	}
 	stop = func() {
 		in.Close()
@@ -104,14 +105,14 @@ func startRelay(kernel [5]int) (dial [5]int, stop func(), err error) {
 	ports := strings.Split(strings.TrimSpace(line), ",")
 	if err != nil || len(ports) != len(idx) {
 		stop()
-		return dial, nil, errors.Join(errors.New("the relay did not say its ports"), err)
+		return dial, nil, 0, errors.Join(errors.New("the relay did not say its ports"), err)
 	}
 	dial = kernel
 	for j, i := range idx {
 		if dial[i], err = strconv.Atoi(ports[j]); err != nil {
 			stop()
-			return dial, nil, err
+			return dial, nil, 0, err
 		}
 	}
-	return dial, stop, nil
+	return dial, stop, cmd.Process.Pid, nil
 }

@@ -209,23 +209,34 @@ type restConn struct {
 	br   *bufio.Reader
 }
 
-func dialREST(ctx context.Context, s *server) (*restConn, error) {
+// newRESTConn makes a restConn for s. It connects on its first request:
+// the server closes a connection that sends no request within its
+// ReadHeaderTimeout (10 s), and setting up the other systems takes longer.
+func newRESTConn(s *server) (*restConn, error) {
 	u, err := url.Parse(s.url)
 	if err != nil {
 		return nil, err
 	}
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", u.Host)
-	if err != nil {
-		return nil, err
-	}
-	return &restConn{s: s, host: u.Host, conn: conn, br: bufio.NewReader(conn)}, nil
+	return &restConn{s: s, host: u.Host}, nil
 }
 
-func (c *restConn) Close() error { return c.conn.Close() }
+func (c *restConn) Close() error {
+	if c.conn == nil {
+		return nil
+	}
+	return c.conn.Close()
+}
 
 // execute is POST /api/execute of body, checked as server.execute does.
 func (c *restConn) execute(ctx context.Context, body []byte, want string) (missing bool, err error) {
+	if c.conn == nil {
+		var d net.Dialer
+		conn, err := d.DialContext(ctx, "tcp", c.host)
+		if err != nil {
+			return false, fmt.Errorf("%s POST /api/execute: %w", c.s.name, err)
+		}
+		c.conn, c.br = conn, bufio.NewReader(conn)
+	}
 	dl, _ := ctx.Deadline() // zero: none
 	c.conn.SetDeadline(dl)
 	var b bytes.Buffer

@@ -33,18 +33,20 @@ type rtSystem struct {
 	next int
 	lat  sample
 	late int // round trips that ended without their result (it came after idle)
-	// gateway, when set, is the process whose CPU time the round trips
-	// are charged with (read around each one, outside the timing)
-	gateway *server
-	cpu     time.Duration
+	// procs, when set, gives for each run the process its CPU time is
+	// charged to (read around each round trip, outside the timing): the
+	// gateway, or the relay of the floor; cpuOf names it.
+	procs []func() int
+	cpuOf string
+	cpu   time.Duration
 }
 
-// cpuNote is the gateway CPU time per round trip.
+// cpuNote is the CPU time of the measured process per round trip.
 func (s *rtSystem) cpuNote() string {
-	if s.gateway == nil || len(s.lat) == 0 {
+	if s.procs == nil || len(s.lat) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("; gateway CPU %.0f µs per round trip", float64(s.cpu.Microseconds())/float64(len(s.lat)))
+	return fmt.Sprintf("; %s CPU %.0f µs per round trip", s.cpuOf, float64(s.cpu.Microseconds())/float64(len(s.lat)))
 }
 
 // join makes one system of several, each on a kernel of its own: turn by
@@ -53,16 +55,25 @@ func join(systems ...*rtSystem) *rtSystem {
 	j := &rtSystem{}
 	for _, s := range systems {
 		j.runs = append(j.runs, s.runs...)
+		j.procs = append(j.procs, s.procs...)
+		if s.cpuOf != "" {
+			j.cpuOf = s.cpuOf
+		}
 	}
 	return j
 }
 
 func (s *rtSystem) step(ctx context.Context) error {
-	run := s.runs[s.next%len(s.runs)]
+	i := s.next % len(s.runs)
+	run := s.runs[i]
 	s.next++
+	pid := 0
+	if s.procs != nil {
+		pid = s.procs[i]()
+	}
 	var cpu0 time.Duration
-	if s.gateway != nil {
-		cpu0, _ = cpuTime(s.gateway.pid())
+	if pid != 0 {
+		cpu0, _ = cpuTime(pid)
 	}
 	t0 := time.Now()
 	o, err := run(ctx)
@@ -70,8 +81,8 @@ func (s *rtSystem) step(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if s.gateway != nil {
-		cpu1, _ := cpuTime(s.gateway.pid())
+	if pid != 0 {
+		cpu1, _ := cpuTime(pid)
 		s.cpu += cpu1 - cpu0
 	}
 	if o.wrong("2") {
@@ -141,7 +152,7 @@ func restSystem(ctx context.Context, s *server, language string) (*rtSystem, fun
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := dialREST(ctx, s)
+	c, err := newRESTConn(s)
 	if err != nil {
 		s.deleteContext(context.Background(), id)
 		return nil, nil, err
@@ -196,16 +207,36 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 			all = append(all, sys)
 		}
 		j := join(all...)
-		j.gateway = s
+		if s != nil {
+			j.procs, j.cpuOf = nil, "gateway"
+			for range j.runs {
+				j.procs = append(j.procs, s.pid)
+			}
+		}
 		return j, nil
 	}
-	newDirect := func(relay directclient.Relay) (*rtSystem, error) {
+	// newDirect starts direct clients, through relay processes when
+	// relayed, whose CPU their round trips are then charged with.
+	newDirect := func(relayed bool) (*rtSystem, error) {
 		return startSystems(nil, per, func() (*rtSystem, func(), error) {
+			var relay directclient.Relay
+			relayPID := 0
+			if relayed {
+				relay = func(kernel [5]int) ([5]int, func(), error) {
+					dial, stop, pid, err := startRelay(kernel)
+					relayPID = pid
+					return dial, stop, err
+				}
+			}
 			c, err := directclient.StartThrough(sctx, spec, relay)
 			if err != nil {
 				return nil, nil, err
 			}
-			return directSystem(c), func() { c.Close() }, nil
+			sys := directSystem(c)
+			if relayed {
+				sys.procs, sys.cpuOf = []func() int{func() int { return relayPID }}, "relay"
+			}
+			return sys, func() { c.Close() }, nil
 		})
 	}
 	newWS := func(s *server, v1 bool, n int) (*rtSystem, error) {
@@ -214,19 +245,19 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 	newREST := func(s *server) (*rtSystem, error) {
 		return startSystems(s, per, func() (*rtSystem, func(), error) { return restSystem(sctx, s, language) })
 	}
-	direct, err := newDirect(nil)
+	direct, err := newDirect(false)
 	if err != nil {
 		return err
 	}
 	// A second direct client on a kernel of its own is the control: how far
 	// two kernel processes of one kernelspec differ with the same client.
-	control, err := newDirect(nil)
+	control, err := newDirect(false)
 	if err != nil {
 		return err
 	}
 	// The direct client through a byte relay process: the floor of any
 	// process between a client and a kernel.
-	relayed, err := newDirect(startRelay)
+	relayed, err := newDirect(true)
 	if err != nil {
 		return err
 	}
@@ -259,7 +290,7 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 		return err
 	}
 	systems := []*rtSystem{direct, kgV1, kgJSON, rest, js, control, relayed, client}
-	var restOff, bV1, bREST *rtSystem
+	var restOff, bV1, bJSON, bREST *rtSystem
 	if language != "python" {
 		if restOff, err = newREST(b.kgOff); err != nil {
 			return err
@@ -270,10 +301,13 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 		if bV1, err = newWS(b.kgB, true, per); err != nil {
 			return err
 		}
+		if bJSON, err = newWS(b.kgB, false, per); err != nil {
+			return err
+		}
 		if bREST, err = newREST(b.kgB); err != nil {
 			return err
 		}
-		systems = append(systems, bV1, bREST)
+		systems = append(systems, bV1, bJSON, bREST)
 	}
 
 	progress("round trip, %s: %d warm-up round trips each", specName, b.opt.warmup)
@@ -308,14 +342,14 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 	// Rows of clients in the harness, against the direct client.
 	for _, c := range []struct {
 		what, short string
-		s           sample
+		s           *rtSystem
 	}{
-		{"control: a second direct client on a kernel of its own", "direct 2", control.lat},
-		{"floor: the direct client through a byte relay process", "relayed", relayed.lat},
-		{"kernelgate's kernel client (package jupyter) in the harness, no gateway", "client", client.lat},
+		{"control: a second direct client on a kernel of its own", "direct 2", control},
+		{"floor: the direct client through a byte relay process", "relayed", relayed},
+		{"kernelgate's kernel client (package jupyter) in the harness, no gateway", "client", client},
 	} {
-		b.add(row{figure: name + ", " + c.what, direct: lat(c.s),
-			ratios: c.short + "/direct " + ratio(ms(c.s.p50()), ms(d.p50())) + " (paired " + fmtDiff(paired(c.s, d)) + ")"})
+		b.add(row{figure: name + ", " + c.what, direct: lat(c.s.lat),
+			ratios: c.short + "/direct " + ratio(ms(c.s.lat.p50()), ms(d.p50())) + " (paired " + fmtDiff(paired(c.s.lat, d)) + ")" + c.s.cpuNote()})
 	}
 	b.add(row{figure: name + ", websocket v1", kg: lat(kgV1.lat) + lateNote(kgV1.late), direct: lat(d), ratios: ratios(kgV1.lat, d, nil, true) + kgV1.cpuNote()})
 	b.add(row{figure: name + ", websocket JSON", kg: lat(kgJSON.lat) + lateNote(kgJSON.late), direct: lat(d),
@@ -328,6 +362,8 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 	if bV1 != nil {
 		b.add(row{figure: name + ", websocket v1, kernelgate B", kg: lat(bV1.lat) + lateNote(bV1.late), direct: lat(d),
 			ratios: ratios(bV1.lat, d, nil, true) + "; B/A paired " + fmtDiff(paired(bV1.lat, kgV1.lat)) + bV1.cpuNote()})
+		b.add(row{figure: name + ", websocket JSON, kernelgate B", kg: lat(bJSON.lat) + lateNote(bJSON.late), direct: lat(d),
+			ratios: ratios(bJSON.lat, d, nil, true) + "; B/A paired " + fmtDiff(paired(bJSON.lat, kgJSON.lat)) + bJSON.cpuNote()})
 		b.add(row{figure: name + ", POST /api/execute, kernelgate B", kg: lat(bREST.lat) + missingNote(bREST.late), direct: lat(d),
 			ratios: ratios(bREST.lat, d, nil, true) + "; B/A paired " + fmtDiff(paired(bREST.lat, rest.lat)) + bREST.cpuNote()})
 	}
@@ -337,7 +373,7 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 	}{{"v1", kgV1.lat}, {"JSON", kgJSON.lat}} {
 		p := paired(w.s, d)
 		b.check(fmt.Sprintf("websocket %s round trip on %s within 0.3 ms of direct", w.name, specName), p <= 300*time.Microsecond,
-			"paired difference %s, p50 %s vs %s ms; control %s; floor (relay) %s; against kernelgate's kernel client in the harness %s", fmtPaired(w.s, d), fmtMS(w.s.p50()), fmtMS(d.p50()), fmtPaired(control.lat, d), fmtDiff(paired(relayed.lat, d)), fmtDiff(paired(w.s, client.lat)))
+			"paired difference %s, p50 %s vs %s ms; control %s; floor (relay) %s, kernelgate against it %s; against kernelgate's kernel client in the harness %s", fmtPaired(w.s, d), fmtMS(w.s.p50()), fmtMS(d.p50()), fmtPaired(control.lat, d), fmtDiff(paired(relayed.lat, d)), fmtDiff(paired(w.s, relayed.lat)), fmtDiff(paired(w.s, client.lat)))
 	}
 	floor := "; floor (relay) " + fmtDiff(paired(relayed.lat, d)) + "; against kernelgate's kernel client in the harness " + fmtDiff(paired(rest.lat, client.lat))
 	if language == "python" {

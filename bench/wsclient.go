@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/gorilla/websocket"
 
+	"kernelgate/internal/jsonscan"
 	"kernelgate/jupyter"
 	"kernelgate/sessions"
 )
@@ -246,7 +247,19 @@ func decodeV1(b []byte) (wsMsg, error) {
 	return parseParts(string(part(0)), part(1), part(2), part(4))
 }
 
+// envelopeKeys are the members of a JSON-framed message the harness reads.
+var envelopeKeys = []string{"channel", "header", "parent_header", "content"}
+
+// decodeJSON splits the envelope with jsonscan (what encoding/json would
+// give, without its reflection: the harness's parsing is the client's
+// cost, not the gateway's), and with encoding/json where jsonscan gives up.
 func decodeJSON(b []byte) (wsMsg, error) {
+	var parts [4][]byte
+	if jsonscan.Members(b, envelopeKeys, parts[:]) {
+		if ch, _, ok := jsonscan.PlainString(parts[0], 0); ok {
+			return parseParts(string(ch), parts[1], parts[2], parts[3])
+		}
+	}
 	var env struct {
 		Channel string          `json:"channel"`
 		Header  json.RawMessage `json:"header"`

@@ -58,7 +58,9 @@ func (s *Server) channels(c echo.Context) error {
 	}
 	ws := &wsConn{s: s, conn: conn, client: client, proto: legacyProtocol,
 		toClient:      s.metrics.wsMessages.WithLabelValues("to_client"),
-		toClientBytes: s.metrics.wsBytes.WithLabelValues("to_client")}
+		toClientBytes: s.metrics.wsBytes.WithLabelValues("to_client"),
+		toKernel:      s.metrics.wsMessages.WithLabelValues("to_kernel"),
+		toKernelBytes: s.metrics.wsBytes.WithLabelValues("to_kernel")}
 	if conn.Subprotocol() == v1Protocol {
 		ws.proto = v1
 	}
@@ -89,7 +91,7 @@ type wsConn struct {
 	cancel context.CancelFunc
 	once   sync.Once
 
-	toClient, toClientBytes prometheus.Counter
+	toClient, toClientBytes, toKernel, toKernelBytes prometheus.Counter
 }
 
 func (ws *wsConn) finish() {
@@ -145,8 +147,8 @@ func (ws *wsConn) readPump() {
 			ws.s.log.Debug("dropped a websocket message for an unknown channel", "channel", chName)
 			continue
 		}
-		ws.s.metrics.wsMessages.WithLabelValues("to_kernel").Inc()
-		ws.s.metrics.wsBytes.WithLabelValues("to_kernel").Add(float64(len(data)))
+		ws.toKernel.Inc()
+		ws.toKernelBytes.Add(float64(len(data)))
 		if err := ws.client.Send(ws.ctx, ch, m); err != nil {
 			if errors.Is(err, sessions.ErrKernelGone) || errors.Is(err, sessions.ErrClientClosed) || ws.ctx.Err() != nil {
 				return

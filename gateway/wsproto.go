@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 
+	"kernelgate/internal/jsonscan"
 	"kernelgate/sessions"
 )
 
@@ -97,8 +98,6 @@ type legacyEnvelope struct {
 // appendLegacyJSON appends the JSON of (ch, m) in the legacy framing,
 // built from the raw parts without re-encoding them.
 func appendLegacyJSON(dst []byte, ch string, m *sessions.Message, withBuffers bool) []byte {
-	id, _ := json.Marshal(m.Header.MsgID)
-	typ, _ := json.Marshal(string(m.Header.MsgType))
 	dst = append(dst, `{"header":`...)
 	dst = append(dst, m.RawHeader...)
 	dst = append(dst, `,"parent_header":`...)
@@ -113,10 +112,25 @@ func appendLegacyJSON(dst []byte, ch string, m *sessions.Message, withBuffers bo
 	dst = append(dst, `,"channel":"`...)
 	dst = append(dst, ch...)
 	dst = append(dst, `","msg_id":`...)
-	dst = append(dst, id...)
+	dst = appendJSONString(dst, m.Header.MsgID)
 	dst = append(dst, `,"msg_type":`...)
-	dst = append(dst, typ...)
+	dst = appendJSONString(dst, string(m.Header.MsgType))
 	return append(dst, '}')
+}
+
+// appendJSONString appends s as encoding/json writes it: ids and message
+// types are printable ASCII that needs no escape, and anything else is
+// left to encoding/json.
+func appendJSONString(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			b, _ := json.Marshal(s)
+			return append(dst, b...)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
 }
 
 // appendLegacyBinary appends the legacy binary framing of a message with
@@ -146,9 +160,26 @@ func decodeLegacyText(b []byte) (string, *sessions.Message, error) {
 	return decodeLegacyJSON(b, nil)
 }
 
+// legacyKeys are the members of legacyEnvelope, in the order of
+// decodeLegacyJSON's parts.
+var legacyKeys = []string{"header", "parent_header", "metadata", "content", "channel"}
+
 func decodeLegacyJSON(b []byte, bufs [][]byte) (string, *sessions.Message, error) {
+	// Every request from a JSON client comes this way: jsonscan checks
+	// and splits the envelope without reflection; what it leaves (a key
+	// in other case, an escape in a key or in the channel) goes to
+	// encoding/json, which gives the same result.
+	var parts [5][]byte
 	var env legacyEnvelope
-	if err := json.Unmarshal(b, &env); err != nil {
+	channel, ok := "", jsonscan.Members(b, legacyKeys, parts[:])
+	if ok && parts[4] != nil && string(parts[4]) != "null" {
+		var s []byte
+		s, _, ok = jsonscan.PlainString(parts[4], 0)
+		channel = string(s)
+	}
+	if ok {
+		env = legacyEnvelope{Header: parts[0], ParentHeader: parts[1], Metadata: parts[2], Content: parts[3], Channel: channel}
+	} else if err := json.Unmarshal(b, &env); err != nil {
 		return "", nil, fmt.Errorf("%w: %v", errFrame, err)
 	}
 	m, err := sessions.ParseMessage(env.Header, env.ParentHeader, env.Metadata, env.Content, bufs)

@@ -3,6 +3,8 @@ package jupyter
 import (
 	"encoding/json"
 	"testing"
+
+	"kernelgate/internal/jsonscan"
 )
 
 // The header scanner must give what encoding/json gives, or give up.
@@ -11,7 +13,7 @@ import (
 func checkScan(t *testing.T, b []byte) bool {
 	t.Helper()
 	var fast Header
-	took := scanStrings(b, headerKeys, []*string{&fast.MsgID, &fast.Session, &fast.Username, &fast.Date, (*string)(&fast.MsgType), &fast.Version})
+	took := jsonscan.Strings(b, headerKeys, []*string{&fast.MsgID, &fast.Session, &fast.Username, &fast.Date, (*string)(&fast.MsgType), &fast.Version})
 	if !took {
 		return false
 	}
@@ -99,7 +101,7 @@ func FuzzScanStrings(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		checkScan(t, b)
 		var fast parentRef
-		if scanStrings(b, parentKeys, []*string{&fast.MsgID, (*string)(&fast.MsgType)}) {
+		if jsonscan.Strings(b, parentKeys, []*string{&fast.MsgID, (*string)(&fast.MsgType)}) {
 			var want parentRef
 			if err := json.Unmarshal(b, &want); err != nil || fast != want {
 				t.Fatalf("parent %q: scanner %+v, encoding/json %+v (%v)", b, fast, want, err)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"kernelgate/internal/jsonscan"
 )
 
 // ProtocolVersion is the messaging protocol version kernelgate speaks.
@@ -193,7 +195,7 @@ func ParseParts(header, parent, metadata, content []byte, buffers [][]byte) (*Me
 		m.RawContent = emptyObject
 	}
 	for _, p := range [][]byte{m.RawMetadata, m.RawContent} {
-		if !isJSONObject(p) || !json.Valid(p) {
+		if !isJSONObject(p) || !jsonscan.Valid(p) {
 			return nil, fmt.Errorf("%w: a part is not a JSON object", ErrMalformed)
 		}
 	}
@@ -262,13 +264,11 @@ func readState(content []byte) ExecutionState {
 // ends with '}' after trimming JSON whitespace.
 func isJSONObject(b []byte) bool {
 	i, j := 0, len(b)-1
-	for i <= j && isSpace(b[i]) {
+	for i <= j && jsonscan.IsSpace(b[i]) {
 		i++
 	}
-	for j >= i && isSpace(b[j]) {
+	for j >= i && jsonscan.IsSpace(b[j]) {
 		j--
 	}
 	return j > i && b[i] == '{' && b[j] == '}'
 }
-
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
