@@ -280,8 +280,10 @@ func lookup(key []byte, keys []string) (int, bool) {
 // Strings reads b, a JSON object, into the string fields dst[i] for the
 // members named keys[i]. A null member leaves its field unchanged, as
 // encoding/json does. It reports false, with dst possibly partly written,
-// when b is not an object of plain strings, nulls and booleans.
+// when b is not an object of plain strings, nulls and booleans. The
+// strings it sets share one copy of b.
 func Strings(b []byte, keys []string, dst []*string) bool {
+	var whole string // b, copied when the first value is kept
 	i := SkipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return false
@@ -313,7 +315,10 @@ func Strings(b []byte, keys []string, dst []*string) bool {
 				return false
 			}
 			if want >= 0 {
-				*dst[want] = string(val)
+				if whole == "" {
+					whole = string(b)
+				}
+				*dst[want] = whole[i+1 : i+1+len(val)]
 			}
 			i = j
 		case hasWord(b, i, "null"):
