@@ -24,8 +24,11 @@ run: kernels build
 test-deps: kernels
 	@scripts/install-test-deps.sh
 
+# The Go files the go tool builds: folders named .* or _* and testdata are not its.
+GOFILES = $$(find . -name '*.go' -not -path '*/.*' -not -path '*/_*' -not -path '*/testdata/*')
+
 vet:
-	@test -z "$$($(GOFMT) -l .)" || { echo "gofmt needed:"; $(GOFMT) -l .; exit 1; }
+	@test -z "$$($(GOFMT) -l $(GOFILES))" || { echo "gofmt needed:"; $(GOFMT) -l $(GOFILES); exit 1; }
 	$(GO) vet ./...
 
 test: test-deps vet
