@@ -38,6 +38,9 @@ type DiedError struct {
 	// Reason is why the process was killed when the provisioner knows it,
 	// e.g. "out of memory"; empty otherwise.
 	Reason string
+	// Lost names the channel whose connection ended while the process
+	// still ran (it was then killed); empty when the process ended first.
+	Lost string
 }
 
 func (e *DiedError) Error() string {
@@ -47,6 +50,8 @@ func (e *DiedError) Error() string {
 		fmt.Fprintf(&b, " during %s", e.During)
 	}
 	switch {
+	case e.Lost != "":
+		fmt.Fprintf(&b, " (its %s connection ended while it ran)", e.Lost)
 	case e.Status != "" && e.Reason != "":
 		fmt.Fprintf(&b, " (%s: %s)", e.Reason, e.Status)
 	case e.Status != "" || e.Reason != "":

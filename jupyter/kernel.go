@@ -190,11 +190,17 @@ func Start(ctx context.Context, p Provisioner, cfg Config) (*Kernel, error) {
 }
 
 // portTaken reports whether a start failed because another process took
-// one of the kernel's ports first: the kernel could not bind it, or the
-// gateway dialled someone else's socket there.
+// one of the kernel's ports first: the kernel could not bind it, the
+// gateway dialled someone else's socket there, or a connection ended
+// while the kernel still ran (the socket was someone else's, who closed
+// it before the kernel could fail to bind) and a request found it closed.
 func portTaken(err error) bool {
 	var died *DiedError
-	if errors.As(err, &died) && (strings.Contains(died.Output, "Address already in use") || strings.Contains(died.Output, "AddrInUse")) {
+	if errors.As(err, &died) && (died.Lost != "" || strings.Contains(died.Output, "Address already in use") || strings.Contains(died.Output, "AddrInUse")) {
+		return true
+	}
+	// A request found the connection closed by its peer.
+	if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
 		return true
 	}
 	return strings.Contains(err.Error(), "not compatible")
@@ -784,11 +790,18 @@ func (k *Kernel) lost(ch Channel, err error) {
 	t := time.NewTimer(deathGrace)
 	select {
 	case <-k.proc.Done():
+		t.Stop()
+		k.die(k.diedError())
 	case <-t.C:
+		// The process runs on without this connection: the peer was
+		// most likely not the kernel (during a start, another process
+		// that had the port and closed it), so the kernel is of no use.
+		died := &DiedError{Output: k.proc.Output(), Lost: ch.String()}
+		k.die(died)
 	case <-k.ctx.Done():
+		t.Stop()
+		k.die(k.diedError())
 	}
-	t.Stop()
-	k.die(k.diedError())
 }
 
 func (k *Kernel) diedError() error {

@@ -413,6 +413,8 @@ func (c *Context) execute(r *Run) {
 func lostMessage(err error) string {
 	var died *jupyter.DiedError
 	switch {
+	case errors.As(err, &died) && died.Lost != "":
+		return "the kernel's " + died.Lost + " connection ended and the kernel was stopped; the next run starts a new kernel without the earlier state"
 	case errors.As(err, &died) && died.Reason != "":
 		return "the kernel died (" + died.Reason + "); the next run starts a new kernel without the earlier state"
 	case errors.As(err, &died):

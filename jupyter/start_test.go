@@ -1,0 +1,164 @@
+package jupyter
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/go-zeromq/zmq4/security/null"
+
+	"kernelgate/internal/testkernels"
+)
+
+// impostor is what a start meets when another process had one of the
+// kernel's ports: sockets that complete the ZMTP handshake, of which one
+// then closes its connection, while the kernel process (here, no
+// process) keeps running until it is killed.
+type impostor struct {
+	ci   ConnInfo
+	lns  []net.Listener
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	open []net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+func newImpostor(t *testing.T, closing Channel) *impostor {
+	p := &impostor{done: make(chan struct{}),
+		ci: ConnInfo{IP: "127.0.0.1", Transport: "tcp", Key: "impostor-key", SignatureScheme: "hmac-sha256"}}
+	for _, c := range []struct {
+		ch   Channel
+		port *int
+		typ  zmq4.SocketType
+	}{
+		{Shell, &p.ci.ShellPort, zmq4.Router}, {IOPub, &p.ci.IOPubPort, zmq4.Pub}, {Control, &p.ci.ControlPort, zmq4.Router},
+		{Stdin, &p.ci.StdinPort, zmq4.Router}, {Heartbeat, &p.ci.HBPort, zmq4.Rep},
+	} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.lns = append(p.lns, ln)
+		_, port, _ := net.SplitHostPort(ln.Addr().String())
+		*c.port, _ = strconv.Atoi(port)
+		closes := c.ch == closing
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if _, err := zmq4.Open(conn, null.Security(), c.typ, zmq4.SocketIdentity(""), true, nil); err != nil || closes {
+				conn.Close()
+				return
+			}
+			p.mu.Lock()
+			p.open = append(p.open, conn)
+			p.mu.Unlock()
+		}()
+	}
+	return p
+}
+
+func (p *impostor) ConnInfo() ConnInfo { return p.ci }
+func (p *impostor) PID() int           { return 0 }
+func (p *impostor) Signal(sig syscall.Signal) error {
+	if sig == syscall.SIGKILL {
+		p.once.Do(func() { close(p.done) })
+	}
+	return nil
+}
+func (p *impostor) Done() <-chan struct{} { return p.done }
+func (p *impostor) ExitStatus() string    { return "signal: killed" }
+func (p *impostor) Output() string        { return "" }
+func (p *impostor) Cleanup() error {
+	for _, ln := range p.lns {
+		ln.Close()
+	}
+	p.wg.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.open {
+		c.Close()
+	}
+	return nil
+}
+
+// impostorFirst gives the first launch an impostor and the next ones to
+// real.
+type impostorFirst struct {
+	t        *testing.T
+	closing  Channel
+	real     Provisioner
+	mu       sync.Mutex
+	launches int
+	first    *impostor
+}
+
+func (p *impostorFirst) Launch(ctx context.Context, req LaunchRequest) (Process, error) {
+	p.mu.Lock()
+	p.launches++
+	n := p.launches
+	p.mu.Unlock()
+	if n == 1 {
+		p.first = newImpostor(p.t, p.closing)
+		return p.first, nil
+	}
+	return p.real.Launch(ctx, req)
+}
+
+// A start whose kernel connection ends while the kernel still runs met
+// another process's socket on a port it had picked: kernelgate kills that
+// start and starts the kernel again on new ports. A closed shell
+// connection shows first as a failed request, a closed iopub connection
+// as a reader that lost its peer.
+func TestStartAgainWhenAConnectionEndsDuringStart(t *testing.T) {
+	for _, closing := range []Channel{Shell, IOPub} {
+		t.Run(closing.String(), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			p := &impostorFirst{t: t, closing: closing, real: &LocalProvisioner{RuntimeDir: t.TempDir()}}
+			k, err := Start(ctx, p, Config{Spec: testkernels.Spec(t, "python3")})
+			if err != nil {
+				t.Fatalf("start: %v", err)
+			}
+			defer k.Shutdown(context.Background())
+			if p.launches != 2 {
+				t.Fatalf("%d launches, want 2 (the impostor, then the kernel)", p.launches)
+			}
+			select {
+			case <-p.first.Done():
+			default:
+				t.Fatal("the first start was not killed")
+			}
+			reply, err := k.Execute(ctx, "1+1", nil)
+			if err != nil {
+				t.Fatalf("execute on the kernel started again: %v", err)
+			}
+			var c struct {
+				Status string `json:"status"`
+			}
+			if err := reply.DecodeContent(&c); err != nil || c.Status != "ok" {
+				t.Fatalf("reply %s, %v", reply.RawContent, err)
+			}
+		})
+	}
+}
+
+// The error of a kernel stopped because a connection ended says so.
+func TestDiedErrorOfALostConnection(t *testing.T) {
+	err := &DiedError{Lost: "shell", During: "start"}
+	if got, want := err.Error(), "jupyter: kernel died during start (its shell connection ended while it ran)"; got != want {
+		t.Fatalf("%q, want %q", got, want)
+	}
+	if !portTaken(err) {
+		t.Fatal("a connection lost during a start is not taken for another process's port")
+	}
+}
