@@ -362,7 +362,10 @@ try {
     await page.keyboard.press("Tab");
     const option = page.locator(".cm-tooltip-autocomplete li", { hasText: "OrderedDict" });
     await option.first().waitFor({ timeout: T });
-    await page.keyboard.press("Enter");
+    // A click, not Enter: the editor ignores keys for the first 75 ms of a
+    // completion list (CodeMirror's interactionDelay), so an Enter right
+    // after it shows would be a newline.
+    await option.first().click();
     const text = await last.locator(".cm-content").innerText();
     check(text.trim() === "collections.OrderedDict", `the completion left ${JSON.stringify(text)}`);
     await page.keyboard.press("Shift+Enter");
