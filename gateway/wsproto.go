@@ -165,23 +165,38 @@ func decodeLegacyText(b []byte) (string, *sessions.Message, error) {
 var legacyKeys = []string{"header", "parent_header", "metadata", "content", "channel"}
 
 func decodeLegacyJSON(b []byte, bufs [][]byte) (string, *sessions.Message, error) {
-	// Every request from a JSON client comes this way: jsonscan checks
-	// and splits the envelope without reflection; what it leaves (a key
-	// in other case, an escape in a key or in the channel) goes to
-	// encoding/json, which gives the same result.
+	env, ok := scanLegacy(b)
+	if !ok {
+		env = legacyEnvelope{}
+		if err := json.Unmarshal(b, &env); err != nil {
+			return "", nil, fmt.Errorf("%w: %v", errFrame, err)
+		}
+	}
+	return legacyMessage(env, bufs)
+}
+
+// scanLegacy reads the envelope with jsonscan, without reflection: every
+// request from a JSON client comes this way. ok is false for what it
+// leaves to encoding/json, which reads it the same (a key in other case,
+// an escape in a key or in the channel).
+func scanLegacy(b []byte) (env legacyEnvelope, ok bool) {
 	var parts [5][]byte
-	var env legacyEnvelope
-	channel, ok := "", jsonscan.Members(b, legacyKeys, parts[:])
-	if ok && parts[4] != nil && string(parts[4]) != "null" {
-		var s []byte
-		s, _, ok = jsonscan.PlainString(parts[4], 0)
-		channel = string(s)
+	if !jsonscan.Members(b, legacyKeys, parts[:]) {
+		return env, false
 	}
-	if ok {
-		env = legacyEnvelope{Header: parts[0], ParentHeader: parts[1], Metadata: parts[2], Content: parts[3], Channel: channel}
-	} else if err := json.Unmarshal(b, &env); err != nil {
-		return "", nil, fmt.Errorf("%w: %v", errFrame, err)
+	env = legacyEnvelope{Header: parts[0], ParentHeader: parts[1], Metadata: parts[2], Content: parts[3]}
+	if ch := parts[4]; ch != nil && string(ch) != "null" {
+		s, _, ok := jsonscan.PlainString(ch, 0)
+		if !ok {
+			return env, false
+		}
+		env.Channel = string(s)
 	}
+	return env, true
+}
+
+// legacyMessage is the message of an envelope; a missing channel is shell.
+func legacyMessage(env legacyEnvelope, bufs [][]byte) (string, *sessions.Message, error) {
 	m, err := sessions.ParseMessage(env.Header, env.ParentHeader, env.Metadata, env.Content, bufs)
 	if err != nil {
 		return "", nil, err

@@ -10,21 +10,14 @@ import (
 
 var executeJSON = []byte(`{"header":{"msg_id":"0b1f9e3c-6a2f-4f3e-9d1e-5c2a7c9d8e1f","session":"3b1f9e3c-6a2f-4f3e-9d1e-5c2a7c9d8e1f","username":"bench","date":"2026-12-02T18:00:00.000000Z","msg_type":"execute_request","version":"5.3"},"parent_header":{},"metadata":{},"content":{"code":"1+1","silent":false,"store_history":true,"user_expressions":{},"allow_stdin":false,"stop_on_error":true},"channel":"shell","buffers":[]}`)
 
-// decodeWithEncodingJSON is decodeLegacyText as it was before jsonscan:
-// the reference the fast path must agree with.
+// decodeWithEncodingJSON reads the envelope as decodeLegacyText did
+// before jsonscan: the reference its fast path must agree with.
 func decodeWithEncodingJSON(b []byte) (string, *sessions.Message, error) {
 	var env legacyEnvelope
 	if err := json.Unmarshal(b, &env); err != nil {
 		return "", nil, err
 	}
-	m, err := sessions.ParseMessage(env.Header, env.ParentHeader, env.Metadata, env.Content, nil)
-	if err != nil {
-		return "", nil, err
-	}
-	if env.Channel == "" {
-		env.Channel = "shell"
-	}
-	return env.Channel, m, nil
+	return legacyMessage(env, nil)
 }
 
 // checkLegacyText compares decodeLegacyText with the reference on b.

@@ -788,20 +788,18 @@ func (k *Kernel) lost(ch Channel, err error) {
 		return
 	}
 	t := time.NewTimer(deathGrace)
+	defer t.Stop()
 	select {
-	case <-k.proc.Done():
-		t.Stop()
-		k.die(k.diedError())
 	case <-t.C:
 		// The process runs on without this connection: the peer was
 		// most likely not the kernel (during a start, another process
 		// that had the port and closed it), so the kernel is of no use.
-		died := &DiedError{Output: k.proc.Output(), Lost: ch.String()}
-		k.die(died)
+		k.die(&DiedError{Output: k.proc.Output(), Lost: ch.String()})
+		return
+	case <-k.proc.Done():
 	case <-k.ctx.Done():
-		t.Stop()
-		k.die(k.diedError())
 	}
+	k.die(k.diedError())
 }
 
 func (k *Kernel) diedError() error {

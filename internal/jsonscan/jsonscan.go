@@ -220,6 +220,51 @@ func hasLiteral(b []byte, i int, w string) bool {
 // escape or invalid UTF-8 or equals one of keys only regardless of case
 // (encoding/json would match it).
 func Members(b []byte, keys []string, dst [][]byte) bool {
+	return eachMember(b, keys, func(want, i int) (int, bool) {
+		j, ok := Skip(b, i)
+		if ok && want >= 0 {
+			dst[want] = b[i:j]
+		}
+		return j, ok
+	})
+}
+
+// Strings reads b, a JSON object, into the string fields dst[i] for the
+// members named keys[i]. A null member leaves its field unchanged, as
+// encoding/json does. It reports false, with dst possibly partly written,
+// when b is not an object of plain strings, nulls and booleans. The
+// strings it sets share one copy of b.
+func Strings(b []byte, keys []string, dst []*string) bool {
+	var whole string // b, copied when the first value is kept
+	return eachMember(b, keys, func(want, i int) (int, bool) {
+		switch {
+		case b[i] == '"':
+			val, j, ok := PlainString(b, i)
+			if ok && want >= 0 {
+				if whole == "" {
+					whole = string(b)
+				}
+				*dst[want] = whole[i+1 : i+1+len(val)]
+			}
+			return j, ok
+		case hasWord(b, i, "null"):
+			return i + 4, true
+		case want < 0 && hasWord(b, i, "true"):
+			return i + 4, true
+		case want < 0 && hasWord(b, i, "false"):
+			return i + 5, true
+		}
+		return 0, false
+	})
+}
+
+// eachMember walks b, one JSON object whose keys are plain strings, and
+// calls value for each member with the index of its key in keys (-1 for
+// none) and the index of its value, which starts at b[i]; value returns
+// the index after the value, or false. eachMember reports false when b is
+// not such an object, when value does, or when a key equals one of keys
+// only regardless of case.
+func eachMember(b []byte, keys []string, value func(want, i int) (next int, ok bool)) bool {
 	i := SkipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return false
@@ -242,13 +287,13 @@ func Members(b []byte, keys []string, dst [][]byte) bool {
 			return false
 		}
 		i = SkipSpace(b, i+1)
-		if j, ok = Skip(b, i); !ok {
+		if i >= len(b) {
 			return false
 		}
-		if want >= 0 {
-			dst[want] = b[i:j]
+		if i, ok = value(want, i); !ok {
+			return false
 		}
-		i = SkipSpace(b, j)
+		i = SkipSpace(b, i)
 		if i >= len(b) {
 			return false
 		}
@@ -275,74 +320,6 @@ func lookup(key []byte, keys []string) (int, bool) {
 		}
 	}
 	return -1, true
-}
-
-// Strings reads b, a JSON object, into the string fields dst[i] for the
-// members named keys[i]. A null member leaves its field unchanged, as
-// encoding/json does. It reports false, with dst possibly partly written,
-// when b is not an object of plain strings, nulls and booleans. The
-// strings it sets share one copy of b.
-func Strings(b []byte, keys []string, dst []*string) bool {
-	var whole string // b, copied when the first value is kept
-	i := SkipSpace(b, 0)
-	if i >= len(b) || b[i] != '{' {
-		return false
-	}
-	i = SkipSpace(b, i+1)
-	if i < len(b) && b[i] == '}' {
-		return SkipSpace(b, i+1) == len(b)
-	}
-	for {
-		key, j, ok := PlainString(b, i)
-		if !ok {
-			return false
-		}
-		i = SkipSpace(b, j)
-		if i >= len(b) || b[i] != ':' {
-			return false
-		}
-		i = SkipSpace(b, i+1)
-		want, ok := lookup(key, keys)
-		if !ok {
-			return false
-		}
-		switch {
-		case i >= len(b):
-			return false
-		case b[i] == '"':
-			val, j, ok := PlainString(b, i)
-			if !ok {
-				return false
-			}
-			if want >= 0 {
-				if whole == "" {
-					whole = string(b)
-				}
-				*dst[want] = whole[i+1 : i+1+len(val)]
-			}
-			i = j
-		case hasWord(b, i, "null"):
-			i += 4
-		case want < 0 && hasWord(b, i, "true"):
-			i += 4
-		case want < 0 && hasWord(b, i, "false"):
-			i += 5
-		default:
-			return false
-		}
-		i = SkipSpace(b, i)
-		if i >= len(b) {
-			return false
-		}
-		switch b[i] {
-		case ',':
-			i = SkipSpace(b, i+1)
-		case '}':
-			return SkipSpace(b, i+1) == len(b)
-		default:
-			return false
-		}
-	}
 }
 
 // PlainString reads the string starting at b[i] ('"'), returning its
