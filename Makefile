@@ -35,14 +35,17 @@ test: test-deps vet
 	$(GO) test -count=1 -timeout 15m ./...
 	$(MAKE) fuzz
 
-# Short, bounded fuzzing of the parsers that take untrusted input.
+# Short, bounded fuzzing of the parsers that take untrusted input. The
+# budgets are counts of inputs (about 5-10 s each here), not durations: a
+# duration can end in Go's fuzzing coordinator reporting "context deadline
+# exceeded" with no failing input (golang/go#75804, fixed in Go 1.27).
 fuzz:
-	$(GO) test ./jupyter -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 10s
-	$(GO) test ./jupyter -run '^$$' -fuzz '^FuzzScanStrings$$' -fuzztime 5s
-	$(GO) test ./internal/jsonscan -run '^$$' -fuzz '^FuzzValid$$' -fuzztime 5s
-	$(GO) test ./internal/jsonscan -run '^$$' -fuzz '^FuzzMembers$$' -fuzztime 5s
-	$(GO) test ./gateway -run '^$$' -fuzz '^FuzzDecodeLegacyText$$' -fuzztime 5s
-	$(GO) test ./kernelspecs -run '^$$' -fuzz '^FuzzResourcePath$$' -fuzztime 5s
+	$(GO) test ./jupyter -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 300000x
+	$(GO) test ./jupyter -run '^$$' -fuzz '^FuzzScanStrings$$' -fuzztime 100000x
+	$(GO) test ./internal/jsonscan -run '^$$' -fuzz '^FuzzValid$$' -fuzztime 300000x
+	$(GO) test ./internal/jsonscan -run '^$$' -fuzz '^FuzzMembers$$' -fuzztime 150000x
+	$(GO) test ./gateway -run '^$$' -fuzz '^FuzzDecodeLegacyText$$' -fuzztime 40000x
+	$(GO) test ./kernelspecs -run '^$$' -fuzz '^FuzzResourcePath$$' -fuzztime 130000x
 
 # Benchmarks (docs/benchmarks.md): the kernel client against internal/directclient (Go
 # benchmarks, about 1 minute), then bench/, kernelgate side by side with the direct client and
