@@ -31,8 +31,8 @@ type Client struct {
 }
 
 type callRef struct {
-	jk   *jupyter.Kernel
-	call *jupyter.Call
+	jk   process
+	call call
 }
 
 func newClient(k *Kernel, session string, maxMsgs, maxBytes int) *Client {
@@ -129,7 +129,7 @@ func (c *Client) Send(ctx context.Context, ch Channel, m *Message) error {
 	case <-call.Done(): // answered already
 	default:
 		if c.calls != nil {
-			c.calls[call.ID] = &callRef{jk: jk, call: call}
+			c.calls[m.Header.MsgID] = &callRef{jk: jk, call: call}
 		}
 	}
 	c.mu.Unlock()

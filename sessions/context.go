@@ -90,7 +90,7 @@ func (c *Context) Model() ContextModel {
 
 // kernelFor returns the context's kernel, starting one if it has none or
 // its process is gone (a run after a death gets a fresh kernel).
-func (c *Context) ensureKernel(ctx context.Context) (*Kernel, *jupyter.Kernel, error) {
+func (c *Context) ensureKernel(ctx context.Context) (*Kernel, process, error) {
 	c.mu.Lock()
 	k := c.kernel
 	c.mu.Unlock()
@@ -292,8 +292,8 @@ func (c *Context) execute(r *Run) {
 	content.StopOnError = false
 
 	var k *Kernel
-	var jk *jupyter.Kernel
-	var call *jupyter.Call
+	var jk process
+	var call call
 	// A kernel that dies between being handed out and taking the run is
 	// replaced once: the run had not started.
 	for attempt := 0; ; attempt++ {
@@ -323,7 +323,7 @@ func (c *Context) execute(r *Run) {
 			r.end(stopped, nil)
 			return
 		}
-		call, err = jk.StartExecute(content, handle)
+		call, err = startExecute(jk, content, handle)
 		if err == nil {
 			break
 		}
@@ -436,7 +436,7 @@ type lateOutput struct {
 // until its execute_result has come: such a kernel publishes the result
 // after the run's other output (stdout goes ahead of it, through the
 // kernel's own stdio channel), so nothing of the run follows it.
-func (c *Context) settle(jk *jupyter.Kernel, late lateOutput) {
+func (c *Context) settle(jk process, late lateOutput) {
 	wait := c.m.cfg.LateOutputWait
 	if wait <= 0 || !contains(c.m.cfg.LateOutputKernels, jk.Info().Implementation) {
 		return

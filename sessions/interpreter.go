@@ -364,7 +364,7 @@ func runSetup(ctx context.Context, k *Kernel, code string) error {
 	}
 	content := jupyter.NewExecute(code)
 	content.Silent, content.StoreHistory = true, false
-	call, err := jk.StartExecute(content, nil)
+	call, err := startExecute(jk, content, nil)
 	if err != nil {
 		return err
 	}

@@ -51,7 +51,7 @@ type Kernel struct {
 	life sync.Mutex
 
 	mu       sync.Mutex
-	jk       *jupyter.Kernel
+	jk       process
 	gen      int           // process generation, bumped by every start
 	ready    chan struct{} // non-nil while a (re)start is in progress
 	state    jupyter.ExecutionState
@@ -139,14 +139,14 @@ func (k *Kernel) chdirCode() string {
 }
 
 // enterCwd moves a freshly started kernel into its working directory.
-func (k *Kernel) enterCwd(ctx context.Context, jk *jupyter.Kernel) error {
+func (k *Kernel) enterCwd(ctx context.Context, jk process) error {
 	code := k.chdirCode()
 	if code == "" {
 		return nil
 	}
 	content := jupyter.NewExecute(code)
 	content.Silent, content.StoreHistory, content.StopOnError = true, false, false
-	call, err := jk.StartExecute(content, nil)
+	call, err := startExecute(jk, content, nil)
 	if err != nil {
 		return err
 	}
@@ -226,7 +226,7 @@ func startError(err error) error {
 }
 
 // watch waits for a process to end and handles its death.
-func (k *Kernel) watch(jk *jupyter.Kernel, gen int) {
+func (k *Kernel) watch(jk process, gen int) {
 	select {
 	case <-jk.Done():
 	case <-k.m.closing:
@@ -243,7 +243,7 @@ func (k *Kernel) watch(jk *jupyter.Kernel, gen int) {
 }
 
 // died records a process death and restarts the kernel per its policy.
-func (k *Kernel) died(jk *jupyter.Kernel, gen int, err error) {
+func (k *Kernel) died(jk process, gen int, err error) {
 	k.life.Lock()
 	defer k.life.Unlock()
 	k.mu.Lock()
@@ -289,7 +289,7 @@ func (k *Kernel) died(jk *jupyter.Kernel, gen int, err error) {
 
 // running returns the kernel's process, waiting while it starts or
 // restarts.
-func (k *Kernel) running(ctx context.Context) (*jupyter.Kernel, error) {
+func (k *Kernel) running(ctx context.Context) (process, error) {
 	for {
 		k.mu.Lock()
 		jk, ready, removed, gen := k.jk, k.ready, k.removed, k.gen
@@ -321,7 +321,7 @@ func (k *Kernel) running(ctx context.Context) (*jupyter.Kernel, error) {
 
 // ensure returns the kernel's process like running, but first starts a
 // new one when a kernel of the lazy policy is dead.
-func (k *Kernel) ensure(ctx context.Context) (*jupyter.Kernel, error) {
+func (k *Kernel) ensure(ctx context.Context) (process, error) {
 	jk, err := k.running(ctx)
 	if !errors.Is(err, ErrKernelDead) || k.policy != restartLazily {
 		return jk, err

@@ -177,8 +177,9 @@ type Manager struct {
 	session string // session id of the gateway's own messages
 	started time.Time
 
-	// start launches a kernel process; a field so tests can count starts.
-	start func(context.Context, jupyter.Config) (*jupyter.Kernel, error)
+	// start launches a kernel process: jupyter.Start with prov, or a
+	// fake in tests.
+	start starter
 
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -211,9 +212,7 @@ func New(cfg Config, specs *kernelspecs.Catalog, prov jupyter.Provisioner, log *
 		runs:     make(map[string]*Run),
 		pools:    make(map[string]*pool),
 	}
-	m.start = func(ctx context.Context, c jupyter.Config) (*jupyter.Kernel, error) {
-		return jupyter.Start(ctx, m.prov, c)
-	}
+	m.start = startJupyter(prov)
 	if cfg.CullIdleTimeout > 0 {
 		m.goroutine(m.cull)
 	}
