@@ -400,7 +400,8 @@ func newFakeManager(t *testing.T, cfg Config, f *fakeKernels) *Manager {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		m.Close(ctx)
+		// A deadlocked manager fails the test rather than hanging it.
+		within(t, "Manager.Close", 15*time.Second, func() { m.Close(ctx) })
 	})
 	return m
 }

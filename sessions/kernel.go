@@ -188,19 +188,22 @@ func (k *Kernel) launch(ctx context.Context) error {
 	k.m.cfg.Observer.KernelStarted(k.spec.Name, time.Since(t0), err)
 
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	close(k.ready)
 	k.ready = nil
 	if err != nil {
 		k.state = jupyter.StateDead
 		k.reason = err.Error()
-		k.pushStatusLocked(jupyter.StateDead)
+		slow := k.pushStatusLocked(jupyter.StateDead)
+		k.mu.Unlock()
+		cut(slow)
 		return startError(err)
 	}
 	if k.removed {
+		k.mu.Unlock()
 		go jk.Shutdown(context.Background())
 		return ErrKernelGone
 	}
+	defer k.mu.Unlock()
 	k.jk = jk
 	k.gen++
 	k.state = jupyter.StateIdle
@@ -271,9 +274,10 @@ func (k *Kernel) died(jk process, gen int, err error) {
 		k.state = jupyter.StateDead
 		k.reason = err.Error()
 	}
-	k.pushStatusLocked(k.state)
+	slow := k.pushStatusLocked(k.state)
 	listeners := k.onDeath
 	k.mu.Unlock()
+	cut(slow)
 	for _, fn := range listeners {
 		fn(gen, err)
 	}
@@ -401,12 +405,13 @@ func (k *Kernel) shutdown(ctx context.Context) {
 	jk := k.jk
 	k.jk = nil
 	k.state = jupyter.StateDead
-	k.pushStatusLocked(jupyter.StateDead)
+	slow := k.pushStatusLocked(jupyter.StateDead)
 	clients := k.clients
 	k.clients = map[*Client]struct{}{}
 	gen := k.gen
 	listeners := k.onDeath
 	k.mu.Unlock()
+	cut(slow)
 	for c := range clients {
 		c.closeWith(ErrKernelGone)
 	}
@@ -425,28 +430,41 @@ func (k *Kernel) onIOPub(m *Message) {
 	now := time.Now()
 	state := m.ExecutionState()
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	if k.removed {
+		k.mu.Unlock()
 		return
 	}
 	if state != "" && k.jk != nil && state != jupyter.StateStarting {
 		k.state = state
 	}
 	k.lastAct = now
-	k.deliverLocked(Outgoing{Channel: IOPub, Msg: m})
+	slow := k.deliverLocked(Outgoing{Channel: IOPub, Msg: m})
+	k.mu.Unlock()
+	cut(slow)
 }
 
 // deliverLocked gives o to every client, or keeps it for the next client
-// while none is connected.
-func (k *Kernel) deliverLocked(o Outgoing) {
+// while none is connected. It detaches the clients whose queue overflowed
+// and returns them: the caller cuts them once it has released k.mu.
+func (k *Kernel) deliverLocked(o Outgoing) (slow []*Client) {
 	if len(k.clients) == 0 {
 		k.offline.push(o)
-		return
+		return nil
 	}
 	for c := range k.clients {
 		if !c.push(o) {
 			delete(k.clients, c)
+			slow = append(slow, c)
 		}
+	}
+	return slow
+}
+
+// cut closes the clients that could not keep up (see deliverLocked); the
+// caller holds no lock.
+func cut(slow []*Client) {
+	for _, c := range slow {
+		c.closeWith(ErrSlowClient)
 	}
 }
 
@@ -472,13 +490,14 @@ func (k *Kernel) orphan(calls map[string]*callRef) {
 }
 
 // pushStatusLocked tells clients the kernel's state as jupyter_server does
-// (an iopub status message without parent).
-func (k *Kernel) pushStatusLocked(state jupyter.ExecutionState) {
+// (an iopub status message without parent). It returns the clients to cut,
+// as deliverLocked.
+func (k *Kernel) pushStatusLocked(state jupyter.ExecutionState) []*Client {
 	m, err := jupyter.NewMessage(k.m.session, jupyter.StatusMsg, map[string]string{"execution_state": string(state)}, nil)
 	if err != nil {
-		return
+		return nil
 	}
-	k.deliverLocked(Outgoing{Channel: IOPub, Msg: m})
+	return k.deliverLocked(Outgoing{Channel: IOPub, Msg: m})
 }
 
 // Attach connects a client (a websocket) to the kernel. It first receives
@@ -486,16 +505,25 @@ func (k *Kernel) pushStatusLocked(state jupyter.ExecutionState) {
 func (k *Kernel) Attach(session string) (*Client, error) {
 	c := newClient(k, session, k.m.cfg.ClientMessages, k.m.cfg.ClientBytes)
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	if k.removed {
+		k.mu.Unlock()
 		return nil, ErrKernelGone
 	}
+	overflow := false
 	if len(k.clients) == 0 {
 		for _, o := range k.offline.take() {
-			c.push(o)
+			overflow = !c.push(o) || overflow
 		}
 	}
-	k.clients[c] = struct{}{}
+	if !overflow {
+		k.clients[c] = struct{}{}
+	}
+	k.mu.Unlock()
+	if overflow {
+		// The replay did not fit the client's queue: it reads what did,
+		// then learns it was cut.
+		c.closeWith(ErrSlowClient)
+	}
 	return c, nil
 }
 
