@@ -253,7 +253,7 @@ func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*Run, error)
 	r := m.newRun(c, req)
 	inline, err := c.enqueueRun(r, req.Wait)
 	if err != nil {
-		m.dropRun(r)
+		m.dropRun(r, err)
 		return nil, err
 	}
 	if inline {
@@ -350,6 +350,7 @@ func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*Run
 	m.mu.Unlock()
 	r := m.newRunWithID(runID, c, req)
 	if err := c.enqueue(r); err != nil {
+		m.dropRun(r, err)
 		m.deleteContext(c)
 		return nil, err
 	}
@@ -441,6 +442,7 @@ func (m *Manager) newRun(c *Context, req ExecuteRequest) *Run {
 func (m *Manager) newRunWithID(id string, c *Context, req ExecuteRequest) *Run {
 	r := newRun(id, c.ID, c.Language, req.Code, req.Stdin, req.Timeout, m.cfg.RunLimits)
 	r.observer = m.cfg.Observer
+	r.onEnd = m.runEnded
 	m.mu.Lock()
 	m.pruneRunsLocked()
 	m.runs[id] = r
@@ -449,32 +451,71 @@ func (m *Manager) newRunWithID(id string, c *Context, req ExecuteRequest) *Run {
 	return r
 }
 
-func (m *Manager) dropRun(r *Run) {
+// dropRun forgets a run its queue refused, and ends it: nothing waits for
+// it, and no record of it is kept.
+func (m *Manager) dropRun(r *Run, why error) {
 	m.mu.Lock()
-	delete(m.runs, r.ID)
+	if m.runs[r.ID] == r {
+		delete(m.runs, r.ID)
+		// It is the newest run, or close to it.
+		for i := len(m.runOrder) - 1; i >= 0; i-- {
+			if m.runOrder[i] == r {
+				m.runOrder = append(m.runOrder[:i], m.runOrder[i+1:]...)
+				break
+			}
+		}
+	}
+	m.mu.Unlock()
+	r.refuse(why)
+}
+
+// runEnded counts a finished run's memory and prunes the records.
+func (m *Manager) runEnded(r *Run) {
+	size := r.memory()
+	m.mu.Lock()
+	if m.runs[r.ID] == r && !r.counted {
+		r.counted = true
+		m.runBytes += size
+	}
+	m.pruneRunsLocked()
 	m.mu.Unlock()
 }
 
-// pruneRunsLocked forgets the oldest finished runs past the retention
-// count or time. Runs are kept in arrival order and pruning stops at the
-// first one still queued or running, so each call does O(1) work on
-// average.
+// pruneRunsLocked forgets the oldest finished runs while more than
+// RunsKept runs or RunBytes of finished runs are kept, and those past the
+// retention time. It goes from the oldest run and stops at the first
+// finished run it keeps; runs still queued or running are passed over and
+// kept whatever their age, so one long run does not hold back the pruning
+// of those after it.
 func (m *Manager) pruneRunsLocked() {
 	now := time.Now()
-	drop := 0
-	for _, r := range m.runOrder {
+	n := len(m.runOrder)
+	kept := m.runOrder[:0:0]
+	i := 0
+	for ; i < len(m.runOrder); i++ {
+		r := m.runOrder[i]
 		r.mu.Lock()
-		done, at := r.state == RunDone, r.finished
+		done, at, size := r.state == RunDone, r.finished, r.kept
 		r.mu.Unlock()
-		if !done || (len(m.runOrder)-drop <= m.cfg.RunsKept && now.Sub(at) <= m.cfg.RunRetention) {
+		if !done {
+			kept = append(kept, r)
+			continue
+		}
+		if n <= m.cfg.RunsKept && m.runBytes <= m.cfg.RunBytes && now.Sub(at) <= m.cfg.RunRetention {
 			break
 		}
 		delete(m.runs, r.ID)
-		drop++
+		if r.counted {
+			m.runBytes -= size
+		}
+		n--
 	}
-	if drop > 0 {
-		m.runOrder = append(m.runOrder[:0], m.runOrder[drop:]...)
+	if n == len(m.runOrder) {
+		return
 	}
+	kept = append(kept, m.runOrder[i:]...)
+	clear(m.runOrder[len(kept):])
+	m.runOrder = append(m.runOrder[:0], kept...)
 }
 
 // Run returns a run by id.

@@ -48,11 +48,14 @@ type Config struct {
 	// may wait per context; what a run keeps of its output; how long and
 	// how many finished runs are kept; how long an interrupted run may
 	// take to stop before its kernel is restarted.
-	Languages      map[string]string
-	QueueLimit     int
-	RunLimits      Limits
-	RunRetention   time.Duration
-	RunsKept       int
+	Languages    map[string]string
+	QueueLimit   int
+	RunLimits    Limits
+	RunRetention time.Duration
+	RunsKept     int
+	// RunBytes bounds the memory of the finished runs kept (their events
+	// and Executions); the oldest go first.
+	RunBytes       int64
 	InterruptGrace time.Duration
 	// PoolSize is how many ready kernels each kernelspec keeps for
 	// isolated runs (0: no pool).
@@ -97,6 +100,7 @@ func DefaultConfig() Config {
 		RunLimits:         Limits{LogBytes: 8 << 20, ResultBytes: 32 << 20},
 		RunRetention:      10 * time.Minute,
 		RunsKept:          1000,
+		RunBytes:          512 << 20,
 		InterruptGrace:    3 * time.Second,
 		PoolSize:          1,
 		LateOutputWait:    5 * time.Millisecond,
@@ -151,6 +155,9 @@ func (c *Config) fill() {
 	if c.RunsKept <= 0 {
 		c.RunsKept = d.RunsKept
 	}
+	if c.RunBytes <= 0 {
+		c.RunBytes = d.RunBytes
+	}
 	if c.InterruptGrace <= 0 {
 		c.InterruptGrace = d.InterruptGrace
 	}
@@ -190,7 +197,8 @@ type Manager struct {
 	sessions map[string]*Session
 	contexts map[string]*Context
 	runs     map[string]*Run
-	runOrder []*Run
+	runOrder []*Run // recorded runs, oldest first
+	runBytes int64  // memory of the finished runs in runs
 	pools    map[string]*pool
 	closed   bool
 }

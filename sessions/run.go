@@ -59,7 +59,10 @@ type Run struct {
 	stopBeforeStart Reason
 
 	observer Observer
+	onEnd    func(*Run)  // the manager's accounting, told once the run ended
 	timer    *time.Timer // the timeout, stopped when the run ends
+	kept     int64       // the record's memory, set when the run ends
+	counted  bool        // kept is in the manager's runBytes (guarded by its mu)
 }
 
 func newRun(id, context, language, code string, stdin bool, timeout time.Duration, limits Limits) *Run {
@@ -264,12 +267,44 @@ func (r *Run) endWith(reason Reason, failure error, message string) bool {
 		r.timer.Stop()
 	}
 	took, truncated := r.finished.Sub(r.created), r.b.exec.Truncated
+	// The output is held twice: in the events and in the Execution.
+	r.kept = 2 * int64(r.eventMem)
+	onEnd := r.onEnd
 	r.mu.Unlock()
 	close(r.done)
 	if r.observer != nil {
 		r.observer.RunEnded(r.Language, reason, took, truncated)
 	}
+	if onEnd != nil {
+		onEnd(r)
+	}
 	return true
+}
+
+// memory is what the finished run's record holds, in bytes.
+func (r *Run) memory() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.kept
+}
+
+// refuse ends a run its queue refused: it never ran, and it is neither
+// counted nor recorded.
+func (r *Run) refuse(why error) {
+	r.mu.Lock()
+	if r.state == RunDone {
+		r.mu.Unlock()
+		return
+	}
+	r.state = RunDone
+	r.failure = why
+	r.finished = time.Now()
+	r.cancel, r.input = nil, nil
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	r.mu.Unlock()
+	close(r.done)
 }
 
 // Interrupt ends a queued run, or interrupts a running one (it then ends
