@@ -187,6 +187,9 @@ type builder struct {
 	sawMain                 bool
 	started                 bool   // the code was sent to the kernel
 	replyStatus             string // of the execute_reply, once it came
+	// replyError is the error an execute_reply reported, kept until the
+	// run ends: the kernel's error message, richer, may come after it.
+	replyError *errorContent
 }
 
 func (b *builder) truncatedNow() bool { return b.droppedLog > 0 || b.droppedData > 0 }
@@ -311,8 +314,8 @@ func (b *builder) message(ch jupyter.Channel, m *jupyter.Message) {
 		b.emit("clear_output", map[string]bool{"wait": c.Wait})
 	case jupyter.ErrorMsg:
 		var c errorContent
-		if m.DecodeContent(&c) != nil {
-			return
+		if m.DecodeContent(&c) != nil || b.exec.Error != nil {
+			return // one error per run
 		}
 		b.setError(c)
 	case jupyter.ExecuteInput:
@@ -366,15 +369,15 @@ func (b *builder) reply(m *jupyter.Message) {
 	if c.ExecutionCount != nil {
 		b.exec.ExecutionCount = c.ExecutionCount
 	}
-	if c.Status == "aborted" && b.exec.Error == nil {
-		b.setError(errorContent{EName: "ExecutionAborted", EValue: "the kernel aborted this run because a request before it failed; run it again"})
-	}
-	if c.Status == "error" && b.exec.Error == nil {
+	switch c.Status {
+	case "aborted":
+		b.replyError = &errorContent{EName: "ExecutionAborted", EValue: "the kernel aborted this run because a request before it failed; run it again"}
+	case "error":
 		name := c.EName
 		if name == "" {
 			name = "Error"
 		}
-		b.setError(errorContent{EName: name, EValue: c.EValue, Traceback: c.Traceback})
+		b.replyError = &errorContent{EName: name, EValue: c.EValue, Traceback: c.Traceback}
 	}
 }
 
@@ -412,6 +415,11 @@ func (b *builder) noteTruncation() {
 // finish closes the Execution with how the run ended.
 func (b *builder) finish(reason Reason) {
 	b.applyClear()
+	if b.exec.Error == nil && b.replyError != nil {
+		// The kernel reported its error only in the reply (Deno's
+		// interrupted runs, aborted runs).
+		b.setError(*b.replyError)
+	}
 	if b.truncatedNow() {
 		marker := fmt.Sprintf("\n[kernelgate] output truncated: %d bytes dropped\n", b.droppedLog+b.droppedData)
 		b.exec.Logs.Stderr = append(b.exec.Logs.Stderr, marker)
