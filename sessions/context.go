@@ -38,6 +38,12 @@ type Context struct {
 	working bool
 	runIDs  []string
 	deleted bool
+	// The kernel and process generation the last run started on, and
+	// whether a run has told that they were replaced since (a lost run
+	// does): the next run on another process says its state is gone.
+	ranOn  *Kernel
+	ranGen int
+	told   bool
 }
 
 // ContextModel is a context as the API shows it.
@@ -328,10 +334,13 @@ func (c *Context) execute(r *Run) {
 			break
 		}
 		if attempt > 0 || !errors.Is(err, jupyter.ErrKernelDied) {
-			r.lose(lostMessage(err))
+			c.lose(r, lostMessage(err))
 			return
 		}
 	}
+	r.mu.Lock()
+	r.notice = c.startedOn(k)
+	r.mu.Unlock()
 	r.mu.Lock()
 	r.cancel = func(reason Reason) {
 		select {
@@ -372,7 +381,7 @@ func (c *Context) execute(r *Run) {
 		case <-call.Done():
 			if _, err := call.Result(); err != nil {
 				c.m.log.Info("run lost its kernel", "context", c.ID, "run", r.ID, "err", err)
-				r.lose(lostMessage(err))
+				c.lose(r, lostMessage(err))
 				return
 			}
 			c.settle(jk, late)
@@ -403,10 +412,40 @@ func (c *Context) execute(r *Run) {
 			rctx, rcancel := context.WithTimeout(context.Background(), c.m.cfg.StartTimeout)
 			k.Restart(rctx)
 			rcancel()
-			r.lose("the kernel did not stop after an interrupt and was restarted; its state is gone")
+			c.lose(r, "the kernel did not stop after an interrupt and was restarted; its state is gone")
 			return
 		}
 	}
+}
+
+// startedOn records that a run starts on k's current process and returns
+// what the run must say about it: that the process the previous run ran on
+// was replaced and its state is gone, unless a lost run said so already.
+func (c *Context) startedOn(k *Kernel) string {
+	gen, endedBy := k.generation()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	notice := ""
+	if c.ranOn != nil && (c.ranOn != k || c.ranGen != gen) && !c.told {
+		if c.ranOn != k {
+			_, endedBy = c.ranOn.generation()
+		}
+		if endedBy == "" {
+			endedBy = "was replaced"
+		}
+		notice = "the kernel " + endedBy + " after the previous run; this run started on a new kernel without the earlier state"
+	}
+	c.ranOn, c.ranGen, c.told = k, gen, false
+	return notice
+}
+
+// lose ends a run whose kernel went away, saying why; its message tells
+// the next run's caller too.
+func (c *Context) lose(r *Run, why string) {
+	c.mu.Lock()
+	c.told = true
+	c.mu.Unlock()
+	r.lose(why)
 }
 
 // lostMessage says why a run lost its kernel.

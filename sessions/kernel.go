@@ -53,6 +53,7 @@ type Kernel struct {
 	mu       sync.Mutex
 	jk       process
 	gen      int           // process generation, bumped by every start
+	endedBy  string        // how the last process ended ("died (…)", "was restarted")
 	ready    chan struct{} // non-nil while a (re)start is in progress
 	state    jupyter.ExecutionState
 	reason   string
@@ -255,6 +256,7 @@ func (k *Kernel) died(jk process, gen int, err error) {
 		return
 	}
 	k.jk = nil
+	k.endedBy = "died (" + deathDetail(err) + ")"
 	k.m.log.Warn("kernel died", "kernel", k.id, "spec", k.spec.Name, "err", err)
 	k.m.cfg.Observer.KernelDied(k.spec.Name)
 	now := time.Now()
@@ -377,6 +379,7 @@ func (k *Kernel) Restart(ctx context.Context) error {
 	k.state = jupyter.StateRestarting
 	k.ready = make(chan struct{})
 	k.restarts = nil
+	k.endedBy = "was restarted"
 	gen := k.gen
 	listeners := k.onDeath
 	k.mu.Unlock()
@@ -392,6 +395,28 @@ func (k *Kernel) Restart(ctx context.Context) error {
 
 var errRestarted = errors.New("the kernel was restarted")
 
+// generation is the kernel's process generation and how the process
+// before it ended.
+func (k *Kernel) generation() (int, string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.gen, k.endedBy
+}
+
+// deathDetail says in a few words why a process died.
+func deathDetail(err error) string {
+	var died *jupyter.DiedError
+	switch {
+	case errors.As(err, &died) && died.Lost != "":
+		return "its " + died.Lost + " connection ended"
+	case errors.As(err, &died) && died.Reason != "":
+		return died.Reason
+	case errors.As(err, &died):
+		return died.Status
+	}
+	return err.Error()
+}
+
 // shutdown stops the kernel for good and disconnects its clients.
 func (k *Kernel) shutdown(ctx context.Context) {
 	k.life.Lock()
@@ -404,6 +429,7 @@ func (k *Kernel) shutdown(ctx context.Context) {
 	k.removed = true
 	jk := k.jk
 	k.jk = nil
+	k.endedBy = "was shut down"
 	k.state = jupyter.StateDead
 	slow := k.pushStatusLocked(jupyter.StateDead)
 	clients := k.clients

@@ -24,11 +24,17 @@ func run(t *testing.T, m *Manager, req ExecuteRequest) (*Run, Execution) {
 	if err := r.Wait(ctx); err != nil {
 		t.Fatalf("run %q did not end: %v", req.Code, err)
 	}
+	return r, execution(t, r)
+}
+
+// execution decodes the run's Execution as the API gives it.
+func execution(t *testing.T, r *Run) Execution {
+	t.Helper()
 	var e Execution
 	if err := json.Unmarshal(r.ExecutionJSON(), &e); err != nil {
 		t.Fatal(err)
 	}
-	return r, e
+	return e
 }
 
 func TestRunsShareStateInOrder(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,5 +44,26 @@ func TestDenoThrowsCarryOneError(t *testing.T) {
 		if e.Error == nil || e.Error.Value == "" || e.Process.Reason != Errored {
 			t.Fatalf("throw %d: Execution error %+v, process %+v", i, e.Error, e.Process)
 		}
+	}
+}
+
+// `exit()` ends a run completed and then the kernel: the next run on the
+// context says the earlier state is gone.
+func TestPythonExitThenNextRunSaysStateIsGone(t *testing.T) {
+	m := newRealManager(t, Config{})
+	c, err := m.CreateContext(context.Background(), ContextRequest{ID: "exits", Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, e := run(t, m, ExecuteRequest{Code: "x = 5\nexit()", Context: c.ID}); e.Process.Reason != Completed {
+		t.Fatalf("x = 5; exit() ended %+v", e.Process)
+	}
+	waitFor(t, "the kernel to end", func() bool { return !c.Model().Active })
+	_, e := run(t, m, ExecuteRequest{Code: "x", Context: c.ID})
+	if e.Error == nil || e.Error.Name != "NameError" {
+		t.Fatalf("x after exit(): error %+v", e.Error)
+	}
+	if !strings.Contains(e.Process.Message, "without the earlier state") {
+		t.Errorf("the run after exit() says %q, want that the earlier state is gone", e.Process.Message)
 	}
 }

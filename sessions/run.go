@@ -57,6 +57,9 @@ type Run struct {
 	awaiting    bool // an input_request waits for an answer
 	// stopBeforeStart ends a run its worker took but did not start yet.
 	stopBeforeStart Reason
+	// notice, when set, is the end's process message of a run that did
+	// not lose its kernel: its kernel was replaced since the last run.
+	notice string
 
 	observer Observer
 	onEnd    func(*Run)  // the manager's accounting, told once the run ended
@@ -260,6 +263,9 @@ func (r *Run) endWith(reason Reason, failure error, message string) bool {
 	r.failure = failure
 	r.finished = time.Now()
 	r.b.finish(reason)
+	if message == "" {
+		message = r.notice
+	}
 	r.b.exec.Process.Message = message
 	r.emitLocked("end", endEvent{r.b.exec.ExecutionCount, r.b.exec.Process, r.b.exec.Truncated})
 	r.cancel, r.input = nil, nil
