@@ -120,8 +120,12 @@ func (c *Client) Send(ctx context.Context, ch Channel, m *Message) error {
 		}
 	}
 	c.mu.Unlock()
+	held := m.Type() == jupyter.ExecuteRequest && c.k.holdIdleFor(m.Header.MsgID)
 	call, err := jk.Request(ch, m, c.answer, jupyter.CallOptions{})
 	if err != nil {
+		if held {
+			c.k.unholdIdle(m.Header.MsgID)
+		}
 		return err
 	}
 	c.mu.Lock()

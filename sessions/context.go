@@ -384,7 +384,7 @@ func (c *Context) execute(r *Run) {
 				c.lose(r, lostMessage(err))
 				return
 			}
-			c.settle(jk, late)
+			c.settle(k, late)
 			r.end(c.reason(r), nil)
 			return
 		case why := <-stop:
@@ -475,9 +475,11 @@ type lateOutput struct {
 // until its execute_result has come: such a kernel publishes the result
 // after the run's other output (stdout goes ahead of it, through the
 // kernel's own stdio channel), so nothing of the run follows it.
-func (c *Context) settle(jk process, late lateOutput) {
-	wait := c.m.cfg.LateOutputWait
-	if wait <= 0 || !contains(c.m.cfg.LateOutputKernels, jk.Info().Implementation) {
+func (c *Context) settle(k *Kernel, late lateOutput) {
+	k.mu.Lock()
+	wait := k.lateWait
+	k.mu.Unlock()
+	if wait <= 0 {
 		return
 	}
 	select {

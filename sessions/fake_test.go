@@ -369,14 +369,19 @@ func fakeAnswer(r *fakeRequest) {
 	r.Status(jupyter.StateIdle)
 }
 
-// fakeSpecs writes a kernelspec named "fake" for the language python.
-func fakeSpecs(t *testing.T) *kernelspecs.Catalog {
+// fakeSpecs writes a kernelspec named "fake" for the language python,
+// with metadata.kernelgate when given.
+func fakeSpecs(t *testing.T, kernelgate ...string) *kernelspecs.Catalog {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "fake")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	js := `{"argv": ["fake-kernel", "{connection_file}"], "display_name": "Fake", "language": "python"}`
+	md := ""
+	if len(kernelgate) > 0 {
+		md = `, "metadata": {"kernelgate": ` + kernelgate[0] + `}`
+	}
+	js := `{"argv": ["fake-kernel", "{connection_file}"], "display_name": "Fake", "language": "python"` + md + `}`
 	if err := os.WriteFile(filepath.Join(dir, "kernel.json"), []byte(js), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -391,11 +396,17 @@ func fakeSpecs(t *testing.T) *kernelspecs.Catalog {
 // test ends.
 func newFakeManager(t *testing.T, cfg Config, f *fakeKernels) *Manager {
 	t.Helper()
+	return newFakeManagerWith(t, cfg, f, fakeSpecs(t))
+}
+
+// newFakeManagerWith is newFakeManager over the given kernelspecs.
+func newFakeManagerWith(t *testing.T, cfg Config, f *fakeKernels, specs *kernelspecs.Catalog) *Manager {
+	t.Helper()
 	cfg.DefaultKernel = "fake"
 	if cfg.Languages == nil {
 		cfg.Languages = map[string]string{"python": "fake"}
 	}
-	m := New(cfg, fakeSpecs(t), nil, nil)
+	m := New(cfg, specs, nil, nil)
 	m.start = f.start
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -64,11 +64,18 @@ type Kernel struct {
 	orphans  []*callRef
 	removed  bool
 	onDeath  []func(gen int, err error)
+	// lateWait is how long the process's output may follow its idle
+	// status (0: it never does); holds follow client requests meanwhile.
+	lateWait time.Duration
+	holds    map[string]*idleHold
 }
 
 // newKernel makes a kernel record; it starts nothing.
 func (m *Manager) newKernel(id string, spec *kernelspecs.Spec, env map[string]string, cwd string, policy restartPolicy) (*Kernel, error) {
 	limits, sandbox, err := m.isolation(spec)
+	if err == nil {
+		_, err = m.lateOutputWait(spec, "")
+	}
 	if err != nil {
 		return nil, errorf(ErrKernelStart, "%v", err)
 	}
@@ -206,6 +213,7 @@ func (k *Kernel) launch(ctx context.Context) error {
 	}
 	defer k.mu.Unlock()
 	k.jk = jk
+	k.lateWait, _ = k.m.lateOutputWait(k.spec, jk.Info().Implementation)
 	k.gen++
 	k.state = jupyter.StateIdle
 	k.reason = ""
@@ -257,6 +265,7 @@ func (k *Kernel) died(jk process, gen int, err error) {
 	}
 	k.jk = nil
 	k.endedBy = "died (" + deathDetail(err) + ")"
+	held := k.releaseAllLocked()
 	k.m.log.Warn("kernel died", "kernel", k.id, "spec", k.spec.Name, "err", err)
 	k.m.cfg.Observer.KernelDied(k.spec.Name)
 	now := time.Now()
@@ -276,7 +285,7 @@ func (k *Kernel) died(jk process, gen int, err error) {
 		k.state = jupyter.StateDead
 		k.reason = err.Error()
 	}
-	slow := k.pushStatusLocked(k.state)
+	slow := append(held, k.pushStatusLocked(k.state)...)
 	listeners := k.onDeath
 	k.mu.Unlock()
 	cut(slow)
@@ -382,7 +391,9 @@ func (k *Kernel) Restart(ctx context.Context) error {
 	k.endedBy = "was restarted"
 	gen := k.gen
 	listeners := k.onDeath
+	held := k.releaseAllLocked()
 	k.mu.Unlock()
+	cut(held)
 	if jk != nil {
 		jk.Shutdown(ctx)
 		for _, fn := range listeners {
@@ -431,7 +442,7 @@ func (k *Kernel) shutdown(ctx context.Context) {
 	k.jk = nil
 	k.endedBy = "was shut down"
 	k.state = jupyter.StateDead
-	slow := k.pushStatusLocked(jupyter.StateDead)
+	slow := append(k.releaseAllLocked(), k.pushStatusLocked(jupyter.StateDead)...)
 	clients := k.clients
 	k.clients = map[*Client]struct{}{}
 	gen := k.gen
@@ -464,7 +475,10 @@ func (k *Kernel) onIOPub(m *Message) {
 		k.state = state
 	}
 	k.lastAct = now
-	slow := k.deliverLocked(Outgoing{Channel: IOPub, Msg: m})
+	held, slow := k.holdLocked(m, now)
+	if !held {
+		slow = k.deliverLocked(Outgoing{Channel: IOPub, Msg: m})
+	}
 	k.mu.Unlock()
 	cut(slow)
 }
