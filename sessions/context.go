@@ -329,8 +329,10 @@ func (c *Context) execute(r *Run) {
 			r.end(stopped, nil)
 			return
 		}
-		call, err = startExecute(jk, content, handle)
+		var ended func()
+		call, ended, err = k.startRun(jk, content, handle)
 		if err == nil {
+			defer ended()
 			break
 		}
 		if attempt > 0 || !errors.Is(err, jupyter.ErrKernelDied) {

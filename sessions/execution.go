@@ -75,23 +75,17 @@ type Result struct {
 	JavaScript   string                     `json:"javascript,omitempty"`
 
 	size int
-	js   []byte // the JSON above, once written
 }
 
-// MarshalJSON writes the result once: a run's result goes out in its
-// result event and again in every copy of the Execution. A Result is not
-// changed after it is made (an update replaces it whole, dropping js);
-// like the rest of a run's record, it is marshalled under the run's lock.
+// MarshalJSON writes the result with the short mirrors of its bundle. A
+// result made by a run holds its bundle once: the mirrors are filled only
+// here, and the run's result event and its Execution share the Result. It
+// is not changed after it is made (an update replaces it).
 func (r *Result) MarshalJSON() ([]byte, error) {
-	if r.js == nil {
-		type plain Result
-		js, err := json.Marshal((*plain)(r))
-		if err != nil {
-			return nil, err
-		}
-		r.js = js
-	}
-	return r.js, nil
+	type plain Result
+	c := *r
+	c.mirror()
+	return json.Marshal((*plain)(&c))
 }
 
 // ansi matches terminal escape sequences (CSI and OSC).
@@ -128,16 +122,19 @@ func newResult(data, metadata map[string]json.RawMessage, main bool, displayID s
 		metadata = map[string]json.RawMessage{}
 	}
 	r := &Result{Data: data, Metadata: metadata, IsMainResult: main, DisplayID: displayID}
-	r.mirror()
+	for _, raw := range r.Data {
+		r.size += len(raw)
+	}
+	for _, raw := range r.Metadata {
+		r.size += len(raw)
+	}
 	return r
 }
 
 // mirror fills the short fields from the bundle.
 func (r *Result) mirror() {
 	r.Text, r.HTML, r.Markdown, r.LaTeX, r.PNG, r.JPEG, r.SVG, r.PDF, r.JSON, r.JavaScript = "", "", "", "", "", "", "", "", nil, ""
-	r.size = 0
 	for mime, raw := range r.Data {
-		r.size += len(raw)
 		switch mime {
 		case "text/plain":
 			r.Text = StripANSI(mimeText(raw))
@@ -160,9 +157,6 @@ func (r *Result) mirror() {
 		case "application/javascript", "text/javascript":
 			r.JavaScript = mimeText(raw)
 		}
-	}
-	for _, raw := range r.Metadata {
-		r.size += len(raw)
 	}
 }
 
@@ -286,7 +280,7 @@ func (b *builder) message(ch jupyter.Channel, m *jupyter.Message) {
 		if m.DecodeContent(&c) != nil || c.Transient.DisplayID == "" {
 			return
 		}
-		for _, r := range b.exec.Results {
+		for i, r := range b.exec.Results {
 			if r.DisplayID != c.Transient.DisplayID {
 				continue
 			}
@@ -297,7 +291,9 @@ func (b *builder) message(ch jupyter.Channel, m *jupyter.Message) {
 				continue
 			}
 			b.resultBytes += next.size - r.size
-			*r = *next
+			// Replaced, not changed: the result event still shows the
+			// result as it was.
+			b.exec.Results[i] = next
 		}
 		b.emit("display_update", map[string]any{"displayId": c.Transient.DisplayID, "data": nonNil(c.Data), "metadata": nonNil(c.Metadata)})
 	case jupyter.ClearOutput:

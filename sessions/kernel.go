@@ -68,6 +68,9 @@ type Kernel struct {
 	// status (0: it never does); holds follow client requests meanwhile.
 	lateWait time.Duration
 	holds    map[string]*idleHold
+	// runs are the execute_requests of code-interpreter runs in flight:
+	// their output is kept by the run, not again in the replay buffer.
+	runs map[string]struct{}
 }
 
 // newKernel makes a kernel record; it starts nothing.
@@ -488,7 +491,9 @@ func (k *Kernel) onIOPub(m *Message) {
 // and returns them: the caller cuts them once it has released k.mu.
 func (k *Kernel) deliverLocked(o Outgoing) (slow []*Client) {
 	if len(k.clients) == 0 {
-		k.offline.push(o)
+		if _, run := k.runs[o.Msg.ParentID]; !run || o.Msg.ParentID == "" {
+			k.offline.push(o)
+		}
 		return nil
 	}
 	for c := range k.clients {
@@ -498,6 +503,33 @@ func (k *Kernel) deliverLocked(o Outgoing) (slow []*Client) {
 		}
 	}
 	return slow
+}
+
+// startRun sends the execute_request of a code-interpreter run to jk;
+// ended, called once the run has ended, makes the kernel keep its later
+// messages for the next client again.
+func (k *Kernel) startRun(jk process, content jupyter.ExecuteContent, h jupyter.Handler) (c call, ended func(), err error) {
+	m, err := jk.NewMessage(jupyter.ExecuteRequest, content, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	id := m.Header.MsgID
+	k.mu.Lock()
+	if k.runs == nil {
+		k.runs = map[string]struct{}{}
+	}
+	k.runs[id] = struct{}{}
+	k.mu.Unlock()
+	ended = func() {
+		k.mu.Lock()
+		delete(k.runs, id)
+		k.mu.Unlock()
+	}
+	if c, err = jk.Request(Shell, m, h, jupyter.CallOptions{IOPub: true}); err != nil {
+		ended()
+		return nil, nil, err
+	}
+	return c, ended, nil
 }
 
 // cut closes the clients that could not keep up (see deliverLocked); the

@@ -26,6 +26,14 @@ type Event struct {
 	JSON []byte
 }
 
+// event is an event as a run keeps it: its payload shares the output's
+// text and results with the run's Execution, and is written as JSON when
+// the event is read. A payload is not changed after it is emitted.
+type event struct {
+	typ     string
+	payload any
+}
+
 // Run is one execution of code: queued, running, then done. It outlives
 // the request that started it and is kept for a while after it ends.
 type Run struct {
@@ -41,7 +49,7 @@ type Run struct {
 	mu        sync.Mutex
 	state     RunState
 	b         builder
-	events    []Event
+	events    []event
 	eventMem  int
 	maxEvents int
 	changed   chan struct{} // closed and replaced on every change
@@ -91,18 +99,33 @@ func newRun(id, context, language, code string, stdin bool, timeout time.Duratio
 
 // emitLocked appends an event; the caller holds r.mu (or owns r).
 func (r *Run) emitLocked(typ string, payload any) {
-	seq := len(r.events) + 1
-	js, err := eventJSON(typ, seq, payload)
-	if err != nil {
+	size := eventSize(typ, payload)
+	if size < 0 || (typ != "end" && r.eventMem+size > r.maxEvents) {
 		return
 	}
-	if typ != "end" && r.eventMem+len(js) > r.maxEvents {
-		return
-	}
-	r.eventMem += len(js)
-	r.events = append(r.events, Event{Seq: seq, Type: typ, JSON: js})
+	r.eventMem += size
+	r.events = append(r.events, event{typ: typ, payload: payload})
 	close(r.changed)
 	r.changed = make(chan struct{})
+}
+
+// eventSize is about what an event's JSON takes beyond the output it
+// shares with the Execution; -1 when its payload cannot be written.
+func eventSize(typ string, payload any) int {
+	const frame = 32 // {"type":…,"seq":…}
+	switch p := payload.(type) {
+	case *Result:
+		return frame + len(typ) + p.size
+	case map[string]string:
+		if text, ok := p["text"]; ok && len(p) == 1 {
+			return frame + len(typ) + len(text)
+		}
+	}
+	js, err := json.Marshal(payload)
+	if err != nil {
+		return -1
+	}
+	return frame + len(typ) + len(js)
 }
 
 // endEvent is the payload of a run's end event.
@@ -206,8 +229,13 @@ func (r *Run) Events(after int) ([]Event, <-chan struct{}, bool) {
 		after = 0
 	}
 	var out []Event
-	if after < len(r.events) {
-		out = append(out, r.events[after:]...)
+	for i := after; i < len(r.events); i++ {
+		ev := r.events[i]
+		js, err := eventJSON(ev.typ, i+1, ev.payload)
+		if err != nil {
+			continue
+		}
+		out = append(out, Event{Seq: i + 1, Type: ev.typ, JSON: js})
 	}
 	return out, r.changed, r.state == RunDone
 }
@@ -273,8 +301,8 @@ func (r *Run) endWith(reason Reason, failure error, message string) bool {
 		r.timer.Stop()
 	}
 	took, truncated := r.finished.Sub(r.created), r.b.exec.Truncated
-	// The output is held twice: in the events and in the Execution.
-	r.kept = 2 * int64(r.eventMem)
+	// The events and the Execution share the output: held once.
+	r.kept = int64(r.eventMem)
 	onEnd := r.onEnd
 	r.mu.Unlock()
 	close(r.done)
