@@ -62,6 +62,7 @@ func (c *Context) Model() ContextModel {
 	k := c.kernel
 	ids := append([]string{}, c.runIDs...)
 	c.mu.Unlock()
+	ids = c.m.keptRuns(ids)
 	names := make([]string, 0, len(c.Env))
 	for n := range c.Env {
 		names = append(names, n)
@@ -230,7 +231,7 @@ func (c *Context) runQueue(justOne bool) {
 			c.queue = nil
 			c.mu.Unlock()
 			for _, r := range queued {
-				r.end(Lost, errorf(ErrNoSuchContext, "context %s was deleted", c.ID))
+				r.lose(deletedBeforeStart(c))
 			}
 			return
 		}
@@ -269,9 +270,14 @@ func runContext(r *Run, parent context.Context) (context.Context, context.Cancel
 func (c *Context) execute(r *Run) {
 	stop := make(chan Reason, 1)
 	late := lateOutput{more: make(chan struct{}, 1), result: make(chan struct{})}
-	var resultOnce sync.Once
+	var resultOnce, beganOnce sync.Once
+	// began is closed when the kernel says the code runs (execute_input).
+	began := make(chan struct{})
 	var pendingInput *Message
 	handle := func(ch jupyter.Channel, m *Message) {
+		if m.Type() == jupyter.ExecuteInput {
+			beganOnce.Do(func() { close(began) })
+		}
 		if m.Type() == jupyter.InputRequest {
 			r.mu.Lock()
 			pendingInput = m
@@ -360,6 +366,7 @@ func (c *Context) execute(r *Run) {
 	}
 
 	var grace, again <-chan time.Time
+	var onBegin <-chan struct{}
 	interrupt := func() {
 		ictx, icancel := context.WithTimeout(context.Background(), c.m.cfg.InterruptGrace)
 		if err := k.Interrupt(ictx); err != nil {
@@ -390,7 +397,18 @@ func (c *Context) execute(r *Run) {
 				interrupt()
 				grace = time.After(c.m.cfg.InterruptGrace)
 				again = time.After(c.m.cfg.InterruptGrace / 3)
+				select {
+				case <-began:
+				default:
+					// ipykernel ignores a signal that comes before it
+					// runs the code: interrupt again once it does, so a
+					// timeout shorter than the hand-over still bounds it.
+					onBegin = began
+				}
 			}
+		case <-onBegin:
+			interrupt()
+			onBegin = nil
 		case <-again:
 			// A signal that lands before the code runs is ignored by
 			// ipykernel: interrupt once more before giving up on it.

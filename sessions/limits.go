@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -94,6 +95,12 @@ func (m *Manager) checkCwd(cwd string) error {
 	}
 	if !filepath.IsAbs(cwd) {
 		return errorf(ErrBadRequest, "cwd must be an absolute path")
+	}
+	// Checked before a kernel is started for it, which would fail.
+	if fi, err := os.Stat(cwd); err != nil {
+		return errorf(ErrBadRequest, "cwd %s does not exist", cwd)
+	} else if !fi.IsDir() {
+		return errorf(ErrBadRequest, "cwd %s is not a directory", cwd)
 	}
 	root := m.cfg.WorkspaceRoot
 	if root == "" {

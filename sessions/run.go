@@ -206,6 +206,16 @@ func (r *Run) Events(after int) ([]Event, <-chan struct{}, bool) {
 	return out, r.changed, r.state == RunDone
 }
 
+// End returns the run's end event once it has ended.
+func (r *Run) End() (Event, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.state != RunDone || len(r.events) == 0 {
+		return Event{}, false
+	}
+	return r.events[len(r.events)-1], true
+}
+
 // LastSeq is the seq of the run's latest event.
 func (r *Run) LastSeq() int {
 	r.mu.Lock()
