@@ -13,13 +13,13 @@ import (
 // config is everything kernelgate serve can be told, by flag or by the
 // matching KERNELGATE_* environment variable (a flag wins).
 type config struct {
-	IP             string
-	Port           int
-	Token          string
-	TokenFile      string
+	IP        string
+	Port      int
+	Token     string
+	TokenFile string
 	// secretsInArgv names the flags that carried a secret on the command
 	// line, where every local user can read it (/proc/<pid>/cmdline).
-	secretsInArgv []string
+	secretsInArgv  []string
 	AllowOrigins   []string
 	KernelspecDirs []string
 	DefaultKernel  string

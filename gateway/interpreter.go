@@ -13,6 +13,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"kernelgate/sessions"
+
+	"kernelgate/internal/timefmt"
 )
 
 // executeBody is POST /api/execute.
@@ -379,5 +381,5 @@ func (s *Server) mintContextToken(c echo.Context) error {
 		return newError(http.StatusBadRequest, "BAD_REQUEST", fmt.Sprintf("ttl is at most %v", s.cfg.MaxContextTokenTTL))
 	}
 	tok, exp := s.tokens.mint(ctx.ID, ctx.Created(), ttl)
-	return c.JSON(http.StatusCreated, map[string]string{"token": tok, "expiresAt": sessions.FormatTime(exp)})
+	return c.JSON(http.StatusCreated, map[string]string{"token": tok, "expiresAt": timefmt.Format(exp)})
 }

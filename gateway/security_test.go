@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"kernelgate/jupyter"
 	"kernelgate/sessions"
 )
 
@@ -306,8 +305,6 @@ func TestSessionsCRUD(t *testing.T) {
 		t.Errorf("deleted session: %d", status)
 	}
 }
-
-var _ = jupyter.ExecuteReply
 
 func TestJupyterBodiesContentType(t *testing.T) {
 	g := newGateway(t)

@@ -11,6 +11,8 @@ import (
 
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+
+	"kernelgate/internal/timefmt"
 )
 
 // Context is an interpreter context of the code-interpreter API: a kernel
@@ -70,7 +72,7 @@ func (c *Context) Model() ContextModel {
 	sort.Strings(names)
 	cm := ContextModel{
 		ID: c.ID, Language: c.Language, Cwd: c.Cwd, Env: names, ProcessIDs: ids,
-		ExecutionState: "dead", CreatedAt: FormatTime(c.created), LastActivity: FormatTime(c.created),
+		ExecutionState: "dead", CreatedAt: timefmt.Format(c.created), LastActivity: timefmt.Format(c.created),
 	}
 	if k != nil {
 		km := k.Model()
@@ -419,7 +421,9 @@ func (c *Context) execute(r *Run) {
 			c.m.log.Warn("kernel did not stop after an interrupt: restarting it", "context", c.ID, "run", r.ID)
 			jk.Forget(call)
 			rctx, rcancel := context.WithTimeout(context.Background(), c.m.cfg.StartTimeout)
-			k.Restart(rctx)
+			if err := c.restart(rctx); err != nil {
+				c.m.log.Info("restarting the kernel failed; the next run starts one", "context", c.ID, "err", err)
+			}
 			rcancel()
 			r.lose("the kernel did not stop after an interrupt and was restarted; its state is gone")
 			return
@@ -511,22 +515,24 @@ func (c *Context) interrupt(ctx context.Context) error {
 	return nil
 }
 
-// restart gives the context a new kernel process: state is gone.
+// restart gives the context a new kernel process: state is gone, the id
+// stays. It is the one way a context's kernel is restarted: on request,
+// and when a run does not stop after an interrupt.
 func (c *Context) restart(ctx context.Context) error {
 	c.mu.Lock()
-	k := c.kernel
+	k, deleted := c.kernel, c.deleted
 	c.mu.Unlock()
-	if k == nil {
-		_, _, err := c.ensureKernel(ctx)
-		return err
+	if deleted {
+		return errorf(ErrNoSuchContext, "context %s was deleted", c.ID)
 	}
-	if err := k.Restart(ctx); err != nil && !errors.Is(err, ErrKernelGone) {
-		return err
-	} else if errors.Is(err, ErrKernelGone) {
-		_, _, err = c.ensureKernel(ctx)
-		return err
+	if k != nil {
+		if err := k.Restart(ctx); !errors.Is(err, ErrKernelGone) {
+			return err
+		}
 	}
-	return nil
+	// No kernel yet, or it was shut down through the Jupyter API: start one.
+	_, _, err := c.ensureKernel(ctx)
+	return err
 }
 
 // setupCode returns code that applies cwd and env inside a running kernel

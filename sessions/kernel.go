@@ -9,6 +9,8 @@ import (
 
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+
+	"kernelgate/internal/timefmt"
 )
 
 // KernelModel is a kernel as the Jupyter REST API shows it.
@@ -95,7 +97,7 @@ func (k *Kernel) Model() KernelModel {
 	return KernelModel{
 		ID:             k.id,
 		Name:           k.spec.Name,
-		LastActivity:   FormatTime(k.lastAct),
+		LastActivity:   timefmt.Format(k.lastAct),
 		ExecutionState: string(k.state),
 		Connections:    len(k.clients),
 		Reason:         k.reason,

@@ -170,13 +170,6 @@ func (r *Run) ExecutionJSON() []byte {
 	return js
 }
 
-// Execution returns a copy of the run's Execution.
-func (r *Run) Execution() Execution {
-	var e Execution
-	json.Unmarshal(r.ExecutionJSON(), &e)
-	return e
-}
-
 // RunModel is GET /api/runs/{id}.
 type RunModel struct {
 	ID        string          `json:"id"`
