@@ -35,6 +35,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/gorilla/websocket"
 
+	"kernelgate/internal/needs"
 	"kernelgate/jupyter"
 	"kernelgate/sessions"
 	"kernelgate/web"
@@ -63,7 +64,7 @@ func b4NeedSandbox(t *testing.T) {
 		bwrap = "/usr/bin/bwrap"
 	}
 	if out, err := exec.Command(bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net", "--", "/bin/true").CombinedOutput(); err != nil {
-		t.Skipf("bubblewrap cannot sandbox here: %v: %s", err, out)
+		needs.Skip(t, "bubblewrap cannot sandbox here: %v: %s", err, out)
 	}
 }
 
@@ -73,7 +74,7 @@ func b4NeedCgroup(t *testing.T, pid int) {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 	if err != nil || !strings.Contains(string(b), "/kernelgate/") {
-		t.Skipf("kernel not in a kernelgate cgroup (no writable cgroups here): %s", b)
+		needs.Skip(t, "kernel not in a kernelgate cgroup (no writable cgroups here): %s", b)
 	}
 }
 
@@ -90,7 +91,7 @@ func b4HostDir(t *testing.T) string {
 			return dir
 		}
 	}
-	t.Skip("no writable directory outside /tmp")
+	needs.Skip(t, "no writable directory outside /tmp")
 	return ""
 }
 
@@ -2242,7 +2243,7 @@ func TestB4_28_DenoSandbox(t *testing.T) {
 	}
 	t.Run("/etc/shadow", func(t *testing.T) {
 		if _, err := os.Stat("/etc/shadow"); err != nil {
-			t.Skip("no /etc/shadow here")
+			needs.Skip(t, "no /etc/shadow here")
 		}
 		got := run(`let r; try { r = "read " + Deno.readTextFileSync("/etc/shadow").length + " bytes" } catch (e) { r = e.name }; r`)
 		if strings.HasPrefix(got, `"read`) {
