@@ -195,7 +195,10 @@ func TestMaxKernelsUnderConcurrentStarts(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			status, _ := g.do("POST", "/api/kernels", map[string]string{"name": "python3"})
+			status, body, err := g.send("POST", "/api/kernels", map[string]string{"name": "python3"}, g.auth())
+			if err != nil {
+				t.Errorf("POST /api/kernels: %v %s", err, body)
+			}
 			mu.Lock()
 			codes[status]++
 			mu.Unlock()
