@@ -226,6 +226,11 @@ func TestCodeInterpreterErrorsHaveTheContractShape(t *testing.T) {
 		resp, body := g.rawRequest("POST", path, `{"code": "1"}`, evil)
 		wantError(t, "cross-origin POST "+path, resp.StatusCode, body, 403, "FORBIDDEN", "origin")
 	}
+	// A path of the API with another method, or none of its routes.
+	for _, c := range []struct{ method, path string }{{"GET", "/api/execute"}, {"PUT", "/api/contexts"}, {"GET", "/api/runs"}, {"GET", "/api/runs/x/nothing"}} {
+		resp, body := g.rawRequest(c.method, c.path, "", map[string]string{"Authorization": "token " + g.token})
+		wantError(t, c.method+" "+c.path, resp.StatusCode, body, 404, "NOT_FOUND")
+	}
 	// The Jupyter surface keeps Jupyter's body.
 	resp, body := g.rawRequest("POST", "/api/kernels", `{}`, evil)
 	if j := decode[map[string]any](t, body); resp.StatusCode != 403 || j["reason"] == nil || j["code"] != nil {

@@ -124,7 +124,12 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 		sf = s.routeSurface(c.Path())
 	}
 	if c.Path() == "" || c.Path() == "/*" {
+		// No route: a path of the code-interpreter API still gets its
+		// body, any other one a body both kinds of clients read.
 		sf = anySurface
+		if s.routeSurface(c.Request().URL.Path) == apiSurface {
+			sf = apiSurface
+		}
 	}
 	if ae.status == http.StatusUnauthorized {
 		s.challenge(c, sf)
@@ -150,7 +155,7 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 func (s *Server) routeSurface(route string) surface {
 	p := strings.TrimPrefix(route, strings.TrimSuffix(s.cfg.BaseURL, "/"))
 	switch {
-	case p == "/api/execute", p == "/api/contexts", strings.HasPrefix(p, "/api/contexts/"), strings.HasPrefix(p, "/api/runs/"):
+	case p == "/api/execute", p == "/api/contexts", strings.HasPrefix(p, "/api/contexts/"), p == "/api/runs", strings.HasPrefix(p, "/api/runs/"):
 		return apiSurface
 	case p == "/healthz", p == "/readyz", p == "/metrics", p == "/api/openapi.json":
 		return anySurface
