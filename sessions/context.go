@@ -396,15 +396,17 @@ func (c *Context) execute(r *Run) {
 			}
 			r.mu.Unlock()
 			if grace == nil {
-				interrupt()
 				grace = time.After(c.m.cfg.InterruptGrace)
 				again = time.After(c.m.cfg.InterruptGrace / 3)
 				select {
 				case <-began:
+					interrupt()
 				default:
 					// ipykernel ignores a signal that comes before it
-					// runs the code: interrupt again once it does, so a
-					// timeout shorter than the hand-over still bounds it.
+					// runs the code: interrupt once it does, so a
+					// timeout shorter than the hand-over still bounds
+					// the run. (Two signals close together could land
+					// the second outside the handler, killing it.)
 					onBegin = began
 				}
 			}
