@@ -170,6 +170,66 @@ func TestNode(t *testing.T) {
 		}
 	})
 
+	t.Run("DeleteKillsWhatIgnoresTERM", func(t *testing.T) {
+		c.create(t, newPod("stubborn", "sh", "-c", `trap "" TERM; sleep 30`))
+		pid := pidOf(t, c.wait(t, "stubborn", "Running", running))
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := c.cp.Client.CoreV1().Pods(c.ns).Delete(ctx, "stubborn", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		c.wait(t, "stubborn", "deleted", func(p *corev1.Pod) bool { return p == nil })
+		if alive(pid) {
+			t.Errorf("process %d, which ignores SIGTERM, alive after the grace period", pid)
+		}
+	})
+
+	t.Run("RestartOnFailure", func(t *testing.T) {
+		pod := newPod("crashy", "sh", "-c", "exit 2")
+		pod.Spec.RestartPolicy = corev1.RestartPolicyOnFailure
+		c.create(t, pod)
+		got := c.wait(t, "crashy", "restarted", func(p *corev1.Pod) bool {
+			return waiting("CrashLoopBackOff")(p) && p.Status.ContainerStatuses[0].RestartCount >= 1
+		})
+		last := got.Status.ContainerStatuses[0].LastTerminationState.Terminated
+		if last == nil || last.ExitCode != 2 || last.Reason != "Error" {
+			t.Errorf("last termination %+v, want exit 2, Error", last)
+		}
+		if got.Status.Phase != corev1.PodRunning {
+			t.Errorf("phase %s between restarts, want Running", got.Status.Phase)
+		}
+	})
+
+	t.Run("EnvResolved", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err := c.cp.Client.CoreV1().ConfigMaps(c.ns).Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: "settings"}, Data: map[string]string{"mode": "fast"},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod := newPod("env", "sleep", "30")
+		pod.Labels = map[string]string{"app": "kernel"}
+		ctr := &pod.Spec.Containers[0]
+		ctr.EnvFrom = []corev1.EnvFromSource{{Prefix: "CFG_", ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}}}
+		ctr.Env = append(ctr.Env,
+			corev1.EnvVar{Name: "NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+			corev1.EnvVar{Name: "APP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['app']"}}},
+			corev1.EnvVar{Name: "ADDR", Value: "$(POD_IP):5555 $$(POD_IP)"},
+		)
+		c.create(t, pod)
+		pid := pidOf(t, c.wait(t, "env", "Running", running))
+		env := environ(t, pid)
+		ip := env["POD_IP"]
+		want := map[string]string{"CFG_mode": "fast", "NAME": "env", "APP": "kernel", "ADDR": ip + ":5555 $(POD_IP)", "HOSTNAME": "env"}
+		for k, v := range want {
+			if env[k] != v {
+				t.Errorf("%s = %q, want %q", k, env[k], v)
+			}
+		}
+	})
+
 	t.Run("ExitCode", func(t *testing.T) {
 		c.create(t, newPod("exit3", "sh", "-c", "exit 3"))
 		pod := c.wait(t, "exit3", "Failed", func(p *corev1.Pod) bool { return p != nil && p.Status.Phase == corev1.PodFailed })
