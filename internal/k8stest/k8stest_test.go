@@ -168,6 +168,11 @@ func TestNode(t *testing.T) {
 		if alive(pid) {
 			t.Errorf("pod deleted but process %d alive", pid)
 		}
+		// A new pod of the same name runs anew.
+		c.create(t, newPod("sleeper", "sleep", "30"))
+		if again := pidOf(t, c.wait(t, "sleeper", "Running", running)); again == pid || !alive(again) {
+			t.Errorf("recreated pod: process %d (alive %v), the deleted one's was %d", again, alive(again), pid)
+		}
 	})
 
 	t.Run("DeleteKillsWhatIgnoresTERM", func(t *testing.T) {
@@ -301,7 +306,8 @@ func TestNode(t *testing.T) {
 		c.create(t, pod)
 		got := c.wait(t, "volume", "finished", func(p *corev1.Pod) bool { return terminated(p) != nil })
 		if got.Status.Phase != corev1.PodSucceeded {
-			t.Errorf("the process did not read the Secret at its mountPath: %s", describePod(got))
+			logs, _ := c.node.Logs(c.ns, "volume", "main")
+			t.Errorf("the process did not read the Secret at its mountPath: %s\n%s", describePod(got), logs)
 		}
 	})
 

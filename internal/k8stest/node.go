@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
 	"time"
@@ -94,6 +95,7 @@ func StartNode(t testing.TB, cp *ControlPlane, cfg NodeConfig) *Node {
 	// with fresh reads, so these informers are only there to satisfy the
 	// pod controller's config and are never started.
 	unused := informers.NewSharedInformerFactory(cp.Client, 0)
+	var nc *vknode.NodeController
 	pc, err := vknode.NewPodController(vknode.PodControllerConfig{
 		PodClient:                 cp.Client.CoreV1(),
 		PodInformer:               onNode.Core().V1().Pods(),
@@ -104,13 +106,13 @@ func StartNode(t testing.TB, cp *ControlPlane, cfg NodeConfig) *Node {
 		ServiceInformer:           unused.Core().V1().Services(),
 		SkipDownwardAPIResolution: true,
 	})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
+	if err == nil {
+		nc, err = vknode.NewNodeController(vknode.NewNaiveNodeProvider(), nodeObject(cfg), cp.Client.CoreV1().Nodes())
 	}
-	nc, err := vknode.NewNodeController(vknode.NewNaiveNodeProvider(), nodeObject(cfg), cp.Client.CoreV1().Nodes())
 	if err != nil {
 		cancel()
+		broadcaster.Shutdown()
+		os.RemoveAll(dir)
 		t.Fatal(err)
 	}
 	b := newBinder(cp.Client, recorder, cfg)
@@ -200,4 +202,17 @@ func nodeObject(cfg NodeConfig) *corev1.Node {
 			},
 		},
 	}
+}
+
+// Logs returns what a container of a pod on the node has written to its
+// stdout and stderr so far (across restarts), while the pod is on the node.
+func (n *Node) Logs(namespace, pod, container string) (string, error) {
+	n.provider.mu.Lock()
+	r, ok := n.provider.pods[podKey(namespace, pod)]
+	n.provider.mu.Unlock()
+	if !ok {
+		return "", fmt.Errorf("pod %s/%s is not on node %s", namespace, pod, n.Name)
+	}
+	b, err := os.ReadFile(filepath.Join(r.dir, container+".log"))
+	return string(b), err
 }

@@ -16,6 +16,7 @@ import (
 	vknode "github.com/virtual-kubelet/virtual-kubelet/node"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 )
@@ -62,9 +63,12 @@ type provider struct {
 	notify      func(*corev1.Pod)
 	wake        chan struct{} // the notifier has queued snapshots
 
-	mu     sync.Mutex
-	pods   map[string]*podRun // by namespace/name
-	queued []*corev1.Pod      // snapshots for the notifier, oldest first
+	mu   sync.Mutex
+	pods map[string]*podRun // by namespace/name, until deleted
+	// terminating holds deleted pods, by UID, until their processes end;
+	// a new pod of the same name can start meanwhile.
+	terminating map[types.UID]*podRun
+	queued      []*corev1.Pod // snapshots for the notifier, oldest first
 }
 
 var _ vknode.PodLifecycleHandler = (*provider)(nil)
@@ -99,7 +103,7 @@ func newProvider(client kubernetes.Interface, recorder record.EventRecorder, cfg
 		ips: &ipPool{base: base, used: map[byte]bool{}},
 		ctx: ctx, cancel: cancel,
 		notifyReady: make(chan struct{}), wake: make(chan struct{}, 1),
-		pods: map[string]*podRun{},
+		pods: map[string]*podRun{}, terminating: map[types.UID]*podRun{},
 	}
 }
 
@@ -149,9 +153,13 @@ func (p *provider) CreatePod(_ context.Context, pod *corev1.Pod) error {
 	}
 	key := podKey(pod.Namespace, pod.Name)
 	p.mu.Lock()
-	if _, ok := p.pods[key]; ok {
-		p.mu.Unlock()
-		return nil
+	if old, ok := p.pods[key]; ok {
+		if old.pod.UID == pod.UID {
+			p.mu.Unlock()
+			return nil
+		}
+		// A pod of the same name that the node missed the deletion of.
+		p.stopLocked(old, graceOf(old.pod))
 	}
 	ip, err := p.ips.take()
 	if err != nil {
@@ -198,43 +206,50 @@ func (p *provider) UpdatePod(context.Context, *corev1.Pod) error { return nil }
 // DeletePod stops the pod's processes (SIGTERM, SIGKILL after the grace
 // period); the terminal status follows through NotifyPods.
 func (p *provider) DeletePod(_ context.Context, pod *corev1.Pod) error {
-	grace := 30 * time.Second
-	if s := pod.DeletionGracePeriodSeconds; s != nil {
-		grace = time.Duration(*s) * time.Second
-	} else if s := pod.Spec.TerminationGracePeriodSeconds; s != nil {
-		grace = time.Duration(*s) * time.Second
-	}
 	key := podKey(pod.Namespace, pod.Name)
 	p.mu.Lock()
-	r, ok := p.pods[key]
-	if !ok {
-		p.mu.Unlock()
-		return errdefs.NotFoundf("pod %s is not on this node", key)
-	}
-	if r.pod.UID != pod.UID && pod.UID != "" {
-		p.mu.Unlock()
-		return errdefs.NotFoundf("pod %s (uid %s) is not on this node", key, pod.UID)
-	}
-	if r.finished {
-		p.removeLocked(r)
-		p.mu.Unlock()
-		os.RemoveAll(r.dir)
+	defer p.mu.Unlock()
+	if _, ok := p.terminating[pod.UID]; ok {
 		return nil
 	}
-	if !r.stopping {
-		r.stopping = true
-		r.grace = grace
-		r.pod.DeletionTimestamp = pod.DeletionTimestamp
-		r.pod.DeletionGracePeriodSeconds = pod.DeletionGracePeriodSeconds
-		close(r.stop)
+	r, ok := p.pods[key]
+	if !ok || (pod.UID != "" && r.pod.UID != pod.UID) {
+		return errdefs.NotFoundf("pod %s (uid %s) is not on this node", key, pod.UID)
 	}
-	p.mu.Unlock()
+	r.pod.DeletionTimestamp = pod.DeletionTimestamp
+	r.pod.DeletionGracePeriodSeconds = pod.DeletionGracePeriodSeconds
+	p.stopLocked(r, graceOf(pod))
 	return nil
 }
 
-func (p *provider) removeLocked(r *podRun) {
+// graceOf is the pod's termination grace period.
+func graceOf(pod *corev1.Pod) time.Duration {
+	if s := pod.DeletionGracePeriodSeconds; s != nil {
+		return time.Duration(*s) * time.Second
+	}
+	if s := pod.Spec.TerminationGracePeriodSeconds; s != nil {
+		return time.Duration(*s) * time.Second
+	}
+	return 30 * time.Second
+}
+
+// stopLocked takes the pod off the node: a finished one at once, a running
+// one once its processes end (runPod). p.mu is held.
+func (p *provider) stopLocked(r *podRun, grace time.Duration) {
 	delete(p.pods, r.key)
-	p.ips.give(r.ip)
+	if r.finished {
+		p.ips.give(r.ip)
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			os.RemoveAll(r.dir)
+		}()
+		return
+	}
+	p.terminating[r.pod.UID] = r
+	r.stopping = true
+	r.grace = grace
+	close(r.stop)
 }
 
 // GetPod returns the pod as the node runs it.
@@ -273,14 +288,10 @@ func (p *provider) GetPods(context.Context) ([]*corev1.Pod, error) {
 func (p *provider) shutdown() {
 	p.mu.Lock()
 	for _, r := range p.pods {
-		if !r.stopping {
-			r.stopping = true
-			r.grace = 0
-			close(r.stop)
-		}
+		p.stopLocked(r, 0)
 	}
 	p.mu.Unlock()
-	p.cancel()
+	p.cancel() // ends grace periods: processes are killed at once
 	p.wg.Wait()
 }
 
@@ -301,7 +312,8 @@ func (p *provider) runPod(r *podRun) {
 	r.finished = true
 	removed := r.stopping
 	if removed {
-		p.removeLocked(r)
+		delete(p.terminating, r.pod.UID)
+		p.ips.give(r.ip)
 	}
 	p.changedLocked(r)
 	p.mu.Unlock()
@@ -562,6 +574,11 @@ wait:
 		case <-kill:
 			kill = nil
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
+		case <-p.ctx.Done():
+			// The node stops: no grace.
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			<-exited
+			break wait
 		}
 	}
 	// What the leader leaves behind in its group goes with it, as a
