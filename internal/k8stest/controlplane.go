@@ -8,6 +8,16 @@
 // test` runs it first. Without them a test skips, or fails when
 // KERNELGATE_REQUIRE_ALL is set.
 //
+// A test of a component that runs pods:
+//
+//	cp := k8stest.Start(t)                 // etcd + kube-apiserver, stopped at cleanup
+//	node := k8stest.StartNode(t, cp, k8stest.NodeConfig{
+//		Images: map[string]k8stest.Image{"kernelgate/python:test": {}},
+//	})
+//	cp.CreateNamespace(t, "kernels")       // with its default ServiceAccount
+//	cfg := cp.ServiceAccount(t, "kernels", "kernelgate", role) // exactly role's rights
+//	... create pods with a client for cfg; k8stest.WaitPod watches one until a condition holds.
+//
 // Nothing here is used outside tests; it must not import the gateway's
 // packages.
 package k8stest

@@ -35,6 +35,9 @@ func startCluster(t *testing.T) *cluster {
 	node := StartNode(t, cp, NodeConfig{
 		Labels: map[string]string{"kernelgate.io/pool": "kernels"},
 		Images: map[string]Image{testImage: {}},
+		// Long enough for the status writes of a loaded machine to show
+		// ErrImagePull before ImagePullBackOff replaces it.
+		PullBackOff: 3 * time.Second,
 	})
 	cp.CreateNamespace(t, "k8stest")
 	return &cluster{cp: cp, node: node, ns: "k8stest"}
@@ -216,6 +219,8 @@ func TestNode(t *testing.T) {
 		}
 		pod := newPod("env", "sleep", "30")
 		pod.Labels = map[string]string{"app": "kernel"}
+		// The ServiceAccount admission plugin adds its token volume and mount.
+		pod.Spec.AutomountServiceAccountToken = nil
 		ctr := &pod.Spec.Containers[0]
 		ctr.EnvFrom = []corev1.EnvFromSource{{Prefix: "CFG_", ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}}}
 		ctr.Env = append(ctr.Env,

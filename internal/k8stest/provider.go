@@ -46,7 +46,8 @@ import (
 //     grace period, and reports the terminal status.
 //
 // Not done: init containers (a pod with any fails to create), probes,
-// ephemeral containers, requests, other volume types (ignored).
+// ephemeral containers, securityContext (processes run as the test's
+// user), requests and CPU limits, other volume types (empty folders).
 type provider struct {
 	client      kubernetes.Interface
 	recorder    record.EventRecorder
