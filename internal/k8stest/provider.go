@@ -60,9 +60,8 @@ type provider struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // every pod's goroutines and the notifier
 
-	notifyReady chan struct{} // closed once notify is set
-	notify      func(*corev1.Pod)
-	wake        chan struct{} // the notifier has queued snapshots
+	notify func(*corev1.Pod)
+	wake   chan struct{} // the notifier has queued snapshots
 
 	mu   sync.Mutex
 	pods map[string]*podRun // by namespace/name, until deleted
@@ -93,7 +92,6 @@ type podRun struct {
 
 type containerRun struct {
 	spec  corev1.Container
-	pgid  int  // of the running process, 0 when none
 	final bool // will not run again
 }
 
@@ -103,7 +101,7 @@ func newProvider(client kubernetes.Interface, recorder record.EventRecorder, cfg
 		client: client, recorder: recorder, images: cfg.Images, pullBackOff: cfg.PullBackOff, dir: dir,
 		ips: &ipPool{base: base, used: map[byte]bool{}},
 		ctx: ctx, cancel: cancel,
-		notifyReady: make(chan struct{}), wake: make(chan struct{}, 1),
+		wake: make(chan struct{}, 1),
 		pods: map[string]*podRun{}, terminating: map[types.UID]*podRun{},
 	}
 }
@@ -112,7 +110,6 @@ func newProvider(client kubernetes.Interface, recorder record.EventRecorder, cfg
 // the notifier goroutine, never under p.mu, in the order statuses changed.
 func (p *provider) NotifyPods(_ context.Context, f func(*corev1.Pod)) {
 	p.notify = f
-	close(p.notifyReady)
 	p.wg.Add(1)
 	go p.notifier()
 }
@@ -520,7 +517,6 @@ func (p *provider) runProcess(r *podRun, i int, spec *processSpec, restarts int3
 	pid := cmd.Process.Pid
 	started := metav1.Now()
 	p.mu.Lock()
-	r.containers[i].pgid = pid
 	st := &r.pod.Status.ContainerStatuses[i]
 	st.ContainerID = fmt.Sprintf("process://%d", pid)
 	st.ImageID = "k8stest://" + c.Image
@@ -597,7 +593,6 @@ wait:
 		term.Reason = "Error"
 	}
 	p.mu.Lock()
-	r.containers[i].pgid = 0
 	p.setStateLocked(r, i, corev1.ContainerState{Terminated: term})
 	p.mu.Unlock()
 	return term
