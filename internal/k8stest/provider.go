@@ -495,6 +495,7 @@ func setCondition(conds []corev1.PodCondition, typ corev1.PodConditionType, stat
 func (p *provider) runProcess(r *podRun, i int, spec *processSpec, restarts int32, last *corev1.ContainerStateTerminated) *corev1.ContainerStateTerminated {
 	select {
 	case <-r.stop:
+		spec.log.Close()
 		return nil
 	default:
 	}
