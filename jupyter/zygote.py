@@ -317,6 +317,9 @@ def recv_frame(conn, want_fds=0):
 def _main():
     config = json.loads(sys.argv[2])
     ready = 3
+    # Descriptors the gateway itself inherited without close-on-exec reach
+    # the zygote; none of them is a kernel's business.
+    os.closerange(ready + 1, os.sysconf("SC_OPEN_MAX"))
     z = _Zygote(config)
     try:
         z.start(config.get("preload") or [], config["socket"])

@@ -2,9 +2,19 @@ package jupyter
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"kernelgate/internal/leakcheck"
 	"kernelgate/internal/testkernels"
 	"kernelgate/kernelspecs"
 )
@@ -40,9 +50,291 @@ func startForked(t *testing.T, prov *LocalProvisioner, cfg Config) *Kernel {
 	return k
 }
 
-func TestForkedKernelRuns(t *testing.T) {
+func TestZygoteMarkerIsLeakchecks(t *testing.T) {
+	if zygoteMarker != leakcheck.ZygoteMarker {
+		t.Fatalf("zygote marker %q, leakcheck skips %q", zygoteMarker, leakcheck.ZygoteMarker)
+	}
+}
+
+// fdKinds prints what the kernel's descriptors are as JSON: no inode
+// numbers, the kernel's own directory as ROOT, directories left out.
+const fdKinds = `
+import os, re, json
+root = os.path.dirname(os.environ['HOME'])
+kinds = []
+for f in os.listdir('/proc/self/fd'):
+    try:
+        target = os.readlink('/proc/self/fd/' + f)
+    except OSError:
+        continue
+    if target.startswith('/') and (os.path.isdir(target) or 'history.sqlite' in target):
+        continue
+    kinds.append(re.sub(r'\[\d+\]', '', target.replace(root, 'ROOT')))
+print(json.dumps(sorted(kinds)))
+`
+
+// TestForkedKernelIsAnOrdinaryKernel checks what a forked kernel sees of
+// its process against what it was asked for and against an exec'd kernel.
+func TestForkedKernelIsAnOrdinaryKernel(t *testing.T) {
+	cwd := t.TempDir()
+	k := startForked(t, &LocalProvisioner{RuntimeDir: t.TempDir()}, Config{Cwd: cwd, Env: map[string]string{"ANSWER": "42"}})
+	e := startWith(t, &LocalProvisioner{RuntimeDir: t.TempDir(), PythonLauncher: LauncherExec}, Config{Spec: forkSpec(t)})
+	if _, ok := e.proc.(*localProcess); !ok {
+		t.Fatalf("PythonLauncher exec: kernel is a %T", e.proc)
+	}
+	// First thing, as the kernels open more descriptors as they run: the
+	// forked kernel has the same kinds of descriptors as an exec'd one
+	// (their numbers vary with its threads' timing), and none of the
+	// zygote's (its log, its listening socket).
+	var forked, exec []string
+	json.Unmarshal([]byte(stdout(t, k, fdKinds)), &forked)
+	json.Unmarshal([]byte(stdout(t, e, fdKinds)), &exec)
+	if len(forked) == 0 || !slices.Equal(slices.Compact(forked), slices.Compact(exec)) {
+		t.Errorf("descriptors of the forked kernel:\n%v\nof an exec'd one:\n%v", forked, exec)
+	}
+	zygoteFDs := map[string]bool{}
+	for _, pid := range zygotePIDs() {
+		for _, target := range fdTargets(t, pid) {
+			if target != "/dev/null" {
+				zygoteFDs[target] = true
+			}
+		}
+	}
+	if len(zygoteFDs) == 0 {
+		t.Fatal("no zygote descriptors found")
+	}
+	for _, target := range fdTargets(t, k.PID()) {
+		if zygoteFDs[target] || strings.Contains(target, "zygote-") {
+			t.Errorf("forked kernel holds the zygote's %s (zygote: %v)", target, zygoteFDs)
+		}
+	}
+
+	got := stdout(t, k, `import os, sys; print(os.getppid() == int(os.environ['JPY_PARENT_PID']), os.getpgid(0) == os.getpid(), os.getcwd(), sys.path[0], os.environ['ANSWER'])`)
+	want := strings.Join([]string{"True", "True", cwd, cwd, "42"}, " ") + "\n"
+	if got != want {
+		t.Errorf("parent, group, cwd, sys.path[0], env = %q, want %q", got, want)
+	}
+	if ppid, _ := parentOf(k.PID()); ppid != os.Getpid() {
+		t.Errorf("kernel's parent is %d, want the gateway %d", ppid, os.Getpid())
+	}
+	env := kernelEnv(t, k)
+	for _, name := range []string{"HOME", "TMPDIR", "IPYTHONDIR", "MPLCONFIGDIR"} {
+		if !strings.HasPrefix(env[name], filepath.Dir(k.proc.(*forkedProcess).dir)) {
+			t.Errorf("%s = %q, not in the kernel's own directory", name, env[name])
+		}
+	}
+	// Caches that held the zygote's directories point to the kernel's.
+	paths := stdout(t, k, `import tempfile, sysconfig, site, matplotlib; print(tempfile.gettempdir(), sysconfig.get_config_var('userbase'), site.getuserbase(), matplotlib.get_configdir())`)
+	if want := strings.Join([]string{env["TMPDIR"], filepath.Join(env["HOME"], ".local"), filepath.Join(env["HOME"], ".local"), env["MPLCONFIGDIR"]}, " ") + "\n"; paths != want {
+		t.Errorf("cached paths = %q, want %q", paths, want)
+	}
+
+	// The same modules are loaded, the preloaded ones aside.
+	if got := stdout(t, k, `import sys; print('numpy' in sys.modules, sys.argv[0].endswith('ipykernel_launcher.py'))`); got != "True True\n" {
+		t.Errorf("numpy preloaded, argv[0] = %q", got)
+	}
+}
+
+// fdTargets lists what the descriptors of process pid point to.
+func fdTargets(t *testing.T, pid int) []string {
+	t.Helper()
+	dir := filepath.Join("/proc", strconv.Itoa(pid), "fd")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		if target, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil {
+			out = append(out, target)
+		}
+	}
+	return out
+}
+
+func TestForkedKernelsHaveTheirOwnRandomState(t *testing.T) {
+	prov := &LocalProvisioner{RuntimeDir: t.TempDir()}
+	const code = `import random, numpy, os; print(random.random(), numpy.random.rand(), os.urandom(8).hex())`
+	a := stdout(t, startForked(t, prov, Config{}), code)
+	b := stdout(t, startForked(t, prov, Config{}), code)
+	fa, fb := strings.Fields(a), strings.Fields(b)
+	if len(fa) != 3 || len(fb) != 3 {
+		t.Fatalf("outputs %q %q", a, b)
+	}
+	for i, what := range []string{"random.random()", "numpy.random.rand()", "os.urandom(8)"} {
+		if fa[i] == fb[i] {
+			t.Errorf("two forked kernels got the same %s: %s", what, fa[i])
+		}
+	}
+}
+
+// TestForkedKernelInterruptRestartKill: SIGINT to the process group
+// interrupts, restart forks a fresh kernel, SIGKILL is a death with its
+// status.
+func TestForkedKernelInterruptRestartKill(t *testing.T) {
 	k := startForked(t, &LocalProvisioner{RuntimeDir: t.TempDir()}, Config{})
-	if got := stdout(t, k, "import os; print(os.getppid() == int(os.environ['JPY_PARENT_PID']), os.getpgid(0) == os.getpid())"); got != "True True\n" {
-		t.Errorf("parent and group: %q", got)
+	execute(t, k, "kept = 'yes'")
+	col := newCollector()
+	block := NewExecute("import time; print('sleeping', flush=True); time.sleep(30)")
+	call, err := k.StartExecute(block, col.handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	col.await(t, StreamMsg, 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := k.Interrupt(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := call.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := replyOf(t, reply); r.EName != "KeyboardInterrupt" {
+		t.Errorf("interrupted reply %+v, want KeyboardInterrupt", r)
+	}
+	if got := stdout(t, k, "print(kept)"); got != "yes\n" {
+		t.Errorf("state after interrupt: %q", got)
+	}
+
+	k2, err := k.Restart(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { k2.Shutdown(context.Background()) })
+	if _, ok := k2.proc.(*forkedProcess); !ok {
+		t.Errorf("restarted kernel is a %T", k2.proc)
+	}
+	if r := replyOf(t, first(execute(t, k2, "kept"))); r.EName != "NameError" {
+		t.Errorf("kept after restart: %+v, want NameError", r)
+	}
+
+	col = newCollector()
+	call, err = k2.StartExecute(NewExecute("import time; time.sleep(30)"), col.handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	col.await(t, ExecuteInput, 10*time.Second)
+	syscall.Kill(k2.PID(), syscall.SIGKILL)
+	_, err = call.Wait(ctx)
+	var died *DiedError
+	if !errors.As(err, &died) || !strings.Contains(died.Status, "killed") {
+		t.Fatalf("after SIGKILL: %v, want a DiedError saying killed", err)
+	}
+}
+
+func first(m *Message, _ *collector) *Message { return m }
+
+// TestZygoteDeathLeavesKernelsRunning kills the zygote under a running
+// kernel: the kernel goes on, and the next start forks from a new zygote.
+func TestZygoteDeathLeavesKernelsRunning(t *testing.T) {
+	prov := &LocalProvisioner{RuntimeDir: t.TempDir()}
+	k := startForked(t, prov, Config{})
+	pids := zygotePIDs()
+	if len(pids) == 0 {
+		t.Fatal("no zygote")
+	}
+	for _, pid := range pids {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if got := stdout(t, k, "print(6*7)"); got != "42\n" {
+		t.Errorf("kernel after its zygote died: %q", got)
+	}
+	k2 := startForked(t, prov, Config{})
+	if got := stdout(t, k2, "print(6*7)"); got != "42\n" {
+		t.Errorf("kernel of the new zygote: %q", got)
+	}
+	if slices.Contains(pids, k2.PID()) || slices.Equal(zygotePIDs(), pids) {
+		t.Errorf("zygotes %v after %v died", zygotePIDs(), pids)
+	}
+	if got := stdout(t, k, "print(6*7)"); got != "42\n" {
+		t.Errorf("first kernel later: %q", got)
+	}
+}
+
+func TestZygoteServesOnlyTheGateway(t *testing.T) {
+	startForked(t, &LocalProvisioner{RuntimeDir: t.TempDir()}, Config{})
+	zygotes.mu.Lock()
+	var sock string
+	for _, s := range zygotes.slots {
+		if s.z != nil {
+			sock = s.z.sock
+		}
+	}
+	zygotes.mu.Unlock()
+	// A process other than the gateway asks for a kernel.
+	out, err := exec.Command("/usr/bin/python3", "-c", `
+import socket, struct, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+b = b'{"argv": ["x", "-m", "ipykernel_launcher"], "env": {}, "cwd": "/"}'
+s.sendall(struct.pack(">I", len(b)) + b)
+n = struct.unpack(">I", s.recv(4))[0]
+print(s.recv(n).decode())
+`, sock).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "PermissionError") {
+		t.Errorf("request from another process: %v %s", err, out)
+	}
+}
+
+
+// TestForkedKernelStdinAndDisplays: input() round-trips on stdin, and a
+// preloaded matplotlib and pandas render as in an exec'd kernel.
+func TestForkedKernelStdinAndDisplays(t *testing.T) {
+	k := startForked(t, &LocalProvisioner{RuntimeDir: t.TempDir()}, Config{})
+	t.Run("input", func(t *testing.T) {
+		col := newCollector()
+		content := NewExecute("name = input('name? ')\nprint('hello', name)")
+		content.AllowStdin = true
+		call, err := k.StartExecute(content, col.handle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := col.await(t, InputRequest, 10*time.Second)
+		m, err := k.NewMessage(InputReply, map[string]string{"value": "ada"}, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := k.Send(Stdin, m); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := call.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if s := contentOf(t, col.await(t, StreamMsg, time.Second)); s.Text != "hello ada\n" {
+			t.Errorf("stdout %q", s.Text)
+		}
+	})
+	t.Run("matplotlib png", func(t *testing.T) {
+		_, c := execute(t, k, "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()")
+		d := contentOf(t, c.await(t, DisplayData, time.Second))
+		if len(d.Data["image/png"]) < 100 {
+			t.Errorf("display_data has no image/png: keys %v", keys(d.Data))
+		}
+	})
+	t.Run("pandas html", func(t *testing.T) {
+		_, c := execute(t, k, "import pandas as pd\npd.DataFrame({'a': [1, 2]})")
+		if d := contentOf(t, c.await(t, ExecuteResult, time.Second)); d.Data["text/html"] == nil {
+			t.Errorf("DataFrame bundle keys = %v", keys(d.Data))
+		}
+	})
+	t.Run("threaded BLAS", func(t *testing.T) {
+		got := stdout(t, k, "import numpy as np, os\na = np.ones((400, 400))\nprint((a @ a)[0, 0], len(os.listdir('/proc/self/task')) > 0)")
+		if got != "400.0 True\n" {
+			t.Errorf("matrix product: %q", got)
+		}
+	})
+}
+
+// checkForked fails the test unless the kernels were forked when forked
+// is set.
+func checkForked(t *testing.T, forked bool, ks ...*Kernel) {
+	t.Helper()
+	for _, k := range ks {
+		if _, ok := k.proc.(*forkedProcess); forked && !ok {
+			t.Fatalf("kernel was not forked: %T", k.proc)
+		}
 	}
 }
