@@ -277,7 +277,6 @@ print(s.recv(n).decode())
 	}
 }
 
-
 // TestForkedKernelStdinAndDisplays: input() round-trips on stdin, and a
 // preloaded matplotlib and pandas render as in an exec'd kernel.
 func TestForkedKernelStdinAndDisplays(t *testing.T) {
