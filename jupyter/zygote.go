@@ -131,18 +131,19 @@ type zygotePlan struct {
 
 // zygotePlan says whether req's kernel can be forked, and from what.
 // argv is the spec's argv with the connection file in place, path the
-// kernel's PATH.
-func (p *LocalProvisioner) zygotePlan(req LaunchRequest, iso isolation, argv []string, path string) (zygotePlan, bool) {
-	if p.PythonLauncher == LauncherExec || iso.sandbox != nil || len(argv) < 3 || argv[1] != "-m" || !zygoteModules[argv[2]] {
-		return zygotePlan{}, false
-	}
+// kernel's PATH. The error is a kernelspec's bad metadata.
+func (p *LocalProvisioner) zygotePlan(req LaunchRequest, iso isolation, argv []string, path string) (zygotePlan, bool, error) {
 	launcher, preload, err := launchMetadata(req.Spec)
-	if err != nil || launcher == LauncherExec {
-		return zygotePlan{}, false
+	if err != nil {
+		return zygotePlan{}, false, err
+	}
+	if launcher == LauncherExec || p.PythonLauncher == LauncherExec || iso.sandbox != nil ||
+		len(argv) < 3 || argv[1] != "-m" || !zygoteModules[argv[2]] {
+		return zygotePlan{}, false, nil
 	}
 	python, err := lookPath(argv[0], path)
 	if err != nil {
-		return zygotePlan{}, false
+		return zygotePlan{}, false, nil // the exec path reports it
 	}
 	plan := zygotePlan{python: python, module: argv[2], preload: preload, env: map[string]string{}, homeSeed: p.HomeSeed}
 	for _, kv := range p.BaseEnv {
@@ -155,7 +156,7 @@ func (p *LocalProvisioner) zygotePlan(req LaunchRequest, iso isolation, argv []s
 	}
 	b, _ := json.Marshal([]any{plan.python, plan.module, plan.preload, envList(plan.env), plan.homeSeed})
 	plan.key = string(b)
-	return plan, true
+	return plan, true, nil
 }
 
 // launchMetadata reads metadata.kernelgate.launcher ("fork" or "exec") and
@@ -203,9 +204,9 @@ func isModuleName(s string) bool {
 // Process and nil error when the kernel is to be exec'd instead: it cannot
 // be forked or no zygote is available.
 func (p *LocalProvisioner) launchForked(ctx context.Context, req LaunchRequest, iso isolation, lp *localProcess, argv []string, env map[string]string, startDir string) (Process, error) {
-	plan, ok := p.zygotePlan(req, iso, argv, env["PATH"])
+	plan, ok, err := p.zygotePlan(req, iso, argv, env["PATH"])
 	if !ok {
-		return nil, nil
+		return nil, err
 	}
 	argv = append([]string{plan.python}, argv[1:]...)
 	for attempt := 0; attempt < 2; attempt++ {
