@@ -42,8 +42,11 @@ class _Zygote:
     CLONE_PARENT = 0x00008000
     CLONE_CHILD_CLEARTID = 0x00200000
     CLONE_CHILD_SETTID = 0x01000000
-    SYS_clone = 56  # x86_64
     PR_SET_PDEATHSIG = 1
+    # clone's number and where its child-tid argument goes, by machine:
+    # x86_64 (flags, stack, parent_tid, child_tid, tls); arm64 (flags,
+    # stack, parent_tid, tls, child_tid).
+    CLONE_ABI = {"x86_64": (56, 3), "aarch64": (220, 4)}
 
     def __init__(self, config):
         self.module = config["module"]
@@ -58,6 +61,14 @@ class _Zygote:
 
     def start(self, preload, path):
         import importlib
+        import platform
+
+        if sys.version_info < (3, 9):
+            raise RuntimeError("Python 3.9 or later is needed")
+        machine = platform.machine()
+        if machine not in self.CLONE_ABI:
+            raise RuntimeError("no clone ABI known for %s" % machine)
+        self.sys_clone, self.ctid_arg = self.CLONE_ABI[machine]
 
         # What `python -m module` imports before the kernel runs, then the
         # kernelspec's list.
@@ -74,7 +85,7 @@ class _Zygote:
             del os.environ["MPLBACKEND"]
         self.quiet_native_threads()
         self.check_alone()
-        self.tid_offset = self.find_tid_offset()
+        self.tid_address = self.find_tid_address()
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(path)
         self.listener.listen(64)
@@ -109,7 +120,7 @@ class _Zygote:
         if zmq is not None and getattr(zmq.Context, "_instance", None) is not None:
             raise RuntimeError("a ZeroMQ context exists after the imports")
 
-    def find_tid_offset(self):
+    def find_tid_address(self):
         # glibc caches the thread's tid in its struct pthread; a raw clone
         # must set it in the child as glibc's fork does.
         me = self.libc.pthread_self()
@@ -167,9 +178,9 @@ class _Zygote:
         flags = self.CLONE_PARENT | self.CLONE_CHILD_SETTID | self.CLONE_CHILD_CLEARTID | signal.SIGCHLD
         api = ctypes.pythonapi
         api.PyOS_BeforeFork()
-        pid = self.libc.syscall(ctypes.c_long(self.SYS_clone), ctypes.c_ulong(flags),
-                                ctypes.c_void_p(0), ctypes.c_void_p(0), ctypes.c_void_p(self.tid_offset),
-                                ctypes.c_void_p(0))
+        args = [ctypes.c_ulong(flags), ctypes.c_void_p(0), ctypes.c_void_p(0), ctypes.c_void_p(0), ctypes.c_void_p(0)]
+        args[self.ctid_arg] = ctypes.c_void_p(self.tid_address)
+        pid = self.libc.syscall(ctypes.c_long(self.sys_clone), *args)
         if pid == 0:
             api.PyOS_AfterFork_Child()
             return 0
@@ -240,8 +251,9 @@ class Child:
         kapp = sys.modules.get("ipykernel.kernelapp")
         if kapp is not None:
             traits = kapp.IPKernelApp.class_traits()
-            traits["parent_handle"].default_value = int(os.environ.get("JPY_PARENT_PID") or 0)
-            traits["interrupt"].default_value = int(os.environ.get("JPY_INTERRUPT_EVENT") or 0)
+            for name, var in (("parent_handle", "JPY_PARENT_PID"), ("interrupt", "JPY_INTERRUPT_EVENT")):
+                if name in traits:
+                    traits[name].default_value = int(os.environ.get(var) or 0)
 
     def forget_cached_paths(self):
         # Caches that captured the zygote's HOME, TMPDIR or configuration

@@ -337,3 +337,53 @@ func checkForked(t *testing.T, forked bool, ks ...*Kernel) {
 		}
 	}
 }
+
+func TestLaunchMetadata(t *testing.T) {
+	cases := []struct {
+		md       map[string]any
+		launcher string
+		preload  []string
+		bad      bool
+	}{
+		{nil, "", nil, false},
+		{map[string]any{"launcher": "exec"}, "exec", nil, false},
+		{map[string]any{"launcher": "fork", "preload": []any{"numpy", "matplotlib.pyplot", "_x1"}}, "fork", []string{"numpy", "matplotlib.pyplot", "_x1"}, false},
+		{map[string]any{"launcher": "spawn"}, "", nil, true},
+		{map[string]any{"launcher": true}, "", nil, true},
+		{map[string]any{"preload": []any{"os; import sys"}}, "", nil, true},
+		{map[string]any{"preload": []any{"1abc"}}, "", nil, true},
+		{map[string]any{"preload": []any{"a..b"}}, "", nil, true},
+		{map[string]any{"preload": []any{3.0}}, "", nil, true},
+	}
+	for _, c := range cases {
+		spec := &kernelspecs.Spec{Name: "x", Metadata: map[string]any{"kernelgate": c.md}}
+		launcher, preload, err := launchMetadata(spec)
+		if (err != nil) != c.bad || launcher != c.launcher || !slices.Equal(preload, c.preload) {
+			t.Errorf("%v: %q %v %v", c.md, launcher, preload, err)
+		}
+	}
+}
+
+// TestZygoteThatCannotStartFallsBackToExec: a preload that fails to import
+// keeps the zygote from starting; kernels are exec'd meanwhile.
+func TestZygoteThatCannotStartFallsBackToExec(t *testing.T) {
+	dir := testkernels.WithLauncher(t, testkernels.Dir(t), LauncherFork, []string{"no_such_module_for_a_zygote"})
+	spec, err := kernelspecs.Load([]string{dir}).Get("python3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		k := startWith(t, &LocalProvisioner{RuntimeDir: t.TempDir()}, Config{Spec: spec})
+		if _, ok := k.proc.(*localProcess); !ok {
+			t.Fatalf("start %d: kernel is a %T, want exec'd", i, k.proc)
+		}
+	}
+	bad := map[string]any{"kernelgate": map[string]any{"launcher": "spawn"}}
+	badSpec := *spec
+	badSpec.Metadata = bad
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := Start(ctx, &LocalProvisioner{RuntimeDir: t.TempDir()}, Config{Spec: &badSpec}); !errors.Is(err, ErrStartFailed) || !strings.Contains(err.Error(), "launcher") {
+		t.Errorf("bad launcher metadata: %v", err)
+	}
+}
