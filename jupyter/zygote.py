@@ -197,6 +197,7 @@ class Child:
     def __init__(self, zygote, conn, out, req):
         self.module = zygote.module
         self.argv = req["argv"]
+        set_cmdline(self.argv)
         # Die with the gateway as an exec'd kernel does (Pdeathsig), unless
         # the gateway lets its kernels outlive it.
         if req.get("die_with_parent", True):
@@ -291,6 +292,19 @@ class Child:
         nr = sys.modules.get("numpy.random")
         if nr is not None:
             nr.seed()
+
+
+def set_cmdline(argv):
+    """Shows argv as the process's command line (ps, /proc/PID/cmdline):
+    a forked kernel reads as the kernel it is, not as its zygote. The
+    zygote's own command line, which holds this source, is longer than
+    any kernel's; a longer one is cut."""
+    with open("/proc/self/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end
+    size = end - start
+    new = b"\0".join(a.encode() for a in argv)[: size - 1]
+    ctypes.memmove(start, new + b"\0" * (size - len(new)), size)
 
 
 def send_frame(conn, obj, fds=()):

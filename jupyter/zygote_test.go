@@ -114,6 +114,10 @@ func TestForkedKernelIsAnOrdinaryKernel(t *testing.T) {
 	if got != want {
 		t.Errorf("parent, group, cwd, sys.path[0], env = %q, want %q", got, want)
 	}
+	cmdline, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(k.PID()), "cmdline"))
+	if args := strings.Fields(strings.ReplaceAll(string(cmdline), "\x00", " ")); len(args) != 5 || args[1] != "-m" || args[2] != "ipykernel_launcher" || !strings.HasSuffix(args[4], ".json") {
+		t.Errorf("kernel's command line %q", args)
+	}
 	if ppid, _ := parentOf(k.PID()); ppid != os.Getpid() {
 		t.Errorf("kernel's parent is %d, want the gateway %d", ppid, os.Getpid())
 	}
