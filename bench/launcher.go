@@ -94,10 +94,26 @@ func (b *bench) benchLauncher(ctx context.Context) error {
 			return s.waitKernels(rctx, before)
 		}
 	}
+	// Each run starts on a quiet machine: the kernels of the run before
+	// (an exec'd one burns a core for half a second) are gone.
+	settled := func(step func() error) func() error {
+		return func() error {
+			if err := step(); err != nil {
+				return err
+			}
+			for _, s := range []*server{fork, exec} {
+				if err := waitNoKernels(sctx, s.pid()); err != nil {
+					return err
+				}
+			}
+			time.Sleep(settleAfterStart)
+			return nil
+		}
+	}
 	n := 3 * o.starts
 	steps := []func() error{
-		contextRun(fork, &ctxFork), contextRun(exec, &ctxExec),
-		isolated(fork, &isoFork), isolated(exec, &isoExec),
+		settled(contextRun(fork, &ctxFork)), settled(contextRun(exec, &ctxExec)),
+		settled(isolated(fork, &isoFork)), settled(isolated(exec, &isoExec)),
 	}
 	reset := func() { ctxFork, ctxExec, isoFork, isoExec = nil, nil, nil, nil }
 	if err := b.interleave("python launcher, fork and exec", steps, reset, n); err != nil {
@@ -229,6 +245,26 @@ func kernelsPSS(gateway int) (launcherPSS, error) {
 	}
 	out.perKernel /= int64(n)
 	return out, nil
+}
+
+// waitNoKernels waits until the gateway pid has no child but its zygotes.
+func waitNoKernels(ctx context.Context, gateway int) error {
+	for {
+		n := 0
+		for _, c := range childrenOf(gateway) {
+			if !isZygote(c) {
+				n++
+			}
+		}
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d kernel processes still run under %d: %w", n, gateway, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 func childrenOf(pid int) []int {

@@ -118,7 +118,10 @@ const (
 // zygoteModules are the modules a zygote can run as `python -m`.
 var zygoteModules = map[string]bool{"ipykernel_launcher": true, "ipykernel": true}
 
-var errZygoteGone = errors.New("jupyter: zygote gone")
+var (
+	errZygoteGone = errors.New("jupyter: zygote gone")
+	errSpareGone  = errors.New("jupyter: spare child gone")
+)
 
 // zygotePlan is what a kernelspec's zygote is made of.
 type zygotePlan struct {
@@ -217,11 +220,22 @@ func (p *LocalProvisioner) launchForked(ctx context.Context, req LaunchRequest, 
 			}
 			return nil, nil // logged when the start failed
 		}
-		fp, err := z.fork(ctx, lp, argv, env, startDir, iso.limits)
+		if s := z.takeSpare(); s != nil {
+			fp, err := z.fork(ctx, lp, s, argv, env, startDir, iso.limits)
+			z.refill()
+			switch {
+			case err == nil:
+				return fp, nil
+			case !errors.Is(err, errSpareGone):
+				return nil, err
+			}
+		}
+		fp, err := z.fork(ctx, lp, nil, argv, env, startDir, iso.limits)
 		if errors.Is(err, errZygoteGone) {
 			z.gone()
 			continue
 		}
+		z.refill()
 		if err != nil {
 			return nil, err
 		}
@@ -327,8 +341,11 @@ type zygote struct {
 	dir  string // its private directory: socket, log, HOME
 	sock string
 
-	mu     sync.Mutex
-	reaped bool
+	mu      sync.Mutex
+	reaped  bool
+	spare   *spareChild // forked ahead of need, or nil
+	filling bool        // a refill runs
+	fills   sync.WaitGroup
 }
 
 var staleZygoteDirs sync.Once
@@ -395,6 +412,7 @@ func startZygote(plan zygotePlan) (*zygote, error) {
 	readyR.SetReadDeadline(time.Now().Add(zygoteStartWait))
 	line, err := bufio.NewReader(readyR).ReadString('\n')
 	if line == "ready\n" {
+		z.refill()
 		return z, nil
 	}
 	z.stop()
@@ -438,45 +456,184 @@ func removeStaleZygoteDirs(root string) {
 // alive says whether the zygote still runs, reaping it if it ended.
 func (z *zygote) alive() bool {
 	z.mu.Lock()
-	defer z.mu.Unlock()
 	if z.reaped {
+		z.mu.Unlock()
 		return false
 	}
 	var ws unix.WaitStatus
 	pid, err := unix.Wait4(z.pid, &ws, unix.WNOHANG, nil)
-	if pid == z.pid || errors.Is(err, unix.ECHILD) {
-		z.reaped = true
-		os.RemoveAll(z.dir)
-		return false
+	if pid != z.pid && !errors.Is(err, unix.ECHILD) {
+		z.mu.Unlock()
+		return true
 	}
-	return true
+	z.reaped = true
+	spare := z.spare
+	z.spare = nil
+	z.mu.Unlock()
+	z.cleanUp(spare)
+	return false
 }
 
 // gone is called when the zygote stopped answering: it is killed and
 // reaped, and the next launch starts another.
 func (z *zygote) gone() { z.stop() }
 
-// stop kills and reaps the zygote and removes its directory.
+// stop kills and reaps the zygote and its spare child and removes its
+// directory.
 func (z *zygote) stop() {
 	z.mu.Lock()
-	defer z.mu.Unlock()
 	if z.reaped {
+		z.mu.Unlock()
 		return
 	}
+	z.reaped = true
+	spare := z.spare
+	z.spare = nil
+	z.mu.Unlock()
 	syscall.Kill(z.pid, syscall.SIGKILL)
+	reap(z.pid)
+	z.cleanUp(spare)
+}
+
+// cleanUp ends what a reaped zygote leaves: a refill in progress, its
+// spare child, its directory.
+func (z *zygote) cleanUp(spare *spareChild) {
+	z.fills.Wait()
+	spare.discard()
+	os.RemoveAll(z.dir)
+}
+
+// reap waits for the child pid to end.
+func reap(pid int) {
 	var ws unix.WaitStatus
 	for {
-		_, err := unix.Wait4(z.pid, &ws, 0, nil)
-		if !errors.Is(err, unix.EINTR) {
-			break
+		if _, err := unix.Wait4(pid, &ws, 0, nil); !errors.Is(err, unix.EINTR) {
+			return
 		}
 	}
-	z.reaped = true
-	os.RemoveAll(z.dir)
+}
+
+// spareChild is a child the zygote forked ahead of need, parked before
+// its request and already moved into a cgroup of its own (where the
+// machine has cgroups): a launch that claims it skips the fork and the
+// cgroup move (which waits for an RCU grace period, some 10 ms, in cgroup
+// v1). Its cgroup has no limits until the launch sets them. While parked
+// it runs no code but the zygote's and reads as a zygote in ps.
+type spareChild struct {
+	pid int
+	cg  *kernelCgroup // nil without cgroups
+}
+
+// discard kills and reaps the spare child and removes its cgroup.
+func (s *spareChild) discard() {
+	if s == nil {
+		return
+	}
+	syscall.Kill(s.pid, syscall.SIGKILL)
+	reap(s.pid)
+	s.cg.remove()
+}
+
+// takeSpare hands out the spare child, if any.
+func (z *zygote) takeSpare() *spareChild {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	s := z.spare
+	z.spare = nil
+	return s
+}
+
+// refill forks a new spare child in the background unless there is one.
+func (z *zygote) refill() {
+	z.mu.Lock()
+	if z.reaped || z.spare != nil || z.filling {
+		z.mu.Unlock()
+		return
+	}
+	z.filling = true
+	z.fills.Add(1)
+	z.mu.Unlock()
+	go func() {
+		defer z.fills.Done()
+		s, err := z.forkSpare()
+		z.mu.Lock()
+		z.filling = false
+		keep := err == nil && !z.reaped
+		if keep {
+			z.spare = s
+		}
+		z.mu.Unlock()
+		if err == nil && !keep {
+			s.discard()
+		}
+	}()
+}
+
+// forkSpare asks the zygote for a spare child and moves it into a cgroup
+// of its own.
+func (z *zygote) forkSpare() (*spareChild, error) {
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: z.sock, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(zygoteForkWait))
+	req := forkRequest{Kind: "spare", Parent: os.Getpid(), DieWithParent: true}
+	var reply forkReply
+	if err := writeZygoteFrame(conn, req, nil); err != nil {
+		return nil, err
+	}
+	if err := readZygoteFrame(conn, &reply); err != nil {
+		return nil, err
+	}
+	if reply.Error != "" || reply.Pid <= 0 {
+		return nil, fmt.Errorf("zygote: %s", reply.Error)
+	}
+	s := &spareChild{pid: reply.Pid}
+	if host, err := hostCgroups(); err == nil {
+		if s.cg, err = host.createUnlimited(cgroupName("spare")); err == nil {
+			err = s.cg.join(s.pid)
+		}
+		if err != nil {
+			s.discard()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// createUnlimited makes the cgroup name, without limits, in every
+// hierarchy that carries memory or pids.
+func (h *cgroupHost) createUnlimited(name string) (*kernelCgroup, error) {
+	cg := &kernelCgroup{}
+	for _, hi := range h.hierarchies {
+		if !hi.has("memory") && !hi.has("pids") {
+			continue
+		}
+		leaf := cgLeaf{cgHierarchy: hi, dir: filepath.Join(hi.parent, name)}
+		if err := os.Mkdir(leaf.dir, 0o755); err != nil {
+			cg.remove()
+			return nil, err
+		}
+		cg.leaves = append(cg.leaves, leaf)
+	}
+	return cg, nil
+}
+
+// applyLimits sets the limits of l on a cgroup made by createUnlimited.
+func (cg *kernelCgroup) applyLimits(l Limits) error {
+	for _, leaf := range cg.snapshot() {
+		if err := leaf.setLimits(leaf.has("memory") && l.MemoryBytes > 0, leaf.has("pids"), l); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // forkRequest is what a zygote gets for one kernel.
 type forkRequest struct {
+	Kind          string            `json:"kind"` // fork (default), spare or claim
+	Pid           int               `json:"pid,omitempty"`
 	Argv          []string          `json:"argv"`
 	Env           map[string]string `json:"env"`
 	Cwd           string            `json:"cwd"`
@@ -484,16 +641,25 @@ type forkRequest struct {
 	DieWithParent bool              `json:"die_with_parent"`
 }
 
+// forkReply is the zygote's answer, or a claimed spare child's.
+type forkReply struct {
+	Pid   int    `json:"pid"`
+	Error string `json:"error"`
+}
+
 // fork asks the zygote for a kernel running argv with env in startDir,
-// then gates it into lp's cgroup and limits. An error wrapping
-// errZygoteGone means the zygote did not answer and no child exists.
-func (z *zygote) fork(ctx context.Context, lp *localProcess, argv []string, env map[string]string, startDir string, limits Limits) (*forkedProcess, error) {
+// or, with spare, hands that to the spare child; then it gates the kernel
+// into lp's cgroup (the spare's own, with lp's limits set) and limits. An
+// error wrapping errZygoteGone means the zygote did not answer,
+// errSpareGone that the spare did not; either way no child was made.
+func (z *zygote) fork(ctx context.Context, lp *localProcess, spare *spareChild, argv []string, env map[string]string, startDir string, limits Limits) (*forkedProcess, error) {
 	deadline := time.Now().Add(zygoteForkWait)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
 	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: z.sock, Net: "unix"})
 	if err != nil {
+		spare.discard()
 		return nil, fmt.Errorf("%w: %v", errZygoteGone, err)
 	}
 	defer conn.Close()
@@ -503,35 +669,55 @@ func (z *zygote) fork(ctx context.Context, lp *localProcess, argv []string, env 
 
 	outR, outW, err := os.Pipe()
 	if err != nil {
+		spare.discard()
 		return nil, err
 	}
-	req := forkRequest{Argv: argv, Env: env, Cwd: startDir, Parent: os.Getpid(), DieWithParent: true}
+	req := forkRequest{Kind: "fork", Argv: argv, Env: env, Cwd: startDir, Parent: os.Getpid(), DieWithParent: true}
+	if spare != nil {
+		req.Kind, req.Pid = "claim", spare.pid
+	}
 	err = writeZygoteFrame(conn, req, outW)
 	outW.Close()
-	var reply struct {
-		Pid   int    `json:"pid"`
-		Error string `json:"error"`
-	}
+	var reply forkReply
 	if err == nil {
 		err = readZygoteFrame(conn, &reply)
 	}
-	switch {
-	case err != nil && ctx.Err() != nil:
+	if err == nil && (reply.Error != "" || reply.Pid <= 0) {
+		err = fmt.Errorf("zygote refused the kernel: %s", reply.Error)
+	} else if err == nil && spare != nil && reply.Pid != spare.pid {
+		err = fmt.Errorf("spare %d answered as %d", spare.pid, reply.Pid)
+	}
+	if err != nil {
 		outR.Close()
-		return nil, ctx.Err()
-	case err != nil:
-		outR.Close()
+		switch {
+		case spare != nil:
+			spare.discard()
+			return nil, fmt.Errorf("%w: %v", errSpareGone, err)
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case reply.Error != "":
+			return nil, err
+		}
 		return nil, fmt.Errorf("%w: %v", errZygoteGone, err)
-	case reply.Error != "" || reply.Pid <= 0:
-		outR.Close()
-		return nil, fmt.Errorf("zygote refused the kernel: %s", reply.Error)
+	}
+	joined := false
+	if spare != nil && spare.cg != nil {
+		// The kernel's cgroup is the spare's, already joined.
+		old := lp.cg
+		lp.cg, joined = spare.cg, true
+		old.remove()
+		if err := lp.cg.applyLimits(limits); err != nil {
+			syscall.Kill(reply.Pid, syscall.SIGKILL)
+			reap(reply.Pid)
+			outR.Close()
+			return nil, fmt.Errorf("cgroup: %w", err)
+		}
 	}
 	// The child is the gateway's: its pid stays ours until we reap it.
 	proc, err := os.FindProcess(reply.Pid)
 	if err != nil {
 		syscall.Kill(reply.Pid, syscall.SIGKILL)
-		var ws unix.WaitStatus
-		unix.Wait4(reply.Pid, &ws, 0, nil)
+		reap(reply.Pid)
 		outR.Close()
 		return nil, err
 	}
@@ -542,7 +728,7 @@ func (z *zygote) fork(ctx context.Context, lp *localProcess, argv []string, env 
 	}
 	go fp.copyOutput()
 	go fp.wait()
-	if err := fp.setup(conn, limits); err != nil {
+	if err := fp.setup(conn, limits, joined); err != nil {
 		syscall.Kill(-fp.pid, syscall.SIGKILL)
 		syscall.Kill(fp.pid, syscall.SIGKILL) // before its setpgid
 		<-fp.done
@@ -556,8 +742,8 @@ func (z *zygote) fork(ctx context.Context, lp *localProcess, argv []string, env 
 
 // setup runs while the child waits at its gate: it joins the cgroup, sets
 // the rlimits, opens the gate and waits for the child's word.
-func (fp *forkedProcess) setup(conn *net.UnixConn, limits Limits) error {
-	if fp.cg != nil {
+func (fp *forkedProcess) setup(conn *net.UnixConn, limits Limits, joined bool) error {
+	if fp.cg != nil && !joined {
 		if err := fp.cg.join(fp.pid); err != nil {
 			return fmt.Errorf("cgroup: %w", err)
 		}

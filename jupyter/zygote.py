@@ -56,6 +56,7 @@ class _Zygote:
         self.libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
         self.gateway = os.getppid()
         self.listener = None
+        self.spares = {}  # pid of a spare child -> the zygote's end of its socket pair
 
     # --- start -----------------------------------------------------------
 
@@ -155,23 +156,55 @@ class _Zygote:
             raise PermissionError("fork requests come from the gateway only")
         req, fds = recv_frame(conn, want_fds=1)
         try:
-            if len(fds) != 1:
-                raise ValueError("expected the output descriptor")
-            argv = req["argv"]
-            if len(argv) < 3 or argv[1] != "-m" or argv[2] != self.module:
-                raise ValueError("this zygote runs `python -m %s` only" % self.module)
+            kind = req.get("kind", "fork")
+            if kind == "claim":
+                return self.claim(conn, req, fds)
+            if kind == "fork":
+                if len(fds) != 1:
+                    raise ValueError("expected the output descriptor")
+                self.check_argv(req["argv"])
+            elif kind != "spare":
+                raise ValueError("unknown request %r" % kind)
             sys.stdout.flush()
             sys.stderr.flush()
+            mine = None
+            if kind == "spare":
+                mine, theirs = socket.socketpair()
             pid = self.fork()
             if pid == 0:
                 try:
+                    if kind == "spare":
+                        mine.close()
+                        return Child.spare(self, theirs, conn, req)
                     return Child(self, conn, fds[0], req)
                 except BaseException:
                     os._exit(127)  # never a second zygote
+            if kind == "spare":
+                theirs.close()
+                self.spares[pid] = mine
         finally:
             for fd in fds:
                 os.close(fd)
         send_frame(conn, {"pid": pid})
+        return None
+
+    def check_argv(self, argv):
+        if len(argv) < 3 or argv[1] != "-m" or argv[2] != self.module:
+            raise ValueError("this zygote runs `python -m %s` only" % self.module)
+
+    def claim(self, conn, req, fds):
+        """Hands a kernel's request, its output and the gateway's
+        connection to a spare child, which answers on the connection."""
+        if len(fds) != 1:
+            raise ValueError("expected the output descriptor")
+        self.check_argv(req["argv"])
+        mine = self.spares.pop(req.get("pid"), None)
+        if mine is None:
+            raise LookupError("no spare %s" % req.get("pid"))
+        try:
+            send_frame(mine, req, fds=[fds[0], conn.fileno()])
+        finally:
+            mine.close()
         return None
 
     def fork(self):
@@ -192,12 +225,33 @@ class _Zygote:
 
 
 class Child:
-    """What a forked child does before it becomes the kernel."""
+    """What a forked child does before it becomes the kernel. A spare
+    child does the part that needs no request, then waits to be claimed."""
 
-    def __init__(self, zygote, conn, out, req):
-        self.module = zygote.module
-        self.argv = req["argv"]
-        set_cmdline(self.argv)
+    @classmethod
+    def spare(cls, zygote, sock, request_conn, req):
+        request_conn.close()
+        cls.detach(zygote, req)
+        try:
+            claim, fds = recv_frame(sock, want_fds=2)
+        except (OSError, EOFError):
+            os._exit(0)  # the zygote or the gateway let it go
+        if len(fds) != 2:
+            os._exit(125)
+        sock.close()
+        conn = socket.socket(fileno=fds[1])
+        try:
+            send_frame(conn, {"pid": os.getpid()})
+        except OSError:
+            os._exit(125)
+        if not claim.get("die_with_parent", True):
+            zygote.libc.prctl(zygote.PR_SET_PDEATHSIG, 0, 0, 0, 0)
+        child = cls(zygote, conn, fds[0], claim, detached=True)
+        os.close(fds[0])
+        return child
+
+    @staticmethod
+    def detach(zygote, req):
         # Die with the gateway as an exec'd kernel does (Pdeathsig), unless
         # the gateway lets its kernels outlive it.
         if req.get("die_with_parent", True):
@@ -205,14 +259,25 @@ class Child:
             if os.getppid() != req["parent"]:
                 os._exit(1)
         os.setpgid(0, 0)
+        # Nothing of the zygote's own stays open: its listener, the sockets
+        # of its spare children, and (once replaced below) its log; the
+        # ready pipe closed at start.
+        zygote.listener.close()
+        for other in zygote.spares.values():
+            other.close()
+        zygote.spares.clear()
+
+    def __init__(self, zygote, conn, out, req, detached=False):
+        self.module = zygote.module
+        self.argv = req["argv"]
+        set_cmdline(self.argv)
+        if not detached:
+            self.detach(zygote, req)
         os.dup2(out, 1)
         os.dup2(out, 2)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
-        # Nothing of the zygote's own stays open: its listener and its log
-        # (fds 1 and 2 were replaced above; the ready pipe closed at start).
-        zygote.listener.close()
         # The gate: the gateway moves this process into the kernel's
         # cgroup and sets its rlimits, then says go. EOF means it gave up.
         try:
