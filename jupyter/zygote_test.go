@@ -391,3 +391,72 @@ func TestZygoteThatCannotStartFallsBackToExec(t *testing.T) {
 		t.Errorf("bad launcher metadata: %v", err)
 	}
 }
+
+// spareOf waits until the zygote of the running forked kernels has a
+// spare child and returns its pid.
+func spareOf(t *testing.T) int {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		zygotes.mu.Lock()
+		var zs []*zygote
+		for _, s := range zygotes.slots {
+			select {
+			case <-s.ready:
+				if s.z != nil {
+					zs = append(zs, s.z)
+				}
+			default:
+			}
+		}
+		zygotes.mu.Unlock()
+		for _, z := range zs {
+			z.mu.Lock()
+			sp := z.spare
+			z.mu.Unlock()
+			if sp != nil {
+				return sp.pid
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("no spare child within 20s")
+	return 0
+}
+
+// TestSpareChildBecomesTheNextKernel: the next launch claims the spare
+// child, which gets the launch's limits in its cgroup.
+func TestSpareChildBecomesTheNextKernel(t *testing.T) {
+	needCgroups(t, "memory", "pids")
+	prov := &LocalProvisioner{RuntimeDir: t.TempDir()}
+	startForked(t, prov, Config{})
+	spare := spareOf(t)
+	k := startForked(t, prov, Config{Limits: &Limits{MemoryBytes: 300 << 20, Pids: 77}})
+	if k.PID() != spare {
+		t.Fatalf("kernel %d, spare was %d", k.PID(), spare)
+	}
+	fp := k.proc.(*forkedProcess)
+	for _, leaf := range fp.cg.snapshot() {
+		if leaf.has("memory") {
+			file := "memory.limit_in_bytes"
+			if leaf.v2 {
+				file = "memory.max"
+			}
+			if b, _ := os.ReadFile(filepath.Join(leaf.dir, file)); strings.TrimSpace(string(b)) != strconv.Itoa(300<<20) {
+				t.Errorf("%s = %s", file, b)
+			}
+		}
+		if leaf.has("pids") {
+			if b, _ := os.ReadFile(filepath.Join(leaf.dir, "pids.max")); strings.TrimSpace(string(b)) != "77" {
+				t.Errorf("pids.max = %s", b)
+			}
+		}
+		procs, _ := os.ReadFile(filepath.Join(leaf.dir, "cgroup.procs"))
+		if !slices.Contains(strings.Fields(string(procs)), strconv.Itoa(k.PID())) {
+			t.Errorf("kernel %d not in %s: %s", k.PID(), leaf.dir, procs)
+		}
+	}
+	if got := stdout(t, k, "print(6*7)"); got != "42\n" {
+		t.Errorf("claimed kernel: %q", got)
+	}
+}
