@@ -59,8 +59,12 @@ import (
 //     zygote's descriptors (listener, log, ready pipe), reseeds its random
 //     state, reports ok, and runs the module. So the kernel runs no code of
 //     its own outside its cgroup, as behind the exec gate (limits.go).
-//   - It calls setpgid(0, 0): signals and interrupts go to its process
-//     group as for an exec'd kernel.
+//   - The gateway keeps one spare child per zygote, forked ahead of need
+//     and already moved into a cgroup of its own (spareChild): a launch
+//     claims it, sets the launch's limits on that cgroup and gates it as
+//     above, so it skips the fork and the cgroup move.
+//   - The child calls setpgid(0, 0): signals and interrupts go to its
+//     process group as for an exec'd kernel.
 //   - A zygote that died is noticed (reaped) at the next launch and
 //     started again; that launch waits for it. A zygote that cannot start
 //     (an import fails, a library leaves a thread running) is logged and
@@ -87,7 +91,9 @@ import (
 // imported take the zygote's values (its environment is the kernel's
 // without the per-kernel directories and the launch's own variables; a
 // matplotlibrc in the kernel's start directory is not read by a preloaded
-// matplotlib), and sys.orig_argv names the zygote.
+// matplotlib); sys.orig_argv names the zygote; /proc/PID/environ (the
+// environment a process started with, not its current one) shows the
+// zygote's. ps and /proc/PID/cmdline show the kernel's command line.
 
 // Python kernel launchers (LocalProvisioner.PythonLauncher).
 const (
