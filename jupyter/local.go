@@ -197,7 +197,7 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 		gate.Close()
 		return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
 	}
-	err = cmd.Start()
+	err = startOnParentThread(cmd) // its Pdeathsig follows that thread (zygote.go)
 	closeChildEnds(cmd)
 	if err != nil {
 		gate.Close()

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -406,7 +407,7 @@ func startZygote(plan zygotePlan) (*zygote, error) {
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.ExtraFiles = []*os.File{readyW} // fd 3
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	err = cmd.Start()
+	err = startOnParentThread(cmd)
 	readyW.Close()
 	if err != nil {
 		return fail(err)
@@ -430,6 +431,35 @@ func startZygote(plan zygotePlan) (*zygote, error) {
 		return nil, fmt.Errorf("zygote did not start: %v%s", err, outputSuffix(tailOf(string(log), 2048)))
 	}
 	return nil, fmt.Errorf("zygote said %q", line)
+}
+
+// A parent-death signal is sent when the thread that forked the process
+// exits, not the process (go.dev/issue/27505): Go ends an OS thread whose
+// goroutine exits while locked to it, as the sandbox's network bridge
+// does, and every kernel exec'd from that thread, or every zygote and
+// through CLONE_PARENT every kernel forked from it, would die with it.
+// So kernels and zygotes are started from one OS thread that never exits:
+// the goroutine locked to it lives as long as the gateway process, which
+// is its owner; it ends when the process does.
+var (
+	parentThread     sync.Once
+	parentThreadJobs chan func()
+)
+
+// startOnParentThread starts cmd from the thread that never exits.
+func startOnParentThread(cmd *exec.Cmd) error {
+	parentThread.Do(func() {
+		parentThreadJobs = make(chan func())
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread stays this goroutine's
+			for job := range parentThreadJobs {
+				job()
+			}
+		}()
+	})
+	done := make(chan error, 1)
+	parentThreadJobs <- func() { done <- cmd.Start() }
+	return <-done
 }
 
 func tailOf(s string, n int) string {

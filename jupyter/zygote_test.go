@@ -7,9 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -471,5 +473,66 @@ func TestSpareChildBecomesTheNextKernel(t *testing.T) {
 	}
 	if got := stdout(t, k, "print(6*7)"); got != "42\n" {
 		t.Errorf("claimed kernel: %q", got)
+	}
+}
+
+// TestZygotesOutliveGatewayThreads: a parent-death signal follows the
+// thread that forked, and Go ends a thread whose goroutine exits while
+// locked to it. A process started as zygotes are, from a goroutine whose
+// thread then ends, must live on (with cmd.Start in that goroutine it is
+// killed).
+func TestZygotesOutliveGatewayThreads(t *testing.T) {
+	ended := false
+	for attempt := 0; attempt < 10 && !ended; attempt++ {
+		cmd := exec.Command("/bin/sleep", "30")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		tids := make(chan int, 1)
+		started := make(chan error, 1)
+		go func() {
+			runtime.LockOSThread() // and exit locked: the thread ends
+			tids <- syscall.Gettid()
+			started <- startOnParentThread(cmd)
+		}()
+		tid := <-tids
+		if err := <-started; err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan struct{})
+		go func() {
+			cmd.Wait()
+			close(exited)
+		}()
+		// The main thread is wedged rather than ended: try again then.
+		task := filepath.Join("/proc/self/task", strconv.Itoa(tid))
+		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if _, err := os.Stat(task); err != nil {
+				ended = true
+				break
+			}
+		}
+		select {
+		case <-exited:
+			t.Fatalf("the process died with the thread %d that asked for it (thread ended: %v)", tid, ended)
+		case <-time.After(300 * time.Millisecond):
+		}
+		cmd.Process.Kill()
+		<-exited
+	}
+	if !ended {
+		t.Fatal("no locked thread ended in 10 tries")
+	}
+	// The kernels of a zygote live on too.
+	k := startForked(t, &LocalProvisioner{RuntimeDir: t.TempDir()}, Config{})
+	var wg sync.WaitGroup
+	for i := 0; i < 16; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+		}()
+	}
+	wg.Wait()
+	if got := stdout(t, k, "print(6*7)"); got != "42\n" {
+		t.Errorf("kernel after gateway threads ended: %q (%v)", got, k.Err())
 	}
 }

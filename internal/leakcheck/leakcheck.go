@@ -3,6 +3,7 @@
 package leakcheck
 
 import (
+	"fmt"
 	"os"
 	"runtime"
 	"strconv"
@@ -78,7 +79,13 @@ func Check(t testing.TB, before Resources) {
 	}
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
-	t.Errorf("leak: before %+v, after %+v (children %v)\n%s", before, now, Children(), buf)
+	var kids []string
+	for _, pid := range Children() {
+		stat, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		cmd, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		kids = append(kids, fmt.Sprintf("%d %.40s %.120q", pid, stat, cmd))
+	}
+	t.Errorf("leak: before %+v, after %+v (children %v)\n%s", before, now, kids, buf)
 }
 
 // isZygote says whether process pid is a zygote (a zombie is not).
