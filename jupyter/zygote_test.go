@@ -263,14 +263,15 @@ func TestZygoteDeathLeavesKernelsRunning(t *testing.T) {
 
 func TestZygoteServesOnlyTheGateway(t *testing.T) {
 	startForked(t, &LocalProvisioner{RuntimeDir: t.TempDir()}, Config{})
-	zygotes.mu.Lock()
 	var sock string
-	for _, s := range zygotes.slots {
-		if s.z != nil {
-			sock = s.z.sock
+	for _, z := range runningZygotes() {
+		if z.alive() {
+			sock = z.sock
 		}
 	}
-	zygotes.mu.Unlock()
+	if sock == "" {
+		t.Fatal("no running zygote")
+	}
 	// A process other than the gateway asks for a kernel: it gets an
 	// error or a closed connection, never a pid, and nothing is forked.
 	before := len(leakcheck.Children())
@@ -413,19 +414,7 @@ func spareOf(t *testing.T) int {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		zygotes.mu.Lock()
-		var zs []*zygote
-		for _, s := range zygotes.slots {
-			select {
-			case <-s.ready:
-				if s.z != nil {
-					zs = append(zs, s.z)
-				}
-			default:
-			}
-		}
-		zygotes.mu.Unlock()
-		for _, z := range zs {
+		for _, z := range runningZygotes() {
 			z.mu.Lock()
 			sp := z.spare
 			z.mu.Unlock()
@@ -535,4 +524,21 @@ func TestZygotesOutliveGatewayThreads(t *testing.T) {
 	if got := stdout(t, k, "print(6*7)"); got != "42\n" {
 		t.Errorf("kernel after gateway threads ended: %q (%v)", got, k.Err())
 	}
+}
+
+// runningZygotes lists the zygotes that started.
+func runningZygotes() []*zygote {
+	zygotes.mu.Lock()
+	defer zygotes.mu.Unlock()
+	var zs []*zygote
+	for _, s := range zygotes.slots {
+		select {
+		case <-s.ready:
+			if s.z != nil {
+				zs = append(zs, s.z)
+			}
+		default:
+		}
+	}
+	return zs
 }
