@@ -58,6 +58,7 @@ type config struct {
 	KernelNoFile   uint64
 	WorkspaceRoot  string
 	MaxKernelFrame string
+	PythonLauncher string
 }
 
 // listFlag is a repeatable flag; the environment gives it comma-separated.
@@ -155,6 +156,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("start-timeout")
 	fs.Var(listFlag{&c.Languages}, "language", "language=kernelspec of the code-interpreter API (repeatable; default python=python3, javascript=deno, typescript=deno)")
 	add("language")
+	fs.StringVar(&c.PythonLauncher, "python-launcher", "fork", "how Python kernels start: fork (from a zygote per kernelspec that has imported ipykernel and its metadata.kernelgate.preload; sandboxed kernels are exec'd) or exec (a new interpreter each)")
+	add("python-launcher")
 	fs.IntVar(&c.PoolSize, "pool-size", 1, "ready kernels kept per kernelspec for isolated runs (0: none)")
 	add("pool-size")
 	fs.Var(listFlag{&c.PoolPrewarm}, "pool-prewarm", "languages whose pool fills at start, not at the first isolated run (default python)")
@@ -204,6 +207,9 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	}
 	if c.PoolPrewarm == nil {
 		c.PoolPrewarm = []string{"python"}
+	}
+	if c.PythonLauncher != "fork" && c.PythonLauncher != "exec" {
+		return nil, fmt.Errorf("--python-launcher %q: want fork or exec", c.PythonLauncher)
 	}
 	if c.Port < 0 || c.Port > 65535 {
 		return nil, fmt.Errorf("--port %d out of range", c.Port)

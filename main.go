@@ -157,7 +157,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		runtimeDir = jupyter.DefaultRuntimeDir()
 	}
 	seed := filepath.Join(runtimeDir, "home-seed")
-	prov := &jupyter.LocalProvisioner{RuntimeDir: runtimeDir, Logger: log, HomeSeed: seed}
+	prov := &jupyter.LocalProvisioner{RuntimeDir: runtimeDir, Logger: log, HomeSeed: seed, PythonLauncher: cfg.PythonLauncher}
 	mgr := sessions.New(sessions.Config{
 		DefaultKernel:   cfg.DefaultKernel,
 		MaxKernels:      cfg.MaxKernels,
@@ -216,6 +216,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		stop()
 		<-warmed
 		mgr.Close(context.Background())
+		jupyter.StopZygotes()
 		return err
 	}
 	served := make(chan error, 1)
@@ -241,6 +242,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	stop()
 	<-warmed
 	mgr.Close(sctx)
+	jupyter.StopZygotes()
 	log.Info("stopped")
 	return nil
 }

@@ -58,7 +58,7 @@ cat >"$specs/python3/kernel.json" <<JSON
   "language": "python",
   "interrupt_mode": "signal",
   "env": {"PYDEVD_DISABLE_FILE_VALIDATION": "1"},
-  "metadata": {"debugger": true}
+  "metadata": {"debugger": true, "kernelgate": {"preload": ["numpy", "pandas", "matplotlib"]}}
 }
 JSON
 
