@@ -3,6 +3,7 @@ package gateway
 import (
 	"archive/zip"
 	"bytes"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -549,4 +551,95 @@ func mustRoot(t *testing.T, dir string) *workspace.Root {
 	}
 	t.Cleanup(func() { r.Close() })
 	return r
+}
+
+// memStatus reads VmRSS and VmHWM (peak) of this process, in bytes.
+func memStatus(t *testing.T) (rss, hwm int64) {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		var kb int64
+		if n, _ := fmt.Sscanf(line, "VmRSS: %d kB", &kb); n == 1 {
+			rss = kb << 10
+		}
+		if n, _ := fmt.Sscanf(line, "VmHWM: %d kB", &kb); n == 1 {
+			hwm = kb << 10
+		}
+	}
+	return rss, hwm
+}
+
+// TestFilesOneGiBStreamed uploads and downloads 1 GiB (the default
+// --max-upload) and checks that neither sits in memory: the peak RSS of
+// this process, which holds the gateway and the client, grows by less
+// than 32 MiB. The bytes are checked by their SHA-256 both ways.
+func TestFilesOneGiBStreamed(t *testing.T) {
+	if testing.Short() {
+		t.Skip("1 GiB through the gateway")
+	}
+	g := newGateway(t)
+	ctx := b4Context(t, g, map[string]any{"id": "big"})
+	const size = 1 << 30
+	block := make([]byte, 1<<20)
+	rand.Read(block)
+
+	runtime.GC()
+	rss0, _ := memStatus(t)
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		t.Skipf("cannot reset the peak RSS: %v", err)
+	}
+	sent := sha256.New()
+	body := io.TeeReader(io.LimitReader(&repeatReader{block: block}, size), sent)
+	req, _ := http.NewRequest("PUT", g.url+"/api/contexts/big/files/big.bin", body)
+	req.ContentLength = size
+	req.Header.Set("Authorization", "Bearer "+g.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 201 || decode[fileModel](t, out).Size != size {
+		t.Fatalf("upload: %d %s", resp.StatusCode, out)
+	}
+	if fi, err := os.Stat(filepath.Join(ctx.Cwd, "big.bin")); err != nil || fi.Size() != size {
+		t.Fatalf("on disk: %v %v", fi, err)
+	}
+
+	req, _ = http.NewRequest("GET", g.url+"/api/contexts/big/files/big.bin", nil)
+	req.Header.Set("Authorization", "Bearer "+g.token)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := sha256.New()
+	n, err := io.Copy(got, resp.Body)
+	resp.Body.Close()
+	if err != nil || n != size || resp.Header.Get("Content-Length") != fmt.Sprint(size) {
+		t.Fatalf("download: %d bytes, %v, Content-Length %s", n, err, resp.Header.Get("Content-Length"))
+	}
+	if !bytes.Equal(sent.Sum(nil), got.Sum(nil)) {
+		t.Fatal("the downloaded bytes differ from those uploaded")
+	}
+	_, hwm := memStatus(t)
+	growth := hwm - rss0
+	t.Logf("peak RSS growth over a 1 GiB upload and download: %.1f MiB", float64(growth)/(1<<20))
+	if growth >= 32<<20 {
+		t.Errorf("peak RSS grew by %.1f MiB (limit 32 MiB): the file passed through memory", float64(growth)/(1<<20))
+	}
+}
+
+// repeatReader yields its block over and over.
+type repeatReader struct {
+	block []byte
+	off   int
+}
+
+func (r *repeatReader) Read(p []byte) (int, error) {
+	n := copy(p, r.block[r.off:])
+	r.off = (r.off + n) % len(r.block)
+	return n, nil
 }
