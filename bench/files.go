@@ -170,7 +170,8 @@ func (s *server) download(ctx context.Context, id, path, dst string, size int64)
 		return err
 	}
 	defer f.Close()
-	n, err := io.Copy(f, resp.Body)
+	// A client reading in large blocks, as the gateway writes them.
+	n, err := io.CopyBuffer(struct{ io.Writer }{f}, struct{ io.Reader }{resp.Body}, make([]byte, 256<<10))
 	if err == nil && n != size {
 		err = fmt.Errorf("GET: %d bytes, want %d", n, size)
 	}

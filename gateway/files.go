@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -122,9 +123,15 @@ func (s *Server) getFile(c echo.Context) error {
 	// ServeContent sets Content-Type from the name (sniffed when the name
 	// says nothing), Content-Length, and answers Range and conditional
 	// requests.
-	http.ServeContent(c.Response(), c.Request(), e.Name, e.Modified, f)
+	http.ServeContent(bigWrites{c.Response()}, c.Request(), e.Name, e.Modified, f)
 	return nil
 }
+
+// bigWrites hands a download to the connection in large writes (see
+// workspace.CopyTo) rather than the 32 KiB ones of io.Copy.
+type bigWrites struct{ *echo.Response }
+
+func (w bigWrites) ReadFrom(src io.Reader) (int64, error) { return workspace.CopyTo(w.Response, src) }
 
 func (s *Server) listFiles(c echo.Context) error {
 	ws, err := s.contextWorkspace(c)

@@ -26,6 +26,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -431,7 +432,9 @@ func (w *Workspace) Write(p string, r io.Reader, limit int64) (Entry, error) {
 	if limit > 0 {
 		src = io.LimitReader(r, limit+1)
 	}
-	n, err := io.Copy(f, src)
+	buf := copyBufs.Get().(*[]byte)
+	n, err := io.CopyBuffer(struct{ io.Writer }{f}, src, *buf)
+	copyBufs.Put(buf)
 	if err != nil {
 		return Entry{}, err
 	}
@@ -453,6 +456,20 @@ func (w *Workspace) Write(p string, r io.Reader, limit int64) (Entry, error) {
 		return Entry{}, classify(err)
 	}
 	return entryOf(clean, fi), nil
+}
+
+// CopyBufferSize is the size of the buffers files are streamed through:
+// large enough that a gigabyte takes a few thousand system calls, small
+// enough that many transfers at once cost little memory.
+const CopyBufferSize = 256 << 10
+
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, CopyBufferSize); return &b }}
+
+// CopyTo copies src to w through a pooled CopyBufferSize buffer.
+func CopyTo(w io.Writer, src io.Reader) (int64, error) {
+	buf := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(buf)
+	return io.CopyBuffer(struct{ io.Writer }{w}, struct{ io.Reader }{src}, *buf)
 }
 
 func randomHex() string {
