@@ -3,6 +3,7 @@ package gateway
 import (
 	"archive/zip"
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
@@ -642,4 +643,61 @@ func (r *repeatReader) Read(p []byte) (int, error) {
 	n := copy(p, r.block[r.off:])
 	r.off = (r.off + n) % len(r.block)
 	return n, nil
+}
+
+// TestContextsShareAWorkspace: contexts made on a workspace of an adapter's
+// (CreateWorkspace) see each other's files, and their deletion keeps it.
+func TestContextsShareAWorkspace(t *testing.T) {
+	g := newGateway(t)
+	ws, err := g.mgr.CreateWorkspace("sandboxes/s1", "python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.mgr.CreateWorkspace("contexts/x", "python"); err == nil {
+		t.Error("a workspace was made among the contexts' own")
+	}
+	bg := context.Background()
+	py, err := g.mgr.CreateContext(bg, sessions.ContextRequest{ID: "s1-py", Workspace: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.mgr.CreateContext(bg, sessions.ContextRequest{ID: "s1-ts", Language: "typescript", Workspace: ws}); err != nil {
+		t.Fatal(err)
+	}
+	if py.Workspace() != ws || py.Model().Cwd != ws.Dir() {
+		t.Errorf("context cwd %s, workspace %s", py.Model().Cwd, ws.Dir())
+	}
+	mustRun(t, g, map[string]any{"context": "s1-py", "code": "open('from-python.txt', 'w').write('py')"})
+	e := mustRun(t, g, map[string]any{"context": "s1-ts", "language": "typescript", "code": `console.log(Deno.readTextFileSync("from-python.txt"))`})
+	if got := strings.TrimSpace(stdoutOf(e)); got != "py" {
+		t.Errorf("TypeScript read %q", got)
+	}
+	for _, id := range []string{"s1-py", "s1-ts"} {
+		if err := g.mgr.DeleteContext(bg, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !ws.Exists("from-python.txt") {
+		t.Error("deleting a context removed the workspace it shared")
+	}
+	if err := ws.Delete(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDenoPackagesOnCreate: a Deno context's packages are imported (and so
+// cached in its workspace) before the answer; one that cannot be fetched
+// is BAD_REQUEST naming it, and leaves no context.
+func TestDenoPackagesOnCreate(t *testing.T) {
+	g := newGateway(t)
+	status, out := g.do("POST", "/api/contexts", map[string]any{"id": "dp", "language": "typescript", "packages": []string{"npm:kg-no-such-package-xyz@1"}})
+	if body := decode[map[string]string](t, out); status != 400 || !strings.Contains(body["message"], "kg-no-such-package-xyz") {
+		t.Errorf("failed import: %d %s", status, out)
+	}
+	if status, _ := g.do("GET", "/api/contexts/dp", nil); status != 404 {
+		t.Errorf("a context whose packages failed exists: %d", status)
+	}
+	if status, out := g.do("POST", "/api/contexts", map[string]any{"language": "typescript", "packages": []string{"lodash"}}); status != 400 {
+		t.Errorf("a bare name for Deno: %d %s", status, out)
+	}
 }

@@ -29,7 +29,8 @@ type Context struct {
 	pool *pool
 	// ws is the context's workspace; Cwd lies in it. Set before the
 	// context is published, never changed.
-	ws *workspace.Workspace
+	ws         *workspace.Workspace
+	wsBorrowed bool // ws is shared (ContextRequest.Workspace): kept at delete
 
 	m       *Manager
 	spec    *kernelspecs.Spec

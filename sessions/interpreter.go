@@ -13,6 +13,7 @@ import (
 
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	"kernelgate/workspace"
 )
 
 func newID() string { return uuid.NewString() }
@@ -78,6 +79,10 @@ type ContextRequest struct {
 	// Packages are installed into the context before CreateContext
 	// returns: pip requirements for Python, npm:/jsr: specifiers for Deno.
 	Packages []string
+	// Workspace, when set, is a workspace the context shares (made with
+	// CreateWorkspace: several contexts of one sandbox of an adapter); it
+	// is not deleted with the context. Nil gives the context its own.
+	Workspace *workspace.Workspace
 }
 
 // CreateContext creates a context and starts its kernel.
@@ -101,18 +106,25 @@ func (m *Manager) CreateContext(ctx context.Context, req ContextRequest) (*Conte
 	if _, err := m.Context(req.ID); err == nil {
 		return nil, errorf(ErrNameConflict, "context id %q is in use", req.ID)
 	}
-	ws, err := m.newWorkspace(contextWorkspace(req.ID), spec)
-	if err != nil {
-		return nil, err
+	ws, borrowed := req.Workspace, req.Workspace != nil
+	release := func() {
+		if !borrowed {
+			ws.Close()
+		}
+	}
+	if !borrowed {
+		if ws, err = m.newWorkspace(contextWorkspace(req.ID), spec); err != nil {
+			return nil, err
+		}
 	}
 	cwd, err := resolveCwd(ws, req.Cwd)
 	if err != nil {
-		ws.Close()
+		release()
 		return nil, err
 	}
-	c := &Context{ID: req.ID, Language: req.Language, Cwd: cwd, Env: req.Env, m: m, spec: spec, ws: ws, created: time.Now()}
+	c := &Context{ID: req.ID, Language: req.Language, Cwd: cwd, Env: req.Env, m: m, spec: spec, ws: ws, wsBorrowed: borrowed, created: time.Now()}
 	if err := m.addContext(c); err != nil {
-		ws.Close() // another context of this id owns the folder
+		release() // another context of this id owns the folder
 		return nil, err
 	}
 	if _, _, err := c.ensureKernel(ctx); err != nil {

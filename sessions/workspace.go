@@ -96,6 +96,23 @@ func (m *Manager) newWorkspace(name string, spec *kernelspecs.Spec) (*workspace.
 	return ws, nil
 }
 
+// CreateWorkspace makes (or reopens) the workspace name (a relative path
+// under the root, e.g. "sandboxes/<id>") for kernels of language, given
+// to the user those kernels run as; contexts share it through
+// ContextRequest.Workspace. The caller deletes it (Workspace.Delete) when
+// it is done with it. The names "contexts/…" and "runs/…" are the
+// manager's own.
+func (m *Manager) CreateWorkspace(name, language string) (*workspace.Workspace, error) {
+	if strings.HasPrefix(name, "contexts/") || strings.HasPrefix(name, "runs/") {
+		return nil, errorf(ErrBadRequest, "workspace names below contexts/ and runs/ are the gateway's own")
+	}
+	spec, err := m.languageSpec(language)
+	if err != nil {
+		return nil, err
+	}
+	return m.newWorkspace(name, spec)
+}
+
 // contextWorkspace is the workspace name of a context id. The ids "." and
 // ".." are refused before.
 func contextWorkspace(id string) string { return "contexts/" + id }
@@ -346,7 +363,7 @@ func (m *Manager) LanguageInfos() []LanguageInfo {
 // a context's workspace is kept (its files outlive the gateway where the
 // root is kept), an isolated run's removed.
 func (m *Manager) deleteWorkspace(c *Context) {
-	if c.ws == nil {
+	if c.ws == nil || c.wsBorrowed {
 		return
 	}
 	closing := false
