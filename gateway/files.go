@@ -90,9 +90,10 @@ func (s *Server) putFile(c echo.Context) error {
 	if r.ContentLength > s.cfg.MaxUploadBytes {
 		return newError(http.StatusRequestEntityTooLarge, "PAYLOAD_TOO_LARGE", fmt.Sprintf("the file is over the upload limit of %d bytes (--max-upload)", s.cfg.MaxUploadBytes))
 	}
-	// A large file takes its time: no read deadline for the body.
-	http.NewResponseController(c.Response()).SetReadDeadline(time.Time{})
-	e, err := ws.Write(p, r.Body, s.cfg.MaxUploadBytes)
+	// A large file takes its time: the body may take as long as it keeps
+	// coming, but not stall.
+	body := &stallLimit{r: r.Body, rc: http.NewResponseController(c.Response())}
+	e, err := ws.Write(p, body, s.cfg.MaxUploadBytes)
 	if err != nil {
 		if errors.Is(err, workspace.ErrTooLarge) {
 			return newError(http.StatusRequestEntityTooLarge, "PAYLOAD_TOO_LARGE", fmt.Sprintf("the file is over the upload limit of %d bytes (--max-upload)", s.cfg.MaxUploadBytes))
@@ -187,4 +188,19 @@ func boolQuery(c echo.Context, name string) (bool, error) {
 
 func (s *Server) listLanguages(c echo.Context) error {
 	return c.JSON(http.StatusOK, s.mgr.LanguageInfos())
+}
+
+// uploadStall is how long an upload may send nothing before it is cut.
+const uploadStall = 60 * time.Second
+
+// stallLimit moves the connection's read deadline forward before each
+// read: a body is read as long as it flows.
+type stallLimit struct {
+	r  io.Reader
+	rc *http.ResponseController
+}
+
+func (s *stallLimit) Read(p []byte) (int, error) {
+	s.rc.SetReadDeadline(time.Now().Add(uploadStall))
+	return s.r.Read(p)
 }

@@ -135,7 +135,7 @@ func (r *Root) Close() error {
 func (r *Root) Create(name string, owner *Owner) (*Workspace, error) {
 	clean, err := CleanPath(name)
 	if err != nil || clean == "." {
-		return nil, fmt.Errorf("%w: workspace name %q", ErrBadPath, name)
+		return nil, errorf(ErrBadPath, "bad workspace name %q", name)
 	}
 	if dir := path.Dir(clean); dir != "." {
 		if err := r.root.MkdirAll(dir, 0o711); err != nil {
@@ -163,7 +163,7 @@ func (r *Root) Create(name string, owner *Owner) (*Workspace, error) {
 func (r *Root) Open(name string, owner *Owner) (*Workspace, error) {
 	clean, err := CleanPath(name)
 	if err != nil || clean == "." {
-		return nil, fmt.Errorf("%w: workspace name %q", ErrBadPath, name)
+		return nil, errorf(ErrBadPath, "bad workspace name %q", name)
 	}
 	wr, err := r.root.OpenRoot(clean)
 	if err != nil {
@@ -252,23 +252,23 @@ func CleanPath(p string) (string, error) {
 		return ".", nil
 	}
 	if strings.HasPrefix(p, "/") {
-		return "", fmt.Errorf("%w: %q is absolute; paths are relative to the workspace", ErrBadPath, p)
+		return "", errorf(ErrBadPath, "%q is absolute: paths are relative to the workspace", p)
 	}
 	if strings.ContainsAny(p, "\x00\\") {
-		return "", fmt.Errorf("%w: %q holds a NUL or a backslash", ErrBadPath, p)
+		return "", errorf(ErrBadPath, "%q holds a NUL or a backslash", p)
 	}
 	p = strings.TrimSuffix(p, "/")
 	for _, el := range strings.Split(p, "/") {
 		switch el {
 		case "", ".", "..":
-			return "", fmt.Errorf("%w: %q has an empty, . or .. element", ErrBadPath, p)
+			return "", errorf(ErrBadPath, "%q has an empty, . or .. element: paths stay inside the workspace", p)
 		}
 		if len(el) > 255 {
-			return "", fmt.Errorf("%w: a name longer than 255 bytes", ErrBadPath)
+			return "", errorf(ErrBadPath, "a name is longer than 255 bytes")
 		}
 	}
 	if len(p) > 4096 {
-		return "", fmt.Errorf("%w: path longer than 4096 bytes", ErrBadPath)
+		return "", errorf(ErrBadPath, "the path is longer than 4096 bytes")
 	}
 	return p, nil
 }
@@ -282,17 +282,31 @@ func classify(err error) error {
 	case errors.Is(err, fs.ErrClosed):
 		return ErrClosed
 	case errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("%w: %v", ErrNotFound, stripOp(err))
+		return errorf(ErrNotFound, "%s: no such file or folder", pathOf(err))
 	case errors.Is(err, syscall.EISDIR):
-		return fmt.Errorf("%w: %v", ErrIsDir, stripOp(err))
+		return errorf(ErrIsDir, "%s is a folder", pathOf(err))
 	case errors.Is(err, syscall.ENOTDIR):
-		return fmt.Errorf("%w: %v", ErrNotDir, stripOp(err))
+		return errorf(ErrNotDir, "%s: not a folder", pathOf(err))
 	case errors.Is(err, syscall.ELOOP), escapes(err):
-		return fmt.Errorf("%w: %v", ErrEscapes, stripOp(err))
+		return errorf(ErrEscapes, "%s leads out of the workspace (through a symlink)", pathOf(err))
 	case errors.Is(err, syscall.ENAMETOOLONG):
-		return fmt.Errorf("%w: %v", ErrBadPath, stripOp(err))
+		return errorf(ErrBadPath, "%s: name too long", pathOf(err))
 	}
 	return err
+}
+
+// Error is an error of a file operation: Kind is one of the sentinels
+// above, Msg says what happened to which path (relative to the workspace).
+type Error struct {
+	Kind error
+	Msg  string
+}
+
+func (e *Error) Error() string { return e.Msg }
+func (e *Error) Unwrap() error { return e.Kind }
+
+func errorf(kind error, format string, args ...any) error {
+	return &Error{Kind: kind, Msg: fmt.Sprintf(format, args...)}
 }
 
 // escapes recognises os.Root's refusal of a path that leads out of it
@@ -302,13 +316,13 @@ func escapes(err error) bool {
 	return errors.As(err, &pe) && pe.Err != nil && pe.Err.Error() == "path escapes from parent"
 }
 
-// stripOp drops the syscall name from a path error: "x: no such file".
-func stripOp(err error) string {
+// pathOf is the path a path error names ("" otherwise).
+func pathOf(err error) string {
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
-		return pe.Path + ": " + pe.Err.Error()
+		return pe.Path
 	}
-	return err.Error()
+	return "the path"
 }
 
 // chown gives p to the workspace's owner, through an open descriptor (a
@@ -382,7 +396,7 @@ func (w *Workspace) mkdirAll(clean string) error {
 				return classify(err)
 			}
 			if !fi.IsDir() {
-				return fmt.Errorf("%w: %s", ErrNotDir, dir)
+				return errorf(ErrNotDir, "%s is not a folder", dir)
 			}
 		default:
 			return classify(err)
@@ -402,14 +416,14 @@ func (w *Workspace) Write(p string, r io.Reader, limit int64) (Entry, error) {
 		return Entry{}, err
 	}
 	if clean == "." {
-		return Entry{}, fmt.Errorf("%w: a file needs a name", ErrBadPath)
+		return Entry{}, errorf(ErrBadPath, "a file needs a name")
 	}
 	dir := path.Dir(clean)
 	if err := w.mkdirAll(dir); err != nil {
 		return Entry{}, err
 	}
 	if fi, err := w.root.Lstat(clean); err == nil && fi.IsDir() {
-		return Entry{}, fmt.Errorf("%w: %s", ErrIsDir, clean)
+		return Entry{}, errorf(ErrIsDir, "%s is a folder", clean)
 	}
 	tmp := path.Join(dir, ".kgupload-"+randomHex())
 	f, err := w.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
@@ -439,7 +453,7 @@ func (w *Workspace) Write(p string, r io.Reader, limit int64) (Entry, error) {
 		return Entry{}, err
 	}
 	if limit > 0 && n > limit {
-		return Entry{}, fmt.Errorf("%w: more than %d bytes", ErrTooLarge, limit)
+		return Entry{}, errorf(ErrTooLarge, "the file is over %d bytes", limit)
 	}
 	if err := f.Sync(); err != nil {
 		return Entry{}, err
@@ -496,11 +510,11 @@ func (w *Workspace) Open(p string) (*os.File, Entry, error) {
 	}
 	if fi.IsDir() {
 		f.Close()
-		return nil, Entry{}, fmt.Errorf("%w: %s", ErrIsDir, clean)
+		return nil, Entry{}, errorf(ErrIsDir, "%s is a folder", clean)
 	}
 	if !fi.Mode().IsRegular() {
 		f.Close()
-		return nil, Entry{}, fmt.Errorf("%w: %s is not a regular file", ErrBadPath, clean)
+		return nil, Entry{}, errorf(ErrBadPath, "%s is not a regular file", clean)
 	}
 	return f, entryOf(clean, fi), nil
 }
@@ -518,7 +532,7 @@ func (w *Workspace) List(p string, recursive bool) ([]Entry, error) {
 		return nil, classify(err)
 	}
 	if !fi.IsDir() {
-		return nil, fmt.Errorf("%w: %s", ErrNotDir, clean)
+		return nil, errorf(ErrNotDir, "%s is not a folder", clean)
 	}
 	var out []Entry
 	var walk func(dir string) error
@@ -543,7 +557,7 @@ func (w *Workspace) List(p string, recursive bool) ([]Entry, error) {
 				continue // removed meanwhile
 			}
 			if len(out) >= MaxList {
-				return fmt.Errorf("%w: more than %d; list a folder below", ErrTooMany, MaxList)
+				return errorf(ErrTooMany, "more than %d entries: list a folder below", MaxList)
 			}
 			out = append(out, entryOf(rel, info))
 			if recursive && de.IsDir() {
@@ -571,7 +585,7 @@ func (w *Workspace) Remove(p string, recursive bool) error {
 		return err
 	}
 	if clean == "." {
-		return fmt.Errorf("%w: the workspace itself cannot be removed", ErrBadPath)
+		return errorf(ErrBadPath, "the workspace itself cannot be removed")
 	}
 	fi, err := w.root.Lstat(clean)
 	if err != nil {
@@ -579,7 +593,7 @@ func (w *Workspace) Remove(p string, recursive bool) error {
 	}
 	if fi.IsDir() {
 		if !recursive {
-			return fmt.Errorf("%w: %s (remove a folder with recursive)", ErrIsDir, clean)
+			return errorf(ErrIsDir, "%s is a folder: remove it with recursive", clean)
 		}
 		return classify(w.root.RemoveAll(clean))
 	}
