@@ -701,3 +701,21 @@ func TestDenoPackagesOnCreate(t *testing.T) {
 		t.Errorf("a bare name for Deno: %d %s", status, out)
 	}
 }
+
+// TestPackagesSandboxed: with --sandbox, packages install into the
+// context's workspace (writable by the sandbox user) and import there.
+func TestPackagesSandboxed(t *testing.T) {
+	b4NeedSandbox(t)
+	wheels := b4HostDir(t)
+	os.Chmod(wheels, 0o755)
+	wheel(t, wheels, "kgsandboxed", "1.0", "'in the sandbox'")
+	g := newGateway(t, b4Sandboxed(jupyter.SandboxConfig{}), func(m *sessions.Config, _ *Config) {
+		m.Workspaces = mustRoot(t, b4HostDir(t))
+		m.PipFindLinks, m.PipNoIndex = []string{wheels}, true
+	})
+	ctx := b4Context(t, g, map[string]any{"id": "sbp", "packages": []string{"kgsandboxed"}})
+	e := mustRun(t, g, map[string]any{"context": "sbp", "code": "import kgsandboxed, numpy; print(kgsandboxed.VALUE, kgsandboxed.__file__.startswith(" + fmt.Sprintf("%q", ctx.Cwd+"/.local/") + "))"})
+	if got := strings.TrimSpace(stdoutOf(e)); got != "in the sandbox True" {
+		t.Errorf("sandboxed import: %q", got)
+	}
+}
