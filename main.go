@@ -23,6 +23,7 @@ import (
 	"kernelgate/kernelspecs"
 	"kernelgate/sessions"
 	"kernelgate/web"
+	"kernelgate/workspace"
 )
 
 // version is kernelgate's version, set at build time.
@@ -134,6 +135,17 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--kernel-memory: %w", err)
 	}
+	maxUpload, err := sessions.ParseBytes(cfg.MaxUpload)
+	if err != nil {
+		return fmt.Errorf("--max-upload: %w", err)
+	}
+	var workspaces *workspace.Root
+	if cfg.WorkspaceRoot != "" {
+		if workspaces, err = workspace.OpenRoot(cfg.WorkspaceRoot); err != nil {
+			return fmt.Errorf("--workspace-root: %w", err)
+		}
+		defer workspaces.Close()
+	}
 	maxFrame, err := sessions.ParseBytes(cfg.MaxKernelFrame)
 	if err != nil {
 		return fmt.Errorf("--max-kernel-message: %w", err)
@@ -179,6 +191,10 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		KernelLimits:    jupyter.Limits{MemoryBytes: memory, Pids: cfg.KernelPids, NoFile: cfg.KernelNoFile},
 		Sandbox:         sandbox,
 		WorkspaceRoot:   cfg.WorkspaceRoot,
+		Workspaces:      workspaces,
+		PipIndexURL:     cfg.PipIndexURL,
+		PipFindLinks:    cfg.PipFindLinks,
+		PipNoIndex:      cfg.PipNoIndex,
 		MaxKernelFrame:  maxFrame,
 	}, specs, prov, log)
 
@@ -205,6 +221,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		BaseURL:        cfg.BaseURL,
 		MaxBodyBytes:   cfg.MaxBody,
 		MaxFrameBytes:  cfg.MaxFrame,
+		MaxUploadBytes: maxUpload,
 		Metrics:        metrics,
 		MetricsOpen:    cfg.MetricsOpen,
 		ProductVersion: version,

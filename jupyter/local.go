@@ -153,6 +153,9 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	for k, v := range req.Env {
 		env[k] = v
 	}
+	for k, v := range req.DirEnv {
+		env[k] = v
+	}
 	// ipykernel exits when this process goes away; in a sandbox its
 	// parent is the sandbox's init (pid 1), and --die-with-parent does it.
 	if iso.sandbox == nil {
