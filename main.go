@@ -23,6 +23,7 @@ import (
 	"kernelgate/kernelspecs"
 	"kernelgate/sessions"
 	"kernelgate/web"
+	"kernelgate/workspace"
 )
 
 // version is kernelgate's version, set at build time.
@@ -138,6 +139,17 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--kernel-memory: %w", err)
 	}
+	maxUpload, err := sessions.ParseBytes(cfg.MaxUpload)
+	if err != nil {
+		return fmt.Errorf("--max-upload: %w", err)
+	}
+	var workspaces *workspace.Root
+	if cfg.WorkspaceRoot != "" {
+		if workspaces, err = workspace.OpenRoot(cfg.WorkspaceRoot); err != nil {
+			return fmt.Errorf("--workspace-root: %w", err)
+		}
+		defer workspaces.Close()
+	}
 	maxFrame, err := sessions.ParseBytes(cfg.MaxKernelFrame)
 	if err != nil {
 		return fmt.Errorf("--max-kernel-message: %w", err)
@@ -164,7 +176,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		runtimeDir = jupyter.DefaultRuntimeDir()
 	}
 	seed := filepath.Join(runtimeDir, "home-seed")
-	prov := &jupyter.LocalProvisioner{RuntimeDir: runtimeDir, Logger: log, HomeSeed: seed}
+	prov := &jupyter.LocalProvisioner{RuntimeDir: runtimeDir, Logger: log, HomeSeed: seed, PythonLauncher: cfg.PythonLauncher}
 	mgr := sessions.New(sessions.Config{
 		DefaultKernel:   cfg.DefaultKernel,
 		MaxKernels:      cfg.MaxKernels,
@@ -186,6 +198,10 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		KernelLimits:    jupyter.Limits{MemoryBytes: memory, Pids: cfg.KernelPids, NoFile: cfg.KernelNoFile},
 		Sandbox:         sandbox,
 		WorkspaceRoot:   cfg.WorkspaceRoot,
+		Workspaces:      workspaces,
+		PipIndexURL:     cfg.PipIndexURL,
+		PipFindLinks:    cfg.PipFindLinks,
+		PipNoIndex:      cfg.PipNoIndex,
 		MaxKernelFrame:  maxFrame,
 	}, specs, prov, log)
 
@@ -212,6 +228,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		BaseURL:        cfg.BaseURL,
 		MaxBodyBytes:   cfg.MaxBody,
 		MaxFrameBytes:  cfg.MaxFrame,
+		MaxUploadBytes: maxUpload,
 		Metrics:        metrics,
 		MetricsOpen:    cfg.MetricsOpen,
 		ProductVersion: version,
@@ -223,6 +240,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		stop()
 		<-warmed
 		mgr.Close(context.Background())
+		jupyter.StopZygotes()
 		return err
 	}
 	served := make(chan error, 1)
@@ -248,6 +266,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	stop()
 	<-warmed
 	mgr.Close(sctx)
+	jupyter.StopZygotes()
 	log.Info("stopped")
 	return nil
 }

@@ -11,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -243,10 +242,8 @@ print('planted')
 // on sys.path (a planted ipykernel_launcher.py would run instead of the
 // real one), and Deno reads deno.json from its working directory.
 func TestB4_29_StartupFilesIgnoredAfterRestart(t *testing.T) {
-	ws := t.TempDir()
-	os.Mkdir(filepath.Join(ws, "proj"), 0o755)
-	g := newGateway(t, func(m *sessions.Config, _ *Config) { m.WorkspaceRoot = ws })
-	for _, c := range []struct{ name, cwd string }{{"fresh dirs", ""}, {"caller's cwd", filepath.Join(ws, "proj")}} {
+	g := newGateway(t)
+	for _, c := range []struct{ name, cwd string }{{"fresh dirs", ""}, {"caller's cwd", "proj"}} {
 		t.Run(c.name, func(t *testing.T) {
 			id := strings.ReplaceAll(c.name, " ", "-")
 			id = strings.ReplaceAll(id, "'", "")
@@ -268,12 +265,11 @@ func TestB4_29_StartupFilesIgnoredAfterRestart(t *testing.T) {
 			}
 		})
 	}
-	for _, c := range []struct{ name, cwd string }{{"deno.json, fresh dirs", ""}, {"deno.json, caller's cwd", filepath.Join(ws, "deno")}} {
+	for _, c := range []struct{ name, cwd string }{{"deno.json, fresh dirs", ""}, {"deno.json, caller's cwd", "deno"}} {
 		t.Run(c.name, func(t *testing.T) {
 			id := "deno-" + strconv.Itoa(len(c.cwd))
 			body := map[string]any{"id": id, "language": "typescript"}
 			if c.cwd != "" {
-				os.Mkdir(c.cwd, 0o755)
 				body["cwd"] = c.cwd
 			}
 			b4Context(t, g, body)

@@ -2,7 +2,6 @@ package sessions
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -83,6 +82,11 @@ func (m *Manager) isolation(spec *kernelspecs.Spec) (*jupyter.Limits, *jupyter.S
 			}
 		}
 	}
+	if sandbox != nil && m.wsRoot != nil {
+		// Other workspaces stay out of sight: the root is hidden, and the
+		// kernel's own workspace bound back into it.
+		sandbox.Hide = append(append([]string{}, sandbox.Hide...), m.wsRoot.Dir())
+	}
 	return &limits, sandbox, nil
 }
 
@@ -95,12 +99,6 @@ func (m *Manager) checkCwd(cwd string) error {
 	}
 	if !filepath.IsAbs(cwd) {
 		return errorf(ErrBadRequest, "cwd must be an absolute path")
-	}
-	// Checked before a kernel is started for it, which would fail.
-	if fi, err := os.Stat(cwd); err != nil {
-		return errorf(ErrBadRequest, "cwd %s does not exist", cwd)
-	} else if !fi.IsDir() {
-		return errorf(ErrBadRequest, "cwd %s is not a directory", cwd)
 	}
 	root := m.cfg.WorkspaceRoot
 	if root == "" {
