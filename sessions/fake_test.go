@@ -214,6 +214,14 @@ func (k *fakeKernel) serve() {
 	for {
 		select {
 		case r := <-k.shell:
+			if r.silent() {
+				// The gateway's own setup code (cwd, env, packages): the
+				// tests' scripts answer user code only.
+				r.Status(jupyter.StateBusy)
+				r.Reply(map[string]any{"status": "ok"})
+				r.Status(jupyter.StateIdle)
+				continue
+			}
 			k.script(r)
 		case <-k.done:
 			return
@@ -267,6 +275,12 @@ func (k *fakeKernel) deliver(ch Channel, m *Message) {
 type fakeRequest struct {
 	k   *fakeKernel
 	Msg *Message
+}
+
+// silent reports a silent execute_request.
+func (r *fakeRequest) silent() bool {
+	var c struct{ Silent bool }
+	return r.Msg.Type() == jupyter.ExecuteRequest && r.Msg.DecodeContent(&c) == nil && c.Silent
 }
 
 // Code is the code of an execute_request.

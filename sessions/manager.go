@@ -2,7 +2,6 @@ package sessions
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"os"
 	"sort"
@@ -14,6 +13,9 @@ import (
 
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	"kernelgate/workspace"
+
+	"kernelgate/internal/timefmt"
 )
 
 // Config holds the manager's limits and policies. Zero values take the
@@ -75,9 +77,17 @@ type Config struct {
 	// may change them); Sandbox, when set, runs kernels in bubblewrap.
 	KernelLimits jupyter.Limits
 	Sandbox      *jupyter.SandboxConfig
-	// WorkspaceRoot, when set, holds every working directory a caller
-	// chooses (KERNEL_WORKING_DIR, a context's or a run's cwd).
+	// WorkspaceRoot, when set, holds every working directory a caller of
+	// the Jupyter surface chooses (KERNEL_WORKING_DIR).
 	WorkspaceRoot string
+	// Workspaces holds the workspace of every context and isolated run;
+	// nil makes a temporary root that Close removes.
+	Workspaces *workspace.Root
+	// Pip's index and find-links for packages installed into contexts
+	// (PIP_INDEX_URL, PIP_FIND_LINKS); PipNoIndex uses find-links only.
+	PipIndexURL  string
+	PipFindLinks []string
+	PipNoIndex   bool
 	// MaxKernelFrame bounds one frame a kernel sends (0: the jupyter
 	// package's default); a kernel sending more is stopped.
 	MaxKernelFrame int64
@@ -201,6 +211,11 @@ type Manager struct {
 	runBytes int64  // memory of the finished runs in runs
 	pools    map[string]*pool
 	closed   bool
+	// langVersions: the language version kernels of a spec reported.
+	langVersions map[string]string
+
+	wsRoot  *workspace.Root
+	wsOwned bool // a temporary root, removed by Close
 }
 
 // New returns a manager of kernels started from specs with prov.
@@ -219,7 +234,10 @@ func New(cfg Config, specs *kernelspecs.Catalog, prov jupyter.Provisioner, log *
 		contexts: make(map[string]*Context),
 		runs:     make(map[string]*Run),
 		pools:    make(map[string]*pool),
+
+		langVersions: make(map[string]string),
 	}
+	m.openWorkspaces()
 	m.start = startJupyter(prov)
 	if cfg.CullIdleTimeout > 0 {
 		m.goroutine(m.cull)
@@ -355,11 +373,11 @@ func (m *Manager) StartKernel(ctx context.Context, o StartOptions) (*Kernel, err
 	if err != nil {
 		return nil, err
 	}
-	return m.startKernel(ctx, id, spec, env, cwd, restartNow)
+	return m.startKernel(ctx, id, spec, env, workDir{cwd: cwd}, restartNow)
 }
 
-func (m *Manager) startKernel(ctx context.Context, id string, spec *kernelspecs.Spec, env map[string]string, cwd string, policy restartPolicy) (*Kernel, error) {
-	k, err := m.newKernel(id, spec, env, cwd, policy)
+func (m *Manager) startKernel(ctx context.Context, id string, spec *kernelspecs.Spec, env map[string]string, wd workDir, policy restartPolicy) (*Kernel, error) {
+	k, err := m.newKernel(id, spec, env, wd, policy)
 	if err != nil {
 		return nil, err
 	}
@@ -434,7 +452,7 @@ func (m *Manager) Status() Status {
 		conns += len(k.clients)
 		k.mu.Unlock()
 	}
-	return Status{Started: FormatTime(m.started), LastActivity: FormatTime(last), Kernels: len(ks), Connections: conns}
+	return Status{Started: timefmt.Format(m.started), LastActivity: timefmt.Format(last), Kernels: len(ks), Connections: conns}
 }
 
 // cull shuts down idle kernels.
@@ -496,8 +514,7 @@ func (m *Manager) Close(ctx context.Context) error {
 		}
 		wg.Wait()
 		m.wg.Wait()
+		m.closeWorkspaces()
 	})
 	return nil
 }
-
-var _ = errors.Is

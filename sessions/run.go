@@ -199,13 +199,6 @@ func (r *Run) ExecutionJSON() []byte {
 	return js
 }
 
-// Execution returns a copy of the run's Execution.
-func (r *Run) Execution() Execution {
-	var e Execution
-	json.Unmarshal(r.ExecutionJSON(), &e)
-	return e
-}
-
 // RunModel is GET /api/runs/{id}.
 type RunModel struct {
 	ID        string          `json:"id"`
@@ -238,6 +231,22 @@ func (r *Run) Events(after int) ([]Event, <-chan struct{}, bool) {
 		out = append(out, Event{Seq: i + 1, Type: ev.typ, JSON: js})
 	}
 	return out, r.changed, r.state == RunDone
+}
+
+// End returns the run's end event once it has ended.
+func (r *Run) End() (Event, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.state != RunDone || len(r.events) == 0 {
+		return Event{}, false
+	}
+	seq := len(r.events)
+	ev := r.events[seq-1]
+	js, err := eventJSON(ev.typ, seq, ev.payload)
+	if err != nil {
+		return Event{}, false
+	}
+	return Event{Seq: seq, Type: ev.typ, JSON: js}, true
 }
 
 // LastSeq is the seq of the run's latest event.

@@ -98,7 +98,7 @@ func TestRunRecordsAreBoundedByBytes(t *testing.T) {
 func TestRunHoldsOneCopyOfItsOutput(t *testing.T) {
 	big := strings.Repeat("y", 1<<20)
 	f := &fakeKernels{script: func(r *fakeRequest) {
-		if r.Msg.Type() != jupyter.ExecuteRequest {
+		if r.Msg.Type() != jupyter.ExecuteRequest || r.Code() != "show" {
 			fakeAnswer(r)
 			return
 		}
