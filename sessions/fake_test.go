@@ -42,6 +42,7 @@ func (f *fakeKernels) start(ctx context.Context, cfg jupyter.Config) (process, e
 	k := &fakeKernel{
 		cfg: cfg, script: f.script, impl: f.impl,
 		pending:    map[string]*fakeCall{},
+		recent:     map[string]*fakeCall{},
 		shell:      make(chan *fakeRequest, 1024),
 		stdin:      make(chan *Message, 16),
 		interrupts: make(chan struct{}, 16),
@@ -85,6 +86,7 @@ type fakeKernel struct {
 
 	mu      sync.Mutex
 	pending map[string]*fakeCall
+	recent  map[string]*fakeCall // finished calls, for late messages
 	err     error
 	count   int
 	vars    map[string]string // what "name = value" code set
@@ -242,6 +244,10 @@ func (k *fakeKernel) deliver(ch Channel, m *Message) {
 	}
 	k.mu.Lock()
 	c := k.pending[m.ParentID]
+	if c == nil {
+		// Late messages still reach a call that has finished.
+		c = k.recent[m.ParentID]
+	}
 	if c == nil || (ch == IOPub && !c.opts.IOPub) {
 		k.mu.Unlock()
 		return
@@ -262,6 +268,10 @@ func (k *fakeKernel) deliver(ch Channel, m *Message) {
 		if c.reply != nil && (c.idle || !c.opts.IOPub) {
 			finish, c.settled = true, true
 			delete(k.pending, c.id)
+			if len(k.recent) >= 64 {
+				clear(k.recent)
+			}
+			k.recent[c.id] = c
 		}
 	}
 	k.mu.Unlock()
