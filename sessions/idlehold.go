@@ -12,12 +12,13 @@ import (
 // idle. A Jupyter client takes the reply and the idle status for the end of
 // a request and drops what comes later, so for an execute_request from a
 // client the kernel holds that one idle status back until the request's
-// execute_result has been delivered (such kernels publish it last), or
-// until no message of the request came for the kernel's late-output wait.
+// execute_result or error has been delivered (such kernels publish it
+// last), or until no message of the request came for the kernel's
+// late-output wait.
 
 // idleHold follows one client execute_request on a kernel that waits.
 type idleHold struct {
-	result bool        // its execute_result was delivered
+	result bool        // its execute_result or error was delivered
 	idle   *Message    // its status: idle, held back
 	timer  *time.Timer // releases idle
 	until  time.Time   // the hold never lasts past this
@@ -92,7 +93,7 @@ func (k *Kernel) holdLocked(m *Message, now time.Time) (bool, []*Client) {
 	}
 	id := m.ParentID
 	switch {
-	case m.Type() == jupyter.ExecuteResult:
+	case m.Type() == jupyter.ExecuteResult || m.Type() == jupyter.ErrorMsg:
 		h.result = true
 		slow := k.deliverLocked(Outgoing{Channel: IOPub, Msg: m})
 		if h.idle != nil {

@@ -108,3 +108,22 @@ func TestBadLateOutputWaitRefusesTheKernel(t *testing.T) {
 		t.Fatalf("got %v, want ErrKernelStart naming late_output_wait", err)
 	}
 }
+
+// A request that fails releases its held idle status with its error, not
+// after the wait.
+func TestIdleHeldUntilLateError(t *testing.T) {
+	f := &fakeKernels{impl: "Deno kernel", script: func(r *fakeRequest) {
+		r.Status(jupyter.StateBusy)
+		r.Reply(map[string]any{"status": "error", "ename": "Error", "evalue": "boom", "traceback": []string{}})
+		r.Status(jupyter.StateIdle)
+		r.Error("Error", "boom")
+	}}
+	m := newFakeManager(t, Config{LateOutputWait: time.Minute}, f)
+	k, err := m.StartKernel(context.Background(), StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(clientRequest(t, k, "throw"), " "); got != "statusbusy error statusidle" {
+		t.Errorf("client got %s", got)
+	}
+}
