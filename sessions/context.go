@@ -297,7 +297,7 @@ func (c *Context) execute(r *Run) {
 			r.mu.Unlock()
 		}
 		r.handle(m, ch)
-		if m.Type() == jupyter.ExecuteResult {
+		if m.Type() == jupyter.ExecuteResult || m.Type() == jupyter.ErrorMsg {
 			resultOnce.Do(func() { close(late.result) })
 		}
 		select {
@@ -498,13 +498,13 @@ func lostMessage(err error) string {
 // lateOutput is what settle hears of a run's messages.
 type lateOutput struct {
 	more   chan struct{} // a message of the run arrived
-	result chan struct{} // closed once its execute_result arrived
+	result chan struct{} // closed once its execute_result or error arrived
 }
 
 // settle waits, for kernels known to publish output after their idle
 // status (Deno), until no message of the run came for a short while, or
-// until its execute_result has come: such a kernel publishes the result
-// after the run's other output (stdout goes ahead of it, through the
+// until its execute_result (or error) has come: such a kernel publishes the
+// result after the run's other output (stdout goes ahead of it, through the
 // kernel's own stdio channel), so nothing of the run follows it.
 func (c *Context) settle(k *Kernel, late lateOutput) {
 	k.mu.Lock()
