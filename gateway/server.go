@@ -228,6 +228,13 @@ func (s *Server) routes() {
 	ci.POST("/api/runs/:id/interrupt", s.interruptRun, ctxExec)
 	ci.POST("/api/runs/:id/input", s.inputRun, ctxExec)
 
+	// Agents: MCP over Streamable HTTP, with the API's credentials.
+	ag := base.Group("", tag(apiSurface), s.authenticate)
+	mcpH := echo.WrapHandler(s.mcpHandler())
+	ag.POST("/mcp", mcpH)
+	ag.GET("/mcp", mcpH)
+	ag.DELETE("/mcp", mcpH)
+
 	if s.cfg.Web != nil {
 		w := echo.WrapHandler(http.StripPrefix(strings.TrimSuffix(s.cfg.BaseURL, "/"), s.cfg.Web))
 		base.GET("/", w)
