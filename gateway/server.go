@@ -12,6 +12,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"kernelgate/e2b"
 	"kernelgate/internal/rawio"
 	"kernelgate/sessions"
 )
@@ -85,6 +86,7 @@ type Server struct {
 	keys    []APIKey
 	tokens  *tokenStore
 	metrics *Metrics
+	e2b     *e2b.Handler
 
 	mu     sync.Mutex
 	conns  map[*wsConn]struct{}
@@ -152,6 +154,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	err := s.http.Shutdown(ctx)
+	s.e2b.Close()
 	for _, c := range conns {
 		c.closeGoingAway()
 	}
@@ -234,6 +237,11 @@ func (s *Server) routes() {
 	ag.POST("/mcp", mcpH)
 	ag.GET("/mcp", mcpH)
 	ag.DELETE("/mcp", mcpH)
+	// E2B's SDK: its own headers, checked by the handler.
+	s.e2b = s.e2bHandler()
+	e2bPrefix := strings.TrimSuffix(s.cfg.BaseURL, "/") + "/e2b"
+	e2bH := echo.WrapHandler(http.StripPrefix(e2bPrefix, s.e2b))
+	base.Any("/e2b/*", e2bH, tag(apiSurface))
 
 	if s.cfg.Web != nil {
 		w := echo.WrapHandler(http.StripPrefix(strings.TrimSuffix(s.cfg.BaseURL, "/"), s.cfg.Web))
