@@ -105,7 +105,12 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, run *sessions.R
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
+	// The headers go now: the SDK's request timeout runs until they
+	// arrive, its run timeout (timeoutMs) after.
 	flusher, _ := w.(http.Flusher)
+	if flusher != nil {
+		flusher.Flush()
+	}
 	ctx := r.Context()
 	var (
 		buf     bytes.Buffer
@@ -252,6 +257,9 @@ func resultLine(r *sessions.Result) map[string]any {
 			if json.Unmarshal(raw, &s) != nil {
 				out[field] = raw
 				continue
+			}
+			if field == "text" {
+				s = sessions.StripANSI(s) // Deno colours its values
 			}
 			if field == "text" && len(s) >= 2 && strings.HasPrefix(s, "'") && strings.HasSuffix(s, "'") {
 				s = s[1 : len(s)-1] // E2B drops the quotes of a string's repr

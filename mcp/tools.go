@@ -166,8 +166,8 @@ func executionResult(js []byte) (*sdk.CallToolResult, error) {
 			content = append(content, &sdk.ImageContent{Data: data, MIMEType: img.mime})
 			image = true
 		}
-		if r.Text != "" && !(image && strings.HasPrefix(r.Text, "<Figure")) {
-			text(r.Text)
+		if t := sessions.StripANSI(r.Text); t != "" && !(image && strings.HasPrefix(t, "<Figure")) {
+			text(t)
 		}
 	}
 	failed := false
