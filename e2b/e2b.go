@@ -141,7 +141,16 @@ func (h *Handler) routes() {
 }
 
 // ServeHTTP serves one request; the path is relative to the mount point.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+// Every route but /health needs E2B's credentials: a request with none is
+// refused before routing.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/health" && r.Header.Get("X-API-KEY") == "" &&
+		r.Header.Get("X-Access-Token") == "" && r.Header.Get("E2B-Traffic-Access-Token") == "" {
+		apiError(w, http.StatusUnauthorized, "credentials required: X-API-KEY (a kernelgate token or API key) for the sandbox API, the sandbox's access token for the rest")
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
 
 // Close stops the sandboxes' timers; the sandboxes' contexts stay with the
 // manager, which shuts their kernels down when it closes.

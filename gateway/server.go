@@ -233,10 +233,8 @@ func (s *Server) routes() {
 
 	// Agents: MCP over Streamable HTTP, with the API's credentials.
 	ag := base.Group("", tag(apiSurface), s.authenticate)
-	mcpH := echo.WrapHandler(s.mcpHandler())
-	ag.POST("/mcp", mcpH)
-	ag.GET("/mcp", mcpH)
-	ag.DELETE("/mcp", mcpH)
+	// The transport is stateless: no session to GET a stream of or DELETE.
+	ag.POST("/mcp", echo.WrapHandler(s.mcpHandler()))
 	// E2B's SDK: its own headers, checked by the handler.
 	s.e2b = s.e2bHandler()
 	e2bPrefix := strings.TrimSuffix(s.cfg.BaseURL, "/") + "/e2b"
