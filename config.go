@@ -58,6 +58,11 @@ type config struct {
 	KernelNoFile   uint64
 	WorkspaceRoot  string
 	MaxKernelFrame string
+	PythonLauncher string
+	MaxUpload      string
+	PipIndexURL    string
+	PipFindLinks   []string
+	PipNoIndex     bool
 }
 
 // listFlag is a repeatable flag; the environment gives it comma-separated.
@@ -117,8 +122,16 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("kernel-nofile")
 	fs.StringVar(&c.MaxKernelFrame, "max-kernel-message", "256MiB", "largest message frame a kernel may send; a kernel sending more is stopped")
 	add("max-kernel-message")
-	fs.StringVar(&c.WorkspaceRoot, "workspace-root", "", "directory that must hold every working directory a caller chooses")
+	fs.StringVar(&c.WorkspaceRoot, "workspace-root", "", "directory holding each context's workspace (its kernel's working directory, its files and packages) and every working directory a Jupyter client chooses; empty: a temporary directory removed at exit")
 	add("workspace-root")
+	fs.StringVar(&c.MaxUpload, "max-upload", "1GiB", "largest file uploaded into a context's workspace, e.g. 512MiB")
+	add("max-upload")
+	fs.StringVar(&c.PipIndexURL, "pip-index-url", "", "package index pip installs contexts' packages from (PIP_INDEX_URL; default pip's)")
+	add("pip-index-url")
+	fs.Var(listFlag{&c.PipFindLinks}, "pip-find-links", "folder or URL of wheels pip also installs from (repeatable)")
+	add("pip-find-links")
+	fs.BoolVar(&c.PipNoIndex, "pip-no-index", false, "install contexts' packages from --pip-find-links only, never from an index")
+	add("pip-no-index")
 	fs.BoolVar(&c.MetricsOpen, "metrics-open", false, "serve /metrics without credentials (for a scraper on a trusted network)")
 	add("metrics-open")
 	fs.Var(listFlag{&c.AllowOrigins}, "allow-origin", "origin allowed for CORS and websockets besides the gateway's own, e.g. https://lab.example.com; * allows any (repeatable)")
@@ -155,6 +168,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("start-timeout")
 	fs.Var(listFlag{&c.Languages}, "language", "language=kernelspec of the code-interpreter API (repeatable; default python=python3, javascript=deno, typescript=deno)")
 	add("language")
+	fs.StringVar(&c.PythonLauncher, "python-launcher", "fork", "how Python kernels start: fork (from a zygote per kernelspec that has imported ipykernel and its metadata.kernelgate.preload; sandboxed kernels are exec'd) or exec (a new interpreter each)")
+	add("python-launcher")
 	fs.IntVar(&c.PoolSize, "pool-size", 1, "ready kernels kept per kernelspec for isolated runs (0: none)")
 	add("pool-size")
 	fs.Var(listFlag{&c.PoolPrewarm}, "pool-prewarm", "languages whose pool fills at start, not at the first isolated run (default python)")
@@ -204,6 +219,9 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	}
 	if c.PoolPrewarm == nil {
 		c.PoolPrewarm = []string{"python"}
+	}
+	if c.PythonLauncher != "fork" && c.PythonLauncher != "exec" {
+		return nil, fmt.Errorf("--python-launcher %q: want fork or exec", c.PythonLauncher)
 	}
 	if c.Port < 0 || c.Port > 65535 {
 		return nil, fmt.Errorf("--port %d out of range", c.Port)

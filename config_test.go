@@ -44,6 +44,20 @@ func TestConfigFlagsAndEnv(t *testing.T) {
 	}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "KERNELGATE_MAX_KERNELS") {
 		t.Errorf("bad env value: %v", err)
 	}
+	if c.PythonLauncher != "fork" {
+		t.Errorf("--python-launcher defaults to %q", c.PythonLauncher)
+	}
+	if c, err := parseConfig(nil, func(k string) string {
+		if k == "KERNELGATE_PYTHON_LAUNCHER" {
+			return "exec"
+		}
+		return ""
+	}, &bytes.Buffer{}); err != nil || c.PythonLauncher != "exec" {
+		t.Errorf("KERNELGATE_PYTHON_LAUNCHER=exec: %v %v", c, err)
+	}
+	if _, err := parseConfig([]string{"--python-launcher", "spawn"}, func(string) string { return "" }, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "--python-launcher") {
+		t.Errorf("--python-launcher spawn: %v", err)
+	}
 	c, _ = parseConfig([]string{"--language", "python=py311", "--language", "r=ir"}, func(string) string { return "" }, &bytes.Buffer{})
 	if langs, err := c.languages(); err != nil || langs["python"] != "py311" || langs["r"] != "ir" {
 		t.Errorf("languages %v %v", langs, err)

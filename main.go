@@ -23,6 +23,7 @@ import (
 	"kernelgate/kernelspecs"
 	"kernelgate/sessions"
 	"kernelgate/web"
+	"kernelgate/workspace"
 )
 
 // version is kernelgate's version, set at build time.
@@ -134,6 +135,17 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--kernel-memory: %w", err)
 	}
+	maxUpload, err := sessions.ParseBytes(cfg.MaxUpload)
+	if err != nil {
+		return fmt.Errorf("--max-upload: %w", err)
+	}
+	var workspaces *workspace.Root
+	if cfg.WorkspaceRoot != "" {
+		if workspaces, err = workspace.OpenRoot(cfg.WorkspaceRoot); err != nil {
+			return fmt.Errorf("--workspace-root: %w", err)
+		}
+		defer workspaces.Close()
+	}
 	maxFrame, err := sessions.ParseBytes(cfg.MaxKernelFrame)
 	if err != nil {
 		return fmt.Errorf("--max-kernel-message: %w", err)
@@ -157,7 +169,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		runtimeDir = jupyter.DefaultRuntimeDir()
 	}
 	seed := filepath.Join(runtimeDir, "home-seed")
-	prov := &jupyter.LocalProvisioner{RuntimeDir: runtimeDir, Logger: log, HomeSeed: seed}
+	prov := &jupyter.LocalProvisioner{RuntimeDir: runtimeDir, Logger: log, HomeSeed: seed, PythonLauncher: cfg.PythonLauncher}
 	mgr := sessions.New(sessions.Config{
 		DefaultKernel:   cfg.DefaultKernel,
 		MaxKernels:      cfg.MaxKernels,
@@ -179,6 +191,10 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		KernelLimits:    jupyter.Limits{MemoryBytes: memory, Pids: cfg.KernelPids, NoFile: cfg.KernelNoFile},
 		Sandbox:         sandbox,
 		WorkspaceRoot:   cfg.WorkspaceRoot,
+		Workspaces:      workspaces,
+		PipIndexURL:     cfg.PipIndexURL,
+		PipFindLinks:    cfg.PipFindLinks,
+		PipNoIndex:      cfg.PipNoIndex,
 		MaxKernelFrame:  maxFrame,
 	}, specs, prov, log)
 
@@ -205,6 +221,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		BaseURL:        cfg.BaseURL,
 		MaxBodyBytes:   cfg.MaxBody,
 		MaxFrameBytes:  cfg.MaxFrame,
+		MaxUploadBytes: maxUpload,
 		Metrics:        metrics,
 		MetricsOpen:    cfg.MetricsOpen,
 		ProductVersion: version,
@@ -216,6 +233,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		stop()
 		<-warmed
 		mgr.Close(context.Background())
+		jupyter.StopZygotes()
 		return err
 	}
 	served := make(chan error, 1)
@@ -241,6 +259,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	stop()
 	<-warmed
 	mgr.Close(sctx)
+	jupyter.StopZygotes()
 	log.Info("stopped")
 	return nil
 }

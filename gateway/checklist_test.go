@@ -2037,16 +2037,13 @@ func TestB4_25_GatewayFilesAndOtherCwd(t *testing.T) {
 	const secret = "kg-b4-key-secret-0123456789"
 	os.WriteFile(filepath.Join(hidden, "api-keys"), []byte("agent exec "+secret+"\n"), 0o600)
 	os.WriteFile(filepath.Join(conf, "unlisted-keys"), []byte("agent exec "+secret+"\n"), 0o600)
-	ws := b4HostDir(t)
-	os.Chmod(ws, 0o711)
-	for _, d := range []string{"a", "b"} {
-		// The operator gives the sandbox user (nobody) the workspace.
-		os.Mkdir(filepath.Join(ws, d), 0o755)
-		os.Chown(filepath.Join(ws, d), 65534, 65534)
-	}
-	g := newGateway(t, b4Sandboxed(jupyter.SandboxConfig{Hide: []string{hidden}}), func(m *sessions.Config, _ *Config) { m.WorkspaceRoot = ws })
-	b4Context(t, g, map[string]any{"id": "a", "cwd": filepath.Join(ws, "a")})
-	b4Context(t, g, map[string]any{"id": "b", "cwd": filepath.Join(ws, "b")})
+	// Each context gets a workspace of its own below the root, given to
+	// the sandbox user (nobody).
+	root := b4HostDir(t)
+	g := newGateway(t, b4Sandboxed(jupyter.SandboxConfig{Hide: []string{hidden}}), func(m *sessions.Config, _ *Config) { m.Workspaces = mustRoot(t, root) })
+	ws := filepath.Join(root, "contexts")
+	b4Context(t, g, map[string]any{"id": "a"})
+	b4Context(t, g, map[string]any{"id": "b"})
 	g.run(map[string]any{"code": "open('mine.txt', 'w').write('b')", "context": "b"})
 
 	code := fmt.Sprintf(`
@@ -2086,7 +2083,7 @@ print(json.dumps({
 			t.Errorf("kernel a wrote %s on the host", p)
 		}
 	}
-	if e := g.run(map[string]any{"code": "import os; sorted(os.listdir('.'))", "context": "b"}); b4Result(e) != "['mine.txt']" {
+	if e := g.run(map[string]any{"code": "import os; sorted(f for f in os.listdir('.') if not f.startswith('.'))", "context": "b"}); b4Result(e) != "['mine.txt']" {
 		t.Errorf("b's working directory: %s", b4Result(e))
 	}
 	if s, _ := got["unlisted"].(string); strings.Contains(s, secret) {
@@ -2318,10 +2315,8 @@ print('planted')
 // on sys.path (a planted ipykernel_launcher.py would run instead of the
 // real one), and Deno reads deno.json from its working directory.
 func TestB4_29_StartupFilesIgnoredAfterRestart(t *testing.T) {
-	ws := t.TempDir()
-	os.Mkdir(filepath.Join(ws, "proj"), 0o755)
-	g := newGateway(t, func(m *sessions.Config, _ *Config) { m.WorkspaceRoot = ws })
-	for _, c := range []struct{ name, cwd string }{{"fresh dirs", ""}, {"caller's cwd", filepath.Join(ws, "proj")}} {
+	g := newGateway(t)
+	for _, c := range []struct{ name, cwd string }{{"fresh dirs", ""}, {"caller's cwd", "proj"}} {
 		t.Run(c.name, func(t *testing.T) {
 			id := strings.ReplaceAll(c.name, " ", "-")
 			id = strings.ReplaceAll(id, "'", "")
@@ -2343,12 +2338,11 @@ func TestB4_29_StartupFilesIgnoredAfterRestart(t *testing.T) {
 			}
 		})
 	}
-	for _, c := range []struct{ name, cwd string }{{"deno.json, fresh dirs", ""}, {"deno.json, caller's cwd", filepath.Join(ws, "deno")}} {
+	for _, c := range []struct{ name, cwd string }{{"deno.json, fresh dirs", ""}, {"deno.json, caller's cwd", "deno"}} {
 		t.Run(c.name, func(t *testing.T) {
 			id := "deno-" + strconv.Itoa(len(c.cwd))
 			body := map[string]any{"id": id, "language": "typescript"}
 			if c.cwd != "" {
-				os.Mkdir(c.cwd, 0o755)
 				body["cwd"] = c.cwd
 			}
 			b4Context(t, g, body)

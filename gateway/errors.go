@@ -7,6 +7,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"kernelgate/sessions"
+	"kernelgate/workspace"
 )
 
 // apiError is an error with its status and code, ready to be written.
@@ -49,6 +50,14 @@ var errorTable = []struct {
 	{sessions.ErrKernelStart, http.StatusServiceUnavailable, "KERNEL_START_FAILED"},
 	{sessions.ErrKernelDead, http.StatusServiceUnavailable, "KERNEL_START_FAILED"},
 	{sessions.ErrShuttingDown, http.StatusServiceUnavailable, "UNAVAILABLE"},
+	{workspace.ErrBadPath, http.StatusBadRequest, "BAD_REQUEST"},
+	{workspace.ErrEscapes, http.StatusBadRequest, "BAD_REQUEST"},
+	{workspace.ErrIsDir, http.StatusBadRequest, "BAD_REQUEST"},
+	{workspace.ErrNotDir, http.StatusBadRequest, "BAD_REQUEST"},
+	{workspace.ErrTooMany, http.StatusBadRequest, "BAD_REQUEST"},
+	{workspace.ErrNotFound, http.StatusNotFound, "NOT_FOUND"},
+	{workspace.ErrClosed, http.StatusNotFound, "SESSION_NOT_FOUND"},
+	{workspace.ErrTooLarge, http.StatusRequestEntityTooLarge, "PAYLOAD_TOO_LARGE"},
 }
 
 // classify maps any error to an apiError: sessions errors by the table,

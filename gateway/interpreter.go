@@ -282,6 +282,7 @@ type contextBody struct {
 	Language string             `json:"language"`
 	Cwd      string             `json:"cwd"`
 	Env      map[string]*string `json:"env"`
+	Packages []string           `json:"packages"`
 }
 
 func (s *Server) createContext(c echo.Context) error {
@@ -293,7 +294,7 @@ func (s *Server) createContext(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, err := s.mgr.CreateContext(c.Request().Context(), sessions.ContextRequest{ID: body.ID, Language: body.Language, Cwd: body.Cwd, Env: env})
+	ctx, err := s.mgr.CreateContext(c.Request().Context(), sessions.ContextRequest{ID: body.ID, Language: body.Language, Cwd: body.Cwd, Env: env, Packages: body.Packages})
 	if err != nil {
 		return err
 	}

@@ -96,9 +96,9 @@ func TestExecuteSeeds(t *testing.T) {
 		}
 	})
 	t.Run("isolated cwd and env", func(t *testing.T) {
-		dir := t.TempDir()
-		e := g.run(map[string]any{"code": "import os; (os.getcwd(), os.environ['MODE'])", "isolated": true, "cwd": dir, "env": map[string]string{"MODE": "iso"}})
-		if want := fmt.Sprintf("('%s', 'iso')", dir); len(e.Results) != 1 || e.Results[0].Text != want {
+		// cwd is a folder of the run's fresh workspace.
+		e := g.run(map[string]any{"code": "import os; (os.getcwd().endswith('/proj'), os.environ['MODE'])", "isolated": true, "cwd": "proj", "env": map[string]string{"MODE": "iso"}})
+		if want := "(True, 'iso')"; len(e.Results) != 1 || e.Results[0].Text != want {
 			t.Fatalf("results %+v, want %s", e.Results, want)
 		}
 	})

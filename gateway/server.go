@@ -34,6 +34,8 @@ type Config struct {
 	// MaxBodyBytes bounds request bodies; MaxFrameBytes websocket frames.
 	MaxBodyBytes  int64
 	MaxFrameBytes int64
+	// MaxUploadBytes bounds a file uploaded into a workspace.
+	MaxUploadBytes int64
 	// PingInterval is how often websockets are pinged.
 	PingInterval time.Duration
 	// APIKeys are keys with scopes, besides the token (which has all).
@@ -64,6 +66,9 @@ func (c *Config) fill() {
 	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = 16 << 20
+	}
+	if c.MaxUploadBytes <= 0 {
+		c.MaxUploadBytes = 1 << 30
 	}
 	if c.MaxFrameBytes <= 0 {
 		c.MaxFrameBytes = 64 << 20
@@ -230,6 +235,12 @@ func (s *Server) routes() {
 	ci.GET("/api/runs/:id/events", s.runEvents, ctxRead)
 	ci.POST("/api/runs/:id/interrupt", s.interruptRun, ctxExec)
 	ci.POST("/api/runs/:id/input", s.inputRun, ctxExec)
+	ci.GET("/api/languages", s.listLanguages, read)
+	ci.GET("/api/contexts/:id/files", s.listFiles, ctxRead)
+	ci.GET("/api/contexts/:id/files/*", s.getFile, ctxRead)
+	ci.HEAD("/api/contexts/:id/files/*", s.getFile, ctxRead)
+	ci.PUT("/api/contexts/:id/files/*", s.putFile, ctxExec)
+	ci.DELETE("/api/contexts/:id/files/*", s.deleteFile, ctxExec)
 
 	// Agents: MCP over Streamable HTTP, with the API's credentials.
 	ag := base.Group("", tag(apiSurface), s.authenticate)

@@ -11,6 +11,7 @@ import (
 
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	"kernelgate/workspace"
 )
 
 // Context is an interpreter context of the code-interpreter API: a kernel
@@ -26,6 +27,10 @@ type Context struct {
 
 	// pool gave an isolated context its kernel; it refills when the run ends.
 	pool *pool
+	// ws is the context's workspace; Cwd lies in it. Set before the
+	// context is published, never changed.
+	ws         *workspace.Workspace
+	wsBorrowed bool // ws is shared (ContextRequest.Workspace): kept at delete
 
 	m       *Manager
 	spec    *kernelspecs.Spec
@@ -104,7 +109,7 @@ func (c *Context) ensureKernel(ctx context.Context) (*Kernel, *jupyter.Kernel, e
 		}
 	}
 	// No kernel, or it was deleted through the Jupyter API: start another.
-	k, err := c.m.startKernel(ctx, newID(), c.spec, c.Env, c.Cwd, restartLazily)
+	k, err := c.m.startKernel(ctx, newID(), c.spec, c.Env, workDir{ws: c.ws, cwd: c.Cwd}, restartLazily)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	"kernelgate/workspace"
 )
 
 func newID() string { return uuid.NewString() }
@@ -71,8 +72,17 @@ func checkEnv(env map[string]string) error {
 type ContextRequest struct {
 	ID       string
 	Language string
-	Cwd      string
-	Env      map[string]string
+	// Cwd is the kernel's working directory inside the context's
+	// workspace: relative to it, or absolute inside it; made when missing.
+	Cwd string
+	Env map[string]string
+	// Packages are installed into the context before CreateContext
+	// returns: pip requirements for Python, npm:/jsr: specifiers for Deno.
+	Packages []string
+	// Workspace, when set, is a workspace the context shares (made with
+	// CreateWorkspace: several contexts of one sandbox of an adapter); it
+	// is not deleted with the context. Nil gives the context its own.
+	Workspace *workspace.Workspace
 }
 
 // CreateContext creates a context and starts its kernel.
@@ -84,20 +94,44 @@ func (m *Manager) CreateContext(ctx context.Context, req ContextRequest) (*Conte
 	req.Language = lang
 	if req.ID == "" {
 		req.ID = newID()
-	} else if !contextID.MatchString(req.ID) {
-		return nil, errorf(ErrBadRequest, "a context id has 1 to 128 of A-Z a-z 0-9 . _ -")
+	} else if !contextID.MatchString(req.ID) || req.ID == "." || req.ID == ".." {
+		return nil, errorf(ErrBadRequest, "a context id has 1 to 128 of A-Z a-z 0-9 . _ - and is not . or ..")
 	}
 	if err := checkEnv(req.Env); err != nil {
 		return nil, err
 	}
-	if err := m.checkCwd(req.Cwd); err != nil {
+	if err := checkPackages(spec, req.Packages); err != nil {
 		return nil, err
 	}
-	c := &Context{ID: req.ID, Language: req.Language, Cwd: req.Cwd, Env: req.Env, m: m, spec: spec, created: time.Now()}
+	if _, err := m.Context(req.ID); err == nil {
+		return nil, errorf(ErrNameConflict, "context id %q is in use", req.ID)
+	}
+	ws, borrowed := req.Workspace, req.Workspace != nil
+	release := func() {
+		if !borrowed {
+			ws.Close()
+		}
+	}
+	if !borrowed {
+		if ws, err = m.newWorkspace(contextWorkspace(req.ID), spec); err != nil {
+			return nil, err
+		}
+	}
+	cwd, err := resolveCwd(ws, req.Cwd)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	c := &Context{ID: req.ID, Language: req.Language, Cwd: cwd, Env: req.Env, m: m, spec: spec, ws: ws, wsBorrowed: borrowed, created: time.Now()}
 	if err := m.addContext(c); err != nil {
+		release() // another context of this id owns the folder
 		return nil, err
 	}
 	if _, _, err := c.ensureKernel(ctx); err != nil {
+		m.deleteContext(c)
+		return nil, err
+	}
+	if err := c.installPackages(ctx, req.Packages); err != nil {
 		m.deleteContext(c)
 		return nil, err
 	}
@@ -160,6 +194,7 @@ func (m *Manager) deleteContext(c *Context) {
 	}
 	m.mu.Unlock()
 	c.mu.Lock()
+	already := c.deleted
 	c.deleted = true
 	k := c.kernel
 	queued := c.queue
@@ -175,6 +210,9 @@ func (m *Manager) deleteContext(c *Context) {
 	}
 	if running != nil {
 		running.end(Lost, nil)
+	}
+	if !already {
+		m.deleteWorkspace(c)
 	}
 }
 
@@ -230,9 +268,6 @@ func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*Run, error)
 	if req.Timeout < 0 {
 		return nil, errorf(ErrBadRequest, "timeout must be 0 (none) or a number of seconds")
 	}
-	if err := m.checkCwd(req.Cwd); err != nil {
-		return nil, err
-	}
 	var c *Context
 	var err error
 	switch {
@@ -270,18 +305,39 @@ func (m *Manager) sharedContext(req ExecuteRequest) (*Context, error) {
 		return nil, err
 	}
 	id := sharedID(lang)
+	existing := func() (*Context, bool, error) {
+		if m.closed {
+			return nil, false, ErrShuttingDown
+		}
+		c, ok := m.contexts[id]
+		if ok && req.Env != nil && !sameEnv(req.Env, c.Env) {
+			return nil, false, errorf(ErrUnsupported, "the shared %s kernel was started with another env; create a context for this env", lang)
+		}
+		return c, ok, nil
+	}
+	m.mu.Lock()
+	c, ok, err := existing()
+	m.mu.Unlock()
+	if ok || err != nil {
+		return c, err
+	}
+	// The first run makes the workspace (outside the lock: it is disk work).
+	ws, err := m.newWorkspace(contextWorkspace(id), spec)
+	if err != nil {
+		return nil, err
+	}
+	cwd, err := resolveCwd(ws, req.Cwd)
+	if err != nil {
+		ws.Close()
+		return nil, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed {
-		return nil, ErrShuttingDown
+	if c, ok, err := existing(); ok || err != nil {
+		ws.Close() // the same folder, opened by the run that came first
+		return c, err
 	}
-	if c, ok := m.contexts[id]; ok {
-		if req.Env != nil && !sameEnv(req.Env, c.Env) {
-			return nil, errorf(ErrUnsupported, "the shared %s kernel was started with another env; create a context for this env", lang)
-		}
-		return c, nil
-	}
-	c := &Context{ID: id, Language: lang, Cwd: req.Cwd, Env: req.Env, Shared: true, m: m, spec: spec, created: time.Now()}
+	c = &Context{ID: id, Language: lang, Cwd: cwd, Env: req.Env, Shared: true, m: m, spec: spec, ws: ws, created: time.Now()}
 	m.contexts[id] = c
 	return c, nil
 }
@@ -306,15 +362,15 @@ func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*Run
 		return nil, err
 	}
 	runID := newID()
-	c := &Context{ID: "isolated-" + runID, Language: lang, Cwd: req.Cwd, Env: req.Env, Isolated: true, m: m, spec: spec, created: time.Now()}
+	c := &Context{ID: "isolated-" + runID, Language: lang, Env: req.Env, Isolated: true, m: m, spec: spec, created: time.Now()}
 	if req.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, req.Timeout)
 		defer cancel()
 	}
-	setup, canSetup := setupCode(spec, req.Cwd, req.Env)
-	// A sandbox binds a chosen cwd writable only into a kernel started for it.
-	canSetup = canSetup && (m.cfg.Sandbox == nil || req.Cwd == "")
+	// A pooled kernel comes with a fresh workspace of its own, already its
+	// cwd; the run's cwd and env are applied by code.
+	_, canSetup := setupCode(spec, "", req.Env)
 	var k *Kernel
 	if canSetup {
 		if p := m.pool(spec); p != nil {
@@ -324,20 +380,44 @@ func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*Run
 		}
 	}
 	if k != nil {
-		if err := m.reserve(k); err != nil {
+		c.ws = k.ws
+		fail := func(err error) (*Run, error) {
+			m.forget(k)
 			k.shutdown(context.Background())
+			c.ws.Delete()
 			return nil, err
 		}
-		if setup != "" {
+		if err := m.reserve(k); err != nil {
+			k.shutdown(context.Background())
+			c.ws.Delete()
+			return nil, err
+		}
+		cwd, err := resolveCwd(c.ws, req.Cwd)
+		if err != nil {
+			return fail(err)
+		}
+		c.Cwd = cwd
+		if cwd == c.ws.Dir() {
+			cwd = ""
+		}
+		if setup, _ := setupCode(spec, cwd, req.Env); setup != "" {
 			if err := runSetup(ctx, k, setup); err != nil {
-				m.forget(k)
-				k.shutdown(context.Background())
-				return nil, err
+				return fail(err)
 			}
 		}
 	} else {
-		k, err = m.startKernel(ctx, newID(), spec, req.Env, req.Cwd, restartLazily)
+		ws, err := m.newWorkspace(runWorkspace(runID), spec)
 		if err != nil {
+			return nil, err
+		}
+		c.ws = ws
+		if c.Cwd, err = resolveCwd(ws, req.Cwd); err != nil {
+			ws.Delete()
+			return nil, err
+		}
+		k, err = m.startKernel(ctx, newID(), spec, req.Env, workDir{ws: ws, cwd: c.Cwd}, restartLazily)
+		if err != nil {
+			ws.Delete()
 			if ctx.Err() != nil || errors.Is(err, ErrStartTimeout) {
 				return nil, errorf(ErrStartTimeout, "the timeout ran out before the isolated kernel started; raise timeout")
 			}

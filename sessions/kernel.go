@@ -9,6 +9,7 @@ import (
 
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	"kernelgate/workspace"
 )
 
 // KernelModel is a kernel as the Jupyter REST API shows it.
@@ -42,6 +43,7 @@ type Kernel struct {
 	m       *Manager
 	env     map[string]string
 	cwd     string
+	ws      *workspace.Workspace // the workspace cwd lies in, or nil
 	created time.Time
 	policy  restartPolicy
 	limits  *jupyter.Limits
@@ -66,14 +68,14 @@ type Kernel struct {
 }
 
 // newKernel makes a kernel record; it starts nothing.
-func (m *Manager) newKernel(id string, spec *kernelspecs.Spec, env map[string]string, cwd string, policy restartPolicy) (*Kernel, error) {
+func (m *Manager) newKernel(id string, spec *kernelspecs.Spec, env map[string]string, wd workDir, policy restartPolicy) (*Kernel, error) {
 	limits, sandbox, err := m.isolation(spec)
 	if err != nil {
 		return nil, errorf(ErrKernelStart, "%v", err)
 	}
 	now := time.Now()
 	return &Kernel{
-		id: id, spec: spec, m: m, env: env, cwd: cwd, created: now, policy: policy,
+		id: id, spec: spec, m: m, env: env, cwd: wd.cwd, ws: wd.ws, created: now, policy: policy,
 		limits: limits, sandbox: sandbox,
 		state:   jupyter.StateStarting,
 		lastAct: now,
@@ -120,7 +122,13 @@ func (k *Kernel) Running() bool {
 }
 
 func (k *Kernel) config() jupyter.Config {
-	return jupyter.Config{ID: k.id, Spec: k.spec, Env: k.env, Cwd: k.cwd, StartFresh: k.chdirCode() != "",
+	// A kernel with a workspace is started with the whole workspace
+	// reachable (bound writable in a sandbox) and moved into its cwd.
+	cwd := k.cwd
+	if k.ws != nil {
+		cwd = k.ws.Dir()
+	}
+	return jupyter.Config{ID: k.id, Spec: k.spec, Env: k.env, DirEnv: dirEnv(k.ws), Cwd: cwd, StartFresh: k.chdirCode() != "",
 		Logger: k.m.log, IOPub: k.onIOPub, Limits: k.limits, Sandbox: k.sandbox, MaxFrame: k.m.cfg.MaxKernelFrame}
 }
 
@@ -135,7 +143,7 @@ func (k *Kernel) chdirCode() string {
 	if !ok {
 		return ""
 	}
-	return code
+	return k.m.packageCode(k.spec, k.ws) + code
 }
 
 // enterCwd moves a freshly started kernel into its working directory.

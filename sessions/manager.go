@@ -14,6 +14,7 @@ import (
 
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	"kernelgate/workspace"
 )
 
 // Config holds the manager's limits and policies. Zero values take the
@@ -72,9 +73,17 @@ type Config struct {
 	// may change them); Sandbox, when set, runs kernels in bubblewrap.
 	KernelLimits jupyter.Limits
 	Sandbox      *jupyter.SandboxConfig
-	// WorkspaceRoot, when set, holds every working directory a caller
-	// chooses (KERNEL_WORKING_DIR, a context's or a run's cwd).
+	// WorkspaceRoot, when set, holds every working directory a caller of
+	// the Jupyter surface chooses (KERNEL_WORKING_DIR).
 	WorkspaceRoot string
+	// Workspaces holds the workspace of every context and isolated run;
+	// nil makes a temporary root that Close removes.
+	Workspaces *workspace.Root
+	// Pip's index and find-links for packages installed into contexts
+	// (PIP_INDEX_URL, PIP_FIND_LINKS); PipNoIndex uses find-links only.
+	PipIndexURL  string
+	PipFindLinks []string
+	PipNoIndex   bool
 	// MaxKernelFrame bounds one frame a kernel sends (0: the jupyter
 	// package's default); a kernel sending more is stopped.
 	MaxKernelFrame int64
@@ -192,6 +201,11 @@ type Manager struct {
 	runOrder []*Run
 	pools    map[string]*pool
 	closed   bool
+	// langVersions: the language version kernels of a spec reported.
+	langVersions map[string]string
+
+	wsRoot  *workspace.Root
+	wsOwned bool // a temporary root, removed by Close
 }
 
 // New returns a manager of kernels started from specs with prov.
@@ -210,7 +224,10 @@ func New(cfg Config, specs *kernelspecs.Catalog, prov jupyter.Provisioner, log *
 		contexts: make(map[string]*Context),
 		runs:     make(map[string]*Run),
 		pools:    make(map[string]*pool),
+
+		langVersions: make(map[string]string),
 	}
+	m.openWorkspaces()
 	m.start = func(ctx context.Context, c jupyter.Config) (*jupyter.Kernel, error) {
 		return jupyter.Start(ctx, m.prov, c)
 	}
@@ -348,11 +365,11 @@ func (m *Manager) StartKernel(ctx context.Context, o StartOptions) (*Kernel, err
 	if err != nil {
 		return nil, err
 	}
-	return m.startKernel(ctx, id, spec, env, cwd, restartNow)
+	return m.startKernel(ctx, id, spec, env, workDir{cwd: cwd}, restartNow)
 }
 
-func (m *Manager) startKernel(ctx context.Context, id string, spec *kernelspecs.Spec, env map[string]string, cwd string, policy restartPolicy) (*Kernel, error) {
-	k, err := m.newKernel(id, spec, env, cwd, policy)
+func (m *Manager) startKernel(ctx context.Context, id string, spec *kernelspecs.Spec, env map[string]string, wd workDir, policy restartPolicy) (*Kernel, error) {
+	k, err := m.newKernel(id, spec, env, wd, policy)
 	if err != nil {
 		return nil, err
 	}
@@ -489,6 +506,7 @@ func (m *Manager) Close(ctx context.Context) error {
 		}
 		wg.Wait()
 		m.wg.Wait()
+		m.closeWorkspaces()
 	})
 	return nil
 }
