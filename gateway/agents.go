@@ -41,6 +41,7 @@ func (s *Server) mcpHandler() http.Handler {
 		Authorize:      s.mcpAccess,
 		Describe:       describe,
 		ContextDeleted: s.tokens.revoke,
+		Files:          mcp.WorkspaceFiles(s.mgr, s.cfg.MaxUploadBytes),
 		MaxBodyBytes:   s.cfg.MaxBodyBytes,
 		Version:        s.cfg.ProductVersion,
 		Logger:         s.log,

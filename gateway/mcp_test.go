@@ -97,7 +97,7 @@ func TestMCPTools(t *testing.T) {
 			t.Errorf("tool %s: description %q too thin for a model", tool.Name, tool.Description)
 		}
 	}
-	for _, want := range []string{"run_code", "create_context", "list_contexts", "delete_context", "interrupt"} {
+	for _, want := range []string{"run_code", "create_context", "list_contexts", "delete_context", "interrupt", "write_file", "read_file", "list_files"} {
 		if !names[want] {
 			t.Errorf("tool %s not listed (got %v)", want, names)
 		}
@@ -142,6 +142,51 @@ func TestMCPTools(t *testing.T) {
 		}
 	})
 
+	t.Run("files", func(t *testing.T) {
+		if res := call(t, cs, "create_context", map[string]any{"id": "mcp-files"}); res.IsError {
+			t.Fatal(texts(res))
+		}
+		res := call(t, cs, "write_file", map[string]any{"context": "mcp-files", "path": "data/sales.csv", "content": "month,total\njan,10\nfeb,32\n"})
+		if res.IsError {
+			t.Fatalf("write_file: %s", texts(res))
+		}
+		res = call(t, cs, "run_code", map[string]any{"context": "mcp-files", "code": "import pandas as pd\nimport matplotlib\nmatplotlib.use('agg')\nimport matplotlib.pyplot as plt\n" +
+			"df = pd.read_csv('data/sales.csv')\ndf.plot(x='month', y='total').get_figure().savefig('plot.png')\nopen('sum.txt', 'w').write(str(df.total.sum()))\nint(df.total.sum())"})
+		if res.IsError || !strings.Contains(texts(res), "42") {
+			t.Fatalf("code reading the written file: %v %s", res.IsError, texts(res))
+		}
+		res = call(t, cs, "list_files", map[string]any{"context": "mcp-files"})
+		if got := texts(res); !strings.Contains(got, "plot.png") || !strings.Contains(got, "sum.txt") || !strings.Contains(got, "data/") {
+			t.Fatalf("list_files = %q", got)
+		}
+		res = call(t, cs, "read_file", map[string]any{"context": "mcp-files", "path": "sum.txt"})
+		if res.IsError || texts(res) != "42\n" {
+			t.Fatalf("read_file sum.txt = %v %q", res.IsError, texts(res))
+		}
+		res = call(t, cs, "read_file", map[string]any{"context": "mcp-files", "path": "plot.png"})
+		if len(res.Content) != 1 {
+			t.Fatalf("read_file plot.png: %+v", res.Content)
+		}
+		if img, ok := res.Content[0].(*sdk.ImageContent); !ok || img.MIMEType != "image/png" || !bytes.HasPrefix(img.Data, []byte("\x89PNG")) {
+			t.Fatalf("read_file plot.png is not a PNG image: %+v", res.Content[0])
+		}
+		res = call(t, cs, "write_file", map[string]any{"context": "mcp-files", "path": "blob.bin", "contentBase64": "AAEC/w=="})
+		if res.IsError {
+			t.Fatal(texts(res))
+		}
+		if res = call(t, cs, "read_file", map[string]any{"context": "mcp-files", "path": "blob.bin"}); texts(res) != "AAEC/w==\n" {
+			t.Fatalf("binary read_file = %q, want base64", texts(res))
+		}
+		for _, c := range []struct{ path, code string }{{"../escape.txt", "BAD_REQUEST:"}, {"/etc/passwd", "BAD_REQUEST:"}, {"missing.txt", "NOT_FOUND:"}} {
+			if res := call(t, cs, "read_file", map[string]any{"context": "mcp-files", "path": c.path}); !res.IsError || !strings.HasPrefix(texts(res), c.code) {
+				t.Errorf("read_file %s = %q, want %s", c.path, texts(res), c.code)
+			}
+		}
+		if res := call(t, cs, "write_file", map[string]any{"context": "mcp-files", "path": "../x", "content": "no"}); !res.IsError || !strings.HasPrefix(texts(res), "BAD_REQUEST:") {
+			t.Errorf("write_file ../x = %q, want BAD_REQUEST", texts(res))
+		}
+	})
+
 	t.Run("errors named", func(t *testing.T) {
 		res := call(t, cs, "run_code", map[string]any{"code": "1/0"})
 		if !res.IsError || !strings.Contains(texts(res), "ZeroDivisionError: division by zero") {
@@ -153,6 +198,10 @@ func TestMCPTools(t *testing.T) {
 		res = call(t, cs, "run_code", map[string]any{"code": "1", "language": "cobol"})
 		if !res.IsError || !strings.HasPrefix(texts(res), "BAD_REQUEST:") {
 			t.Fatalf("unknown language = %q, want BAD_REQUEST", texts(res))
+		}
+		res = call(t, cs, "create_context", map[string]any{"packages": []string{"--index-url=https://evil.example"}})
+		if !res.IsError || !strings.HasPrefix(texts(res), "BAD_REQUEST:") {
+			t.Fatalf("a pip option as a package = %q, want BAD_REQUEST", texts(res))
 		}
 		res = call(t, cs, "run_code", map[string]any{"code": "1", "bogus": true})
 		if !res.IsError || !strings.HasPrefix(texts(res), "BAD_REQUEST:") {
@@ -264,10 +313,22 @@ func TestMCPAuth(t *testing.T) {
 		{"interrupt", map[string]any{"context": "theirs"}},
 		{"create_context", map[string]any{}},
 		{"delete_context", map[string]any{"context": "mine"}},
+		{"write_file", map[string]any{"context": "theirs", "path": "a.txt", "content": "x"}},
+		{"read_file", map[string]any{"context": "theirs", "path": "a.txt"}},
+		{"list_files", map[string]any{"context": "theirs"}},
 	} {
 		if res := call(t, cs, c.tool, c.args); !res.IsError || !strings.HasPrefix(texts(res), "FORBIDDEN:") {
 			t.Errorf("context token %s %v = %q, want FORBIDDEN", c.tool, c.args, texts(res))
 		}
+	}
+	if res := call(t, cs, "write_file", map[string]any{"context": "mine", "path": "a.txt", "content": "own"}); res.IsError {
+		t.Fatalf("context token writing its own files: %s", texts(res))
+	}
+	if res := call(t, reader, "read_file", map[string]any{"context": "mine", "path": "a.txt"}); res.IsError || texts(res) != "own\n" {
+		t.Fatalf("read key reading a file = %q", texts(res))
+	}
+	if res := call(t, reader, "write_file", map[string]any{"context": "mine", "path": "b.txt", "content": "no"}); !strings.HasPrefix(texts(res), "FORBIDDEN:") {
+		t.Fatalf("read key writing a file = %q, want FORBIDDEN", texts(res))
 	}
 	res := call(t, cs, "list_contexts", nil)
 	if got := texts(res); !strings.Contains(got, "mine") || strings.Contains(got, "theirs") {

@@ -51,7 +51,7 @@ Returns the context, whose id you pass to run_code, interrupt, delete_context an
 		InputSchema: schema(`{"type":"object","properties":{
 "language":{"type":"string","enum":["python","javascript","typescript"],"description":"The language; python when omitted."},
 "id":{"type":"string","pattern":"^[A-Za-z0-9._-]{1,128}$","description":"An id of your choice; one is generated when omitted. An id in use is refused."},
-"packages":{"type":"array","items":{"type":"string"},"description":"Packages to install into this context before it is returned (pip requirements such as \"requests==2.31\" for Python)."}},
+"packages":{"type":"array","items":{"type":"string"},"description":"Packages installed into this context only, before it is returned: pip requirements (\"requests==2.31\") for Python; npm:, jsr: or https: specifiers for Deno. A failed install fails the call with pip's message."}},
 "additionalProperties":false}`),
 		Annotations: &sdk.ToolAnnotations{Title: "Create a context", DestructiveHint: boolPtr(false), OpenWorldHint: boolPtr(false)},
 	}, h.createContext)
@@ -230,12 +230,7 @@ func (h *Handler) createContext(ctx context.Context, req *sdk.CallToolRequest) (
 	if err := h.check(a, true, ""); err != nil {
 		return h.toolError(err), nil
 	}
-	if len(args.Packages) > 0 {
-		// Next step: sessions.ContextRequest.Packages, with the
-		// per-context workspaces.
-		return h.toolError(&badArgs{"packages are not supported by this gateway yet: install them with run_code (%pip install ...)"}), nil
-	}
-	c, err := h.mgr.CreateContext(ctx, sessions.ContextRequest{ID: args.ID, Language: args.Language})
+	c, err := h.mgr.CreateContext(ctx, sessions.ContextRequest{ID: args.ID, Language: args.Language, Packages: args.Packages})
 	if err != nil {
 		return h.toolError(err), nil
 	}
