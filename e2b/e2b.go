@@ -7,7 +7,8 @@
 //     set timeout and kill, authenticated with X-API-KEY;
 //   - the code-interpreter server of a sandbox: /execute with E2B's NDJSON
 //     events, /contexts, /health;
-//   - the sandbox's file calls (envd), once workspaces serve them.
+//   - the sandbox's files (envd's /files and filesystem RPCs), in a
+//     workspace the sandbox's contexts share as their working directory.
 //
 // A sandbox is a set of contexts of the sessions manager with ids
 // "e2b-<sandbox>-<name>": its default ones (one per language, made on first
@@ -38,6 +39,7 @@ import (
 	"time"
 
 	"kernelgate/sessions"
+	"kernelgate/workspace"
 )
 
 // Access is what an X-API-KEY may do on the sandbox API.
@@ -55,9 +57,11 @@ type Config struct {
 	// DefaultTimeout is a sandbox's life when create names none (E2B's
 	// default, 5 minutes); MaxTimeout bounds any (24 hours).
 	DefaultTimeout, MaxTimeout time.Duration
-	// MaxBodyBytes bounds a request's JSON body.
-	MaxBodyBytes int64
-	Logger       *slog.Logger
+	// MaxBodyBytes bounds a request's JSON body; MaxUploadBytes a file
+	// written into a sandbox (0: no limit).
+	MaxBodyBytes   int64
+	MaxUploadBytes int64
+	Logger         *slog.Logger
 }
 
 // envdVersion is the envd version sandboxes report: the SDK picks its wire
@@ -83,6 +87,7 @@ type sandbox struct {
 	hash     [32]byte
 	metadata map[string]string
 	started  time.Time
+	ws       *workspace.Workspace // the sandbox's files, its contexts' cwd
 
 	// guarded by Handler.mu
 	end   time.Time
@@ -135,8 +140,9 @@ func (h *Handler) routes() {
 	m.HandleFunc("DELETE /contexts/{id}", h.inSandbox(h.deleteContext))
 	m.HandleFunc("POST /contexts/{id}/restart", h.inSandbox(h.restartContext))
 	// envd: files (and commands) of a sandbox.
-	m.HandleFunc("/files", h.inSandbox(h.notYet))
-	m.HandleFunc("/filesystem.Filesystem/{method}", h.inSandbox(h.notYet))
+	m.HandleFunc("GET /files", h.inSandbox(h.getFile))
+	m.HandleFunc("POST /files", h.inSandbox(h.postFile))
+	m.HandleFunc("/filesystem.Filesystem/{method}", h.inSandbox(h.filesystemRPC))
 	m.HandleFunc("/process.Process/{method}", h.inSandbox(h.noCommands))
 }
 
@@ -331,9 +337,17 @@ func (h *Handler) createSandbox(w http.ResponseWriter, r *http.Request) {
 	if sb.template == "" {
 		sb.template = "code-interpreter-v1"
 	}
+	ws, err := h.mgr.CreateWorkspace("sandboxes/"+sb.id, h.workspaceLanguage())
+	if err != nil {
+		status, msg := h.cfg.Describe(err)
+		apiError(w, status, msg)
+		return
+	}
+	sb.ws = ws
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
+		ws.Delete()
 		apiError(w, http.StatusServiceUnavailable, "the gateway is shutting down")
 		return
 	}
@@ -479,8 +493,26 @@ func (h *Handler) kill(id string) bool {
 			}
 		}
 	}
+	if err := sb.ws.Delete(); err != nil {
+		h.cfg.Logger.Warn("e2b sandbox: workspace not deleted", "sandbox", id, "err", err)
+	}
 	h.cfg.Logger.Info("e2b sandbox killed", "sandbox", id)
 	return true
+}
+
+// workspaceLanguage is the language whose kernels' user owns a sandbox's
+// files: python, else the first language served.
+func (h *Handler) workspaceLanguage() string {
+	langs := h.mgr.Languages()
+	for _, l := range langs {
+		if l == "python" {
+			return l
+		}
+	}
+	if len(langs) > 0 {
+		return langs[0]
+	}
+	return "python"
 }
 
 // health answers the SDK's isRunning: 502 for a sandbox that is gone, as
@@ -491,10 +523,6 @@ func (h *Handler) health(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-func (h *Handler) notYet(w http.ResponseWriter, r *http.Request, sb *sandbox) {
-	textError(w, http.StatusNotImplemented, "the files of a sandbox are not served yet")
 }
 
 func (h *Handler) noCommands(w http.ResponseWriter, r *http.Request, sb *sandbox) {

@@ -36,7 +36,7 @@ func (h *Handler) defaultContext(ctx context.Context, sb *sandbox, language stri
 	if _, err := h.mgr.Context(id); err == nil {
 		return id, nil
 	}
-	_, err := h.mgr.CreateContext(ctx, sessions.ContextRequest{ID: id, Language: language})
+	_, err := h.mgr.CreateContext(ctx, sessions.ContextRequest{ID: id, Language: language, Workspace: sb.ws})
 	if errors.Is(err, sessions.ErrNameConflict) { // made by a concurrent request
 		return id, nil
 	}
@@ -280,12 +280,22 @@ type contextModel struct {
 	Cwd      string `json:"cwd"`
 }
 
-func modelOf(c *sessions.Context) contextModel {
-	cwd := c.Cwd
-	if cwd == "" {
-		cwd = "."
+// modelOf shows a context of sb, its working directory under /home/user.
+func modelOf(c *sessions.Context, sb *sandbox) contextModel {
+	cwd := home
+	if rel, ok := strings.CutPrefix(c.Cwd, sb.ws.Dir()); ok {
+		cwd = absPath(strings.Trim(rel, "/"))
 	}
 	return contextModel{ID: c.ID, Language: c.Language, Cwd: cwd}
+}
+
+// cwdOf maps E2B's cwd onto the workspace: /home/user is the workspace
+// itself; another absolute path is passed on (and refused unless inside).
+func cwdOf(cwd string) string {
+	if rel, err := relPath(cwd); err == nil {
+		return rel
+	}
+	return cwd
 }
 
 func (h *Handler) createContext(w http.ResponseWriter, r *http.Request, sb *sandbox) {
@@ -298,20 +308,21 @@ func (h *Handler) createContext(w http.ResponseWriter, r *http.Request, sb *sand
 		return
 	}
 	c, err := h.mgr.CreateContext(r.Context(), sessions.ContextRequest{
-		ID: contextPrefix(sb.id) + newSecret(8), Language: normalizeLanguage(body.Language),
+		ID: contextPrefix(sb.id) + newSecret(8), Language: normalizeLanguage(body.Language), Workspace: sb.ws,
+		Cwd: cwdOf(body.Cwd),
 	})
 	if err != nil {
 		h.describeText(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, modelOf(c))
+	writeJSON(w, http.StatusOK, modelOf(c, sb))
 }
 
 func (h *Handler) listContexts(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 	out := []contextModel{}
 	for _, c := range h.mgr.Contexts() {
 		if strings.HasPrefix(c.ID, contextPrefix(sb.id)) {
-			out = append(out, modelOf(c))
+			out = append(out, modelOf(c, sb))
 		}
 	}
 	writeJSON(w, http.StatusOK, out)

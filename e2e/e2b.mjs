@@ -81,10 +81,41 @@ await assert.rejects(sbx.runCode('import time\nfor i in range(600): time.sleep(0
 exec = await sbx.runCode('x');
 assert.equal(exec.text, '40');
 
+// Files: written through the SDK, read by the code, and back.
+const info = await sbx.files.write('/home/user/data/input.csv', 'a,b\n1,2\n3,4\n');
+assert.equal(info.path, '/home/user/data/input.csv');
+await sbx.files.write('notes.txt', 'relative paths are in the workspace');
+exec = await sbx.runCode('import csv\nrows = list(csv.DictReader(open("data/input.csv")))\nopen("out.txt", "w").write(str(sum(int(r["b"]) for r in rows)))\nlen(rows)');
+assert.equal(exec.text, '2', JSON.stringify(exec.error));
+assert.equal(await sbx.files.read('/home/user/out.txt'), '6');
+assert.equal(await sbx.files.read('notes.txt'), 'relative paths are in the workspace');
+const bytes = await sbx.files.read('data/input.csv', { format: 'bytes' });
+assert.equal(Buffer.from(bytes).toString(), 'a,b\n1,2\n3,4\n');
+const entries = await sbx.files.list('/home/user');
+const names = entries.map((e) => `${e.name}:${e.type}`).sort();
+for (const want of ['data:dir', 'notes.txt:file', 'out.txt:file']) assert.ok(names.includes(want), `${want} in ${names}`);
+const csvEntry = (await sbx.files.list('data')).find((e) => e.name === 'input.csv');
+assert.equal(csvEntry.size, 12);
+assert.equal(csvEntry.path, '/home/user/data/input.csv');
+assert.equal(await sbx.files.exists('notes.txt'), true);
+assert.equal(await sbx.files.exists('nope.txt'), false);
+assert.equal(await sbx.files.makeDir('made/deep'), true);
+assert.equal(await sbx.files.makeDir('made/deep'), false);
+assert.equal((await sbx.files.getInfo('made/deep')).type, 'dir');
+await sbx.files.remove('notes.txt');
+assert.equal(await sbx.files.exists('notes.txt'), false);
+await assert.rejects(sbx.files.read('missing.txt'), /not found|no such/i);
+await assert.rejects(sbx.files.read('/etc/passwd'), /outside the sandbox/);
+await assert.rejects(sbx.files.write('../escape.txt', 'x'), /\.\./);
+// The JavaScript context shares the sandbox's files.
+exec = await sbx.runCode('Deno.readTextFileSync("out.txt")', { language: 'js' });
+assert.match(exec.text, /6/);
+
 // Another sandbox is apart, and its token does not open this one.
 const other = await Sandbox.create(opts);
 exec = await other.runCode('x');
 assert.equal(exec.error.name, 'NameError');
+assert.equal(await other.files.exists('out.txt'), false, 'sandboxes have workspaces of their own');
 const stolen = await fetch(`${base}/e2b/execute`, {
   method: 'POST',
   headers: { 'Content-Type': 'application/json', 'E2b-Sandbox-Id': sbx.sandboxId, 'X-Access-Token': other.envdAccessToken },

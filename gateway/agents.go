@@ -72,7 +72,8 @@ func (s *Server) e2bHandler() *e2b.Handler {
 			ae := classify(err)
 			return ae.status, ae.code + ": " + ae.msg
 		},
-		MaxBodyBytes: s.cfg.MaxBodyBytes,
-		Logger:       s.log,
+		MaxBodyBytes:   s.cfg.MaxBodyBytes,
+		MaxUploadBytes: s.cfg.MaxUploadBytes,
+		Logger:         s.log,
 	}, s.mgr)
 }
