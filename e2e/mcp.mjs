@@ -21,7 +21,7 @@ await assert.rejects(connect(null), (e) => e.code === 401 && /UNAUTHORIZED/.test
 const client = await connect(`Bearer ${token}`);
 const { tools } = await client.listTools();
 const names = tools.map((t) => t.name);
-for (const n of ['run_code', 'create_context', 'list_contexts', 'delete_context', 'interrupt']) {
+for (const n of ['run_code', 'create_context', 'list_contexts', 'delete_context', 'interrupt', 'write_file', 'read_file', 'list_files']) {
   assert.ok(names.includes(n), `${n} in ${names}`);
 }
 
@@ -56,6 +56,19 @@ assert.match(text(res), /^SESSION_NOT_FOUND:/);
 res = await client.callTool({ name: 'run_code', arguments: { language: 'typescript', code: 'const n: number = 6 * 7; n' } });
 assert.equal(res.isError ?? false, false, text(res));
 assert.match(text(res), /42/);
+
+// Files written and read.
+res = await client.callTool({ name: 'write_file', arguments: { context: 'ts-mcp', path: 'in/numbers.txt', content: '1\n2\n3\n' } });
+assert.equal(res.isError ?? false, false, text(res));
+res = await client.callTool({ name: 'run_code', arguments: { context: 'ts-mcp', code: 'n = sum(int(l) for l in open("in/numbers.txt"))\nopen("out.txt", "w").write(f"sum={n}")\nn' } });
+assert.match(text(res), /6/);
+res = await client.callTool({ name: 'read_file', arguments: { context: 'ts-mcp', path: 'out.txt' } });
+assert.equal(text(res), 'sum=6');
+res = await client.callTool({ name: 'list_files', arguments: { context: 'ts-mcp' } });
+assert.ok(res.structuredContent.files.some((f) => f.path === 'out.txt' && f.type === 'file'), JSON.stringify(res.structuredContent));
+res = await client.callTool({ name: 'read_file', arguments: { context: 'ts-mcp', path: '../../etc/passwd' } });
+assert.equal(res.isError, true);
+assert.match(text(res), /^BAD_REQUEST:/);
 
 res = await client.callTool({ name: 'list_contexts', arguments: {} });
 assert.ok(res.structuredContent.contexts.some((c) => c.id === 'ts-mcp'));
