@@ -335,3 +335,29 @@ func TestMCPAuth(t *testing.T) {
 		t.Fatalf("context token's list_contexts = %q, want its context only", got)
 	}
 }
+
+// TestMCPCancelInterrupts: a client (of protocol 2026-07-28, as the Go
+// SDK's) that cancels run_code interrupts the run; the kernel keeps its
+// state and the next run does not wait behind the cancelled one.
+func TestMCPCancelInterrupts(t *testing.T) {
+	g := newGateway(t)
+	cs, err := mcpClient(t, g, "Bearer "+g.token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := call(t, cs, "create_context", map[string]any{"id": "mcp-cancel"}); res.IsError {
+		t.Fatal(texts(res))
+	}
+	call(t, cs, "run_code", map[string]any{"code": "kept = 3", "context": "mcp-cancel"})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: "run_code", Arguments: map[string]any{"code": "import time\ntime.sleep(120)", "context": "mcp-cancel"}})
+	if err == nil {
+		t.Fatal("the cancelled call returned a result")
+	}
+	// The run was interrupted: the next one runs at once, with the state.
+	res := call(t, cs, "run_code", map[string]any{"code": "kept", "context": "mcp-cancel", "timeout": 20})
+	if res.IsError || !strings.Contains(texts(res), "3") {
+		t.Fatalf("after a cancelled call = %v %q, want the state and no wait", res.IsError, texts(res))
+	}
+}

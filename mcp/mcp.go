@@ -113,6 +113,8 @@ func New(cfg Config, mgr *sessions.Manager) *Handler {
 		// The gateway guards Host and Origin itself (with its own
 		// allowed origins and host rules).
 		DisableLocalhostProtection: true,
+		// A client that goes away (or cancels) interrupts its run.
+		PropagateRequestCancellation: true,
 	})
 	return h
 }
