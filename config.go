@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -12,9 +13,13 @@ import (
 // config is everything kernelgate serve can be told, by flag or by the
 // matching KERNELGATE_* environment variable (a flag wins).
 type config struct {
-	IP             string
-	Port           int
-	Token          string
+	IP        string
+	Port      int
+	Token     string
+	TokenFile string
+	// secretsInArgv names the flags that carried a secret on the command
+	// line, where every local user can read it (/proc/<pid>/cmdline).
+	secretsInArgv  []string
 	AllowOrigins   []string
 	KernelspecDirs []string
 	DefaultKernel  string
@@ -98,11 +103,13 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("ip")
 	fs.IntVar(&c.Port, "port", 8888, "port to listen on")
 	add("port")
-	fs.StringVar(&c.Token, "token", "", "token every request but GET /api must carry; without one kernelgate listens on loopback only")
+	fs.StringVar(&c.Token, "token", "", "token every request but GET /api must carry; without one kernelgate listens on loopback only. On the command line every local user can read it: set it in the environment variable or use --token-file")
 	add("token")
+	fs.StringVar(&c.TokenFile, "token-file", "", "file holding the token (surrounding whitespace ignored): with the environment variable, the safe ways to give the token")
+	add("token-file")
 	fs.StringVar(&c.APIKeysFile, "api-keys-file", "", "file of API keys, one \"name scopes secret\" a line (scopes read, exec or read,exec; the secret may be its sha256:<hex> from kernelgate hash-key)")
 	add("api-keys-file")
-	fs.StringVar(&c.APIKeys, "api-keys", "", "API keys as name:scopes:secret entries separated by ;")
+	fs.StringVar(&c.APIKeys, "api-keys", "", "API keys as name:scopes:secret entries separated by ; (on the command line every local user can read them: prefer the environment variable or --api-keys-file)")
 	add("api-keys")
 	fs.BoolVar(&c.Sandbox, "sandbox", false, "run kernels in bubblewrap: read-only system, private /tmp, HOME and working dir, own pid namespace, no network unless --sandbox-network")
 	add("sandbox")
@@ -212,6 +219,23 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 			if err := fs.Set(e.flag, v); err != nil {
 				return nil, fmt.Errorf("%s: %w", e.env, err)
 			}
+		}
+	}
+	for _, name := range []string{"token", "api-keys"} {
+		if set[name] {
+			c.secretsInArgv = append(c.secretsInArgv, "--"+name)
+		}
+	}
+	if c.TokenFile != "" {
+		if c.Token != "" {
+			return nil, fmt.Errorf("give the token once: --token-file or --token (KERNELGATE_TOKEN), not both")
+		}
+		b, err := os.ReadFile(c.TokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %w", err)
+		}
+		if c.Token = strings.TrimSpace(string(b)); c.Token == "" {
+			return nil, fmt.Errorf("--token-file %s is empty", c.TokenFile)
 		}
 	}
 	if fs.NArg() > 0 {

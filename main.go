@@ -102,6 +102,10 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	for _, f := range cfg.secretsInArgv {
+		log.Warn("a secret was given on the command line, where every local user and every kernel can read it (/proc/<pid>/cmdline): set it in the environment or in a file instead",
+			"flag", f, "instead", map[string]string{"--token": "KERNELGATE_TOKEN or --token-file", "--api-keys": "KERNELGATE_API_KEYS or --api-keys-file"}[f])
+	}
 	if cfg.Procs < 0 {
 		return fmt.Errorf("--procs must be 0 (automatic) or more")
 	}
@@ -153,8 +157,11 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	var sandbox *jupyter.SandboxConfig
 	if cfg.Sandbox {
 		hide := append([]string{}, cfg.SandboxHide...)
-		if cfg.APIKeysFile != "" {
-			if abs, err := filepath.Abs(cfg.APIKeysFile); err == nil {
+		for _, secret := range []string{cfg.APIKeysFile, cfg.TokenFile} {
+			if secret == "" {
+				continue
+			}
+			if abs, err := filepath.Abs(secret); err == nil {
 				hide = append(hide, abs)
 			}
 		}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"kernelgate/sessions"
+	"kernelgate/internal/timefmt"
 	"kernelgate/workspace"
 )
 
@@ -31,7 +31,7 @@ type fileModel struct {
 }
 
 func newFileModel(e workspace.Entry) fileModel {
-	return fileModel{Name: e.Name, Path: e.Path, Type: e.Type, Size: e.Size, Modified: sessions.FormatTime(e.Modified)}
+	return fileModel{Name: e.Name, Path: e.Path, Type: e.Type, Size: e.Size, Modified: timefmt.Format(e.Modified)}
 }
 
 // contextWorkspace returns the workspace of the route's context, checking
@@ -100,7 +100,7 @@ func (s *Server) putFile(c echo.Context) error {
 		}
 		return err
 	}
-	return c.JSON(http.StatusCreated, map[string]any{"path": e.Path, "size": e.Size, "modified": sessions.FormatTime(e.Modified)})
+	return c.JSON(http.StatusCreated, map[string]any{"path": e.Path, "size": e.Size, "modified": timefmt.Format(e.Modified)})
 }
 
 func (s *Server) getFile(c echo.Context) error {

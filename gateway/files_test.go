@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"kernelgate/internal/needs"
 	"kernelgate/jupyter"
 	"kernelgate/sessions"
 	"kernelgate/workspace"
@@ -559,7 +560,7 @@ func memStatus(t *testing.T) (rss, hwm int64) {
 	t.Helper()
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
-		t.Skipf("no /proc: %v", err)
+		needs.Skip(t, "no /proc: %v", err)
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		var kb int64

@@ -840,7 +840,4 @@ func (k *Kernel) die(err error) {
 	default:
 		k.proc.Signal(syscall.SIGKILL)
 	}
-	if !errors.Is(err, ErrKernelShutdown) {
-		k.log.Info("kernel died", "err", err)
-	}
 }

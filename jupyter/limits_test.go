@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"kernelgate/internal/needs"
 	"kernelgate/internal/testkernels"
 )
 
@@ -17,11 +18,11 @@ func needCgroups(t *testing.T, controllers ...string) {
 	t.Helper()
 	host, err := hostCgroups()
 	if err != nil {
-		t.Skipf("cgroups not available: %v", err)
+		needs.Skip(t, "cgroups not available: %v", err)
 	}
 	for _, c := range controllers {
 		if contains(host.missing, c) {
-			t.Skipf("cgroup controller %s not available", c)
+			needs.Skip(t, "cgroup controller %s not available", c)
 		}
 	}
 }

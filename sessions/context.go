@@ -12,6 +12,8 @@ import (
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
 	"kernelgate/workspace"
+
+	"kernelgate/internal/timefmt"
 )
 
 // Context is an interpreter context of the code-interpreter API: a kernel
@@ -67,6 +69,7 @@ func (c *Context) Model() ContextModel {
 	k := c.kernel
 	ids := append([]string{}, c.runIDs...)
 	c.mu.Unlock()
+	ids = c.m.keptRuns(ids)
 	names := make([]string, 0, len(c.Env))
 	for n := range c.Env {
 		names = append(names, n)
@@ -74,7 +77,7 @@ func (c *Context) Model() ContextModel {
 	sort.Strings(names)
 	cm := ContextModel{
 		ID: c.ID, Language: c.Language, Cwd: c.Cwd, Env: names, ProcessIDs: ids,
-		ExecutionState: "dead", CreatedAt: FormatTime(c.created), LastActivity: FormatTime(c.created),
+		ExecutionState: "dead", CreatedAt: timefmt.Format(c.created), LastActivity: timefmt.Format(c.created),
 	}
 	if k != nil {
 		km := k.Model()
@@ -235,7 +238,7 @@ func (c *Context) runQueue(justOne bool) {
 			c.queue = nil
 			c.mu.Unlock()
 			for _, r := range queued {
-				r.end(Lost, errorf(ErrNoSuchContext, "context %s was deleted", c.ID))
+				r.lose(deletedBeforeStart(c))
 			}
 			return
 		}
@@ -274,9 +277,14 @@ func runContext(r *Run, parent context.Context) (context.Context, context.Cancel
 func (c *Context) execute(r *Run) {
 	stop := make(chan Reason, 1)
 	late := lateOutput{more: make(chan struct{}, 1), result: make(chan struct{})}
-	var resultOnce sync.Once
+	var resultOnce, beganOnce sync.Once
+	// began is closed when the kernel says the code runs (execute_input).
+	began := make(chan struct{})
 	var pendingInput *Message
 	handle := func(ch jupyter.Channel, m *Message) {
+		if m.Type() == jupyter.ExecuteInput {
+			beganOnce.Do(func() { close(began) })
+		}
 		if m.Type() == jupyter.InputRequest {
 			r.mu.Lock()
 			pendingInput = m
@@ -365,6 +373,7 @@ func (c *Context) execute(r *Run) {
 	}
 
 	var grace, again <-chan time.Time
+	var onBegin <-chan struct{}
 	interrupt := func() {
 		ictx, icancel := context.WithTimeout(context.Background(), c.m.cfg.InterruptGrace)
 		if err := k.Interrupt(ictx); err != nil {
@@ -392,10 +401,23 @@ func (c *Context) execute(r *Run) {
 			}
 			r.mu.Unlock()
 			if grace == nil {
-				interrupt()
 				grace = time.After(c.m.cfg.InterruptGrace)
 				again = time.After(c.m.cfg.InterruptGrace / 3)
+				select {
+				case <-began:
+					interrupt()
+				default:
+					// ipykernel ignores a signal that comes before it
+					// runs the code: interrupt once it does, so a
+					// timeout shorter than the hand-over still bounds
+					// the run. (Two signals close together could land
+					// the second outside the handler, killing it.)
+					onBegin = began
+				}
 			}
+		case <-onBegin:
+			interrupt()
+			onBegin = nil
 		case <-again:
 			// A signal that lands before the code runs is ignored by
 			// ipykernel: interrupt once more before giving up on it.
@@ -406,7 +428,9 @@ func (c *Context) execute(r *Run) {
 			c.m.log.Warn("kernel did not stop after an interrupt: restarting it", "context", c.ID, "run", r.ID)
 			jk.Forget(call)
 			rctx, rcancel := context.WithTimeout(context.Background(), c.m.cfg.StartTimeout)
-			k.Restart(rctx)
+			if err := c.restart(rctx); err != nil {
+				c.m.log.Info("restarting the kernel failed; the next run starts one", "context", c.ID, "err", err)
+			}
 			rcancel()
 			r.lose("the kernel did not stop after an interrupt and was restarted; its state is gone")
 			return
@@ -498,22 +522,24 @@ func (c *Context) interrupt(ctx context.Context) error {
 	return nil
 }
 
-// restart gives the context a new kernel process: state is gone.
+// restart gives the context a new kernel process: state is gone, the id
+// stays. It is the one way a context's kernel is restarted: on request,
+// and when a run does not stop after an interrupt.
 func (c *Context) restart(ctx context.Context) error {
 	c.mu.Lock()
-	k := c.kernel
+	k, deleted := c.kernel, c.deleted
 	c.mu.Unlock()
-	if k == nil {
-		_, _, err := c.ensureKernel(ctx)
-		return err
+	if deleted {
+		return errorf(ErrNoSuchContext, "context %s was deleted", c.ID)
 	}
-	if err := k.Restart(ctx); err != nil && !errors.Is(err, ErrKernelGone) {
-		return err
-	} else if errors.Is(err, ErrKernelGone) {
-		_, _, err = c.ensureKernel(ctx)
-		return err
+	if k != nil {
+		if err := k.Restart(ctx); !errors.Is(err, ErrKernelGone) {
+			return err
+		}
 	}
-	return nil
+	// No kernel yet, or it was shut down through the Jupyter API: start one.
+	_, _, err := c.ensureKernel(ctx)
+	return err
 }
 
 // setupCode returns code that applies cwd and env inside a running kernel

@@ -3,7 +3,6 @@ package sessions
 import (
 	"context"
 	"errors"
-	"fmt"
 	"regexp"
 	"sort"
 	"strings"
@@ -23,6 +22,22 @@ var contextID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 
 // sharedID is the context id of a language's shared kernel.
 func sharedID(language string) string { return "code-" + language }
+
+// checkContextID refuses an id a client may not give a context of
+// language: one that is not 1 to 128 of A-Z a-z 0-9 . _ -, "." and ".."
+// (which clients that normalise URLs cannot reach), and the id of another
+// language's shared kernel (whose default runs would go to this one).
+func (m *Manager) checkContextID(id, language string) error {
+	if !contextID.MatchString(id) || id == "." || id == ".." {
+		return errorf(ErrBadRequest, "a context id has 1 to 128 of A-Z a-z 0-9 . _ - and is not . or ..")
+	}
+	if lang, ok := strings.CutPrefix(id, "code-"); ok && lang != language {
+		if _, configured := m.cfg.Languages[lang]; configured {
+			return errorf(ErrBadRequest, "context id %s is the shared %s kernel's: create it with language %s, or choose another id", id, lang, lang)
+		}
+	}
+	return nil
+}
 
 // Languages lists the languages whose kernelspec is available.
 func (m *Manager) Languages() []string {
@@ -94,8 +109,8 @@ func (m *Manager) CreateContext(ctx context.Context, req ContextRequest) (*Conte
 	req.Language = lang
 	if req.ID == "" {
 		req.ID = newID()
-	} else if !contextID.MatchString(req.ID) || req.ID == "." || req.ID == ".." {
-		return nil, errorf(ErrBadRequest, "a context id has 1 to 128 of A-Z a-z 0-9 . _ - and is not . or ..")
+	} else if err := m.checkContextID(req.ID, lang); err != nil {
+		return nil, err
 	}
 	if err := checkEnv(req.Env); err != nil {
 		return nil, err
@@ -202,14 +217,16 @@ func (m *Manager) deleteContext(c *Context) {
 	running := c.running
 	c.mu.Unlock()
 	for _, r := range queued {
-		r.end(Lost, nil)
+		r.lose(deletedBeforeStart(c))
+	}
+	// The running run ends first: the kernel's shutdown would end it
+	// without saying why.
+	if running != nil {
+		running.lose("context " + c.ID + " was deleted during the run and its kernel shut down")
 	}
 	if k != nil {
 		m.forget(k)
 		k.shutdown(context.Background())
-	}
-	if running != nil {
-		running.end(Lost, nil)
 	}
 	if !already {
 		m.deleteWorkspace(c)
@@ -261,6 +278,9 @@ func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*Run, error)
 	}
 	if req.Context != "" && req.Env != nil {
 		return nil, errorf(ErrBadRequest, "env applies when a kernel starts: set it when creating the context")
+	}
+	if strings.ContainsRune(req.Code, 0) {
+		return nil, errorf(ErrBadRequest, "code contains a NUL character (U+0000), which a kernel drops without an answer: remove it")
 	}
 	if err := checkEnv(req.Env); err != nil {
 		return nil, err
@@ -557,6 +577,25 @@ func (m *Manager) pruneRunsLocked() {
 	}
 }
 
+// deletedBeforeStart says why a run queued on a deleted context ends.
+func deletedBeforeStart(c *Context) string {
+	return "context " + c.ID + " was deleted before the run started; it never ran"
+}
+
+// keptRuns returns the ids whose runs are still kept, in their order.
+func (m *Manager) keptRuns(ids []string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.pruneRunsLocked()
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if _, ok := m.runs[id]; ok {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
 // Run returns a run by id.
 func (m *Manager) Run(id string) (*Run, error) {
 	m.mu.Lock()
@@ -568,5 +607,3 @@ func (m *Manager) Run(id string) (*Run, error) {
 	}
 	return r, nil
 }
-
-var _ = fmt.Sprint

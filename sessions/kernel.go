@@ -10,6 +10,8 @@ import (
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
 	"kernelgate/workspace"
+
+	"kernelgate/internal/timefmt"
 )
 
 // KernelModel is a kernel as the Jupyter REST API shows it.
@@ -97,7 +99,7 @@ func (k *Kernel) Model() KernelModel {
 	return KernelModel{
 		ID:             k.id,
 		Name:           k.spec.Name,
-		LastActivity:   FormatTime(k.lastAct),
+		LastActivity:   timefmt.Format(k.lastAct),
 		ExecutionState: string(k.state),
 		Connections:    len(k.clients),
 		Reason:         k.reason,

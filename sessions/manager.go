@@ -2,7 +2,6 @@ package sessions
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"os"
 	"sort"
@@ -15,6 +14,8 @@ import (
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
 	"kernelgate/workspace"
+
+	"kernelgate/internal/timefmt"
 )
 
 // Config holds the manager's limits and policies. Zero values take the
@@ -444,7 +445,7 @@ func (m *Manager) Status() Status {
 		conns += len(k.clients)
 		k.mu.Unlock()
 	}
-	return Status{Started: FormatTime(m.started), LastActivity: FormatTime(last), Kernels: len(ks), Connections: conns}
+	return Status{Started: timefmt.Format(m.started), LastActivity: timefmt.Format(last), Kernels: len(ks), Connections: conns}
 }
 
 // cull shuts down idle kernels.
@@ -510,5 +511,3 @@ func (m *Manager) Close(ctx context.Context) error {
 	})
 	return nil
 }
-
-var _ = errors.Is

@@ -170,13 +170,6 @@ func (r *Run) ExecutionJSON() []byte {
 	return js
 }
 
-// Execution returns a copy of the run's Execution.
-func (r *Run) Execution() Execution {
-	var e Execution
-	json.Unmarshal(r.ExecutionJSON(), &e)
-	return e
-}
-
 // RunModel is GET /api/runs/{id}.
 type RunModel struct {
 	ID        string          `json:"id"`
@@ -204,6 +197,16 @@ func (r *Run) Events(after int) ([]Event, <-chan struct{}, bool) {
 		out = append(out, r.events[after:]...)
 	}
 	return out, r.changed, r.state == RunDone
+}
+
+// End returns the run's end event once it has ended.
+func (r *Run) End() (Event, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.state != RunDone || len(r.events) == 0 {
+		return Event{}, false
+	}
+	return r.events[len(r.events)-1], true
 }
 
 // LastSeq is the seq of the run's latest event.
