@@ -38,6 +38,7 @@ import (
 	"sync"
 	"time"
 
+	"kernelgate/internal/timefmt"
 	"kernelgate/sessions"
 	"kernelgate/workspace"
 )
@@ -283,7 +284,7 @@ func (h *Handler) sandboxModel(sb *sandbox, withTokens bool) map[string]any {
 	h.mu.Unlock()
 	m := map[string]any{
 		"sandboxID": sb.id, "templateID": sb.template, "alias": sb.template, "clientID": "kernelgate",
-		"envdVersion": envdVersion, "startedAt": sessions.FormatTime(sb.started), "endAt": sessions.FormatTime(end),
+		"envdVersion": envdVersion, "startedAt": timefmt.Format(sb.started), "endAt": timefmt.Format(end),
 		"state": "running", "cpuCount": 1, "memoryMB": 0, "diskSizeMB": 0, "metadata": nonNil(sb.metadata),
 	}
 	if withTokens {
