@@ -20,10 +20,19 @@ await assert.rejects(Sandbox.create({ ...opts, apiKey: 'not-a-key-0123456789' })
 const sbx = await Sandbox.create(opts);
 assert.ok(sbx.sandboxId, 'sandbox id');
 assert.equal(await sbx.isRunning(), true);
+const info = await Sandbox.getInfo(sbx.sandboxId, opts);
+assert.equal(info.sandboxId, sbx.sandboxId);
+assert.equal(info.state, 'running');
+assert.ok(info.endAt > info.startedAt, `endAt ${info.endAt} after startedAt ${info.startedAt}`);
+await sbx.setTimeout(10 * 60 * 1000);
+const page = await Sandbox.list(opts).nextItems();
+assert.ok(page.some((s) => s.sandboxId === sbx.sandboxId), JSON.stringify(page));
+const again = await Sandbox.connect(sbx.sandboxId, opts);
+await again.runCode('connected = True');
 
 // State kept across runs; the last expression is the main result.
 await sbx.runCode('x = 40');
-let exec = await sbx.runCode('x + 2');
+let exec = await sbx.runCode('x + 2 if connected else 0');
 assert.equal(exec.text, '42');
 assert.equal(exec.error, undefined);
 assert.ok(exec.executionCount >= 2, `executionCount ${exec.executionCount}`);
@@ -82,8 +91,8 @@ exec = await sbx.runCode('x');
 assert.equal(exec.text, '40');
 
 // Files: written through the SDK, read by the code, and back.
-const info = await sbx.files.write('/home/user/data/input.csv', 'a,b\n1,2\n3,4\n');
-assert.equal(info.path, '/home/user/data/input.csv');
+const written = await sbx.files.write('/home/user/data/input.csv', 'a,b\n1,2\n3,4\n');
+assert.equal(written.path, '/home/user/data/input.csv');
 await sbx.files.write('notes.txt', 'relative paths are in the workspace');
 exec = await sbx.runCode('import csv\nrows = list(csv.DictReader(open("data/input.csv")))\nopen("out.txt", "w").write(str(sum(int(r["b"]) for r in rows)))\nlen(rows)');
 assert.equal(exec.text, '2', JSON.stringify(exec.error));
