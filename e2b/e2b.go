@@ -159,16 +159,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r)
 }
 
-// Close stops the sandboxes' timers; the sandboxes' contexts stay with the
-// manager, which shuts their kernels down when it closes.
+// Close kills every sandbox (their contexts and files: a restarted
+// gateway would not know them) and refuses new ones.
 func (h *Handler) Close() {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	h.closed = true
-	for _, s := range h.sandboxes {
-		if s.timer != nil {
-			s.timer.Stop()
-		}
+	ids := make([]string, 0, len(h.sandboxes))
+	for id := range h.sandboxes {
+		ids = append(ids, id)
+	}
+	h.mu.Unlock()
+	for _, id := range ids {
+		h.kill(id)
 	}
 }
 

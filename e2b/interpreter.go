@@ -125,6 +125,13 @@ func (h *Handler) stream(w http.ResponseWriter, r *http.Request, run *sessions.R
 			if e.Type == "error" {
 				errSent = true
 			}
+			if f := run.Failure(); e.Type == "end" && f != nil && !errSent {
+				// The run never started: its kernel did not.
+				_, msg := h.cfg.Describe(f)
+				js, _ := json.Marshal(errorLine{Type: "error", Name: "KernelStartFailed", Value: msg})
+				buf.Write(append(js, '\n'))
+				errSent = true
+			}
 			if err := translate(&buf, e, errSent); err != nil {
 				h.cfg.Logger.Warn("e2b: event not translated", "type", e.Type, "err", err)
 			}
