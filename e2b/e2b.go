@@ -129,7 +129,6 @@ func (h *Handler) routes() {
 		m.HandleFunc("GET "+p+"/{id}", h.api(false, h.getSandbox))
 		m.HandleFunc("DELETE "+p+"/{id}", h.api(true, h.killSandbox))
 		m.HandleFunc("POST "+p+"/{id}/connect", h.api(true, h.connectSandbox))
-		m.HandleFunc("POST "+p+"/{id}/resume", h.api(true, h.connectSandbox))
 		m.HandleFunc("POST "+p+"/{id}/timeout", h.api(true, h.setTimeout))
 		m.HandleFunc("POST "+p+"/{id}/refreshes", h.api(true, h.refresh))
 	}
