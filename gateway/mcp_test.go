@@ -361,3 +361,48 @@ func TestMCPCancelInterrupts(t *testing.T) {
 		t.Fatalf("after a cancelled call = %v %q, want the state and no wait", res.IsError, texts(res))
 	}
 }
+
+// TestMCPInterruptTool: interrupt from another client stops a running
+// run_code; the kernel keeps its state.
+func TestMCPInterruptTool(t *testing.T) {
+	g := newGateway(t)
+	cs, err := mcpClient(t, g, "Bearer "+g.token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := call(t, cs, "create_context", map[string]any{"id": "mcp-int"}); res.IsError {
+		t.Fatal(texts(res))
+	}
+	call(t, cs, "run_code", map[string]any{"code": "kept = 9", "context": "mcp-int"})
+	done := make(chan *sdk.CallToolResult, 1)
+	go func() {
+		res, _ := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "run_code",
+			Arguments: map[string]any{"code": "import time\ntime.sleep(120)", "context": "mcp-int"}})
+		done <- res
+	}()
+	checkFor(t, 30*time.Second, "the run is busy", func() bool {
+		c, err := g.mgr.Context("mcp-int")
+		return err == nil && c.Model().ExecutionState == "busy"
+	})
+	other, err := mcpClient(t, g, "Bearer "+g.token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := call(t, other, "interrupt", map[string]any{"context": "mcp-int"}); res.IsError {
+		t.Fatalf("interrupt: %s", texts(res))
+	}
+	select {
+	case res := <-done:
+		if res == nil || !strings.Contains(texts(res), "KeyboardInterrupt") {
+			t.Fatalf("interrupted run_code = %+v", res)
+		}
+		if r := structured[map[string]any](t, res)["process"].(map[string]any)["reason"]; r != "interrupted" {
+			t.Fatalf("reason = %v, want interrupted", r)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("run_code did not end after interrupt")
+	}
+	if res := call(t, cs, "run_code", map[string]any{"code": "kept", "context": "mcp-int"}); !strings.Contains(texts(res), "9") {
+		t.Fatalf("state after interrupt = %q", texts(res))
+	}
+}
