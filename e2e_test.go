@@ -296,3 +296,15 @@ func waitHTTP(t *testing.T, url string, d time.Duration) {
 		}
 	}
 }
+
+func TestMCPTypeScriptSDK(t *testing.T) {
+	bin := buildBinary(t)
+	gw := startGateway(t, bin, "--token", "mcp-token")
+	node(t, "mcp.mjs", "KERNELGATE_URL="+gw.url, "KERNELGATE_TOKEN=mcp-token")
+}
+
+func TestE2BSDK(t *testing.T) {
+	bin := buildBinary(t)
+	gw := startGateway(t, bin, "--token", "e2b-token-0123456789")
+	node(t, "e2b.mjs", "KERNELGATE_URL="+gw.url, "KERNELGATE_TOKEN=e2b-token-0123456789")
+}

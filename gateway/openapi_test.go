@@ -220,6 +220,9 @@ func TestOpenAPIRouteParity(t *testing.T) {
 				if p == "/" || p == "/static/*" { // the web front-end
 					continue
 				}
+				if p == "/mcp" || p == "/e2b/*" { // MCP's and E2B's protocols, not this document's
+					continue
+				}
 				served = append(served, r.Method+" "+openAPIPath(p))
 			}
 			sort.Strings(served)
