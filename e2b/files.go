@@ -8,8 +8,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
+	"kernelgate/internal/timefmt"
 	"kernelgate/workspace"
 )
 
@@ -75,7 +75,7 @@ func rpcEntry(e workspace.Entry) envdEntry {
 		name = "user"
 	}
 	return envdEntry{Name: name, Type: typ, Path: absPath(e.Path), Size: strconv.FormatInt(e.Size, 10), Mode: mode,
-		Permissions: perm, Owner: "user", Group: "user", ModifiedTime: e.Modified.UTC().Format(time.RFC3339Nano)}
+		Permissions: perm, Owner: "user", Group: "user", ModifiedTime: timefmt.Format(e.Modified)}
 }
 
 // envdError writes an error of envd's HTTP API.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"kernelgate/internal/timefmt"
 	"kernelgate/sessions"
 )
 
@@ -199,7 +200,7 @@ func translate(buf *bytes.Buffer, e sessions.Event, errSent bool) error {
 		if err := json.Unmarshal(e.JSON, &ev); err != nil {
 			return err
 		}
-		return line(outputLine{Type: e.Type, Text: ev.Text, Timestamp: time.Now().UTC().Format(time.RFC3339Nano)})
+		return line(outputLine{Type: e.Type, Text: ev.Text, Timestamp: timefmt.Format(time.Now())})
 	case "result":
 		var res sessions.Result
 		if err := json.Unmarshal(e.JSON, &res); err != nil {
