@@ -144,7 +144,7 @@ func Open(path string, opts Options) (*Bolt, error) {
 			return nil, fmt.Errorf("state: %s cannot be used (%v) nor moved aside: %w", path, bad, merr)
 		}
 		log.Error("state: the store could not be used; it was moved aside and a new one starts, so what it held is not restored",
-			"path", path, "movedTo", aside, "why", bad.Error(), "lost", describe(aside, opts.LockTimeout))
+			"path", path, "movedTo", aside, "why", bad.Error(), "lost", describe(aside))
 		db, err = openChecked(path, opts)
 	}
 	if err != nil {
@@ -184,7 +184,14 @@ func openChecked(path string, o Options) (db *bolt.DB, err error) {
 	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: o.LockTimeout})
 	switch {
 	case errors.Is(err, berrors.ErrTimeout):
-		return nil, fmt.Errorf("%w: %s is locked (waited %v): is another kernelgate running with this state directory?", ErrLocked, path, o.LockTimeout)
+		holder := ""
+		if f, err := os.Open(path); err == nil {
+			if pids := lockHolders(f, os.Getpid()); len(pids) > 0 && pids[0] > 0 {
+				holder = fmt.Sprintf(" by process %d", pids[0])
+			}
+			f.Close()
+		}
+		return nil, fmt.Errorf("%w: %s is locked%s (waited %v): is another kernelgate running with this state directory?", ErrLocked, path, holder, o.LockTimeout)
 	case err != nil:
 		return nil, &unusableError{"damaged", fmt.Sprintf("not a readable store: %v", err)}
 	}
@@ -276,10 +283,14 @@ func moveAside(path, suffix string) (string, error) {
 	}
 	defer f.Close()
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return "", fmt.Errorf("%w: %s", ErrLocked, path)
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			return "", err
 		}
-		return "", err
+		// bbolt's Open may panic on a damaged file with the file still
+		// open and locked by this process: that lock is no one else's.
+		if others := lockHolders(f, os.Getpid()); len(others) > 0 {
+			return "", fmt.Errorf("%w: %s is locked by process %v", ErrLocked, path, others)
+		}
 	}
 	base := path + "." + time.Now().UTC().Format("20060102T150405Z")
 	aside := base + "." + suffix
@@ -305,7 +316,7 @@ func syncDir(dir string) {
 
 // describe says, as far as it can still be read, what a moved-aside
 // store held.
-func describe(path string, timeout time.Duration) (out string) {
+func describe(path string) (out string) {
 	size := int64(-1)
 	if fi, err := os.Stat(path); err == nil {
 		size = fi.Size()
@@ -317,7 +328,9 @@ func describe(path string, timeout time.Duration) (out string) {
 			out = unreadable
 		}
 	}()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: timeout})
+	// A short wait: a damaged file may still be locked by this process,
+	// whose bbolt panicked while opening it.
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: 50 * time.Millisecond})
 	if err != nil {
 		return unreadable
 	}

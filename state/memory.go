@@ -9,7 +9,7 @@ import (
 )
 
 // Memory is a Store that keeps its records in this process only: what
-// kernelgate does with --state-dir ”. Nothing survives a restart.
+// kernelgate does with an empty --state-dir. Nothing survives a restart.
 type Memory struct {
 	mu       sync.Mutex
 	closed   bool

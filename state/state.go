@@ -4,7 +4,7 @@
 //
 // A Store is the one interface the rest of kernelgate sees. Two
 // implementations live here: Memory, which keeps everything in this
-// process (state dir ”), and Bolt, one file under the state directory in
+// process (an empty --state-dir), and Bolt, one file under the state directory in
 // go.etcd.io/bbolt. Another store (shared by several gateway replicas, or
 // kept by the Kubernetes provisioner) implements the same interface.
 //
