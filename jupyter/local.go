@@ -50,6 +50,10 @@ type LocalProvisioner struct {
 	// HomeSeed, when it exists, is copied into every new kernel's HOME
 	// (see PrepareHomeSeed).
 	HomeSeed string
+	// Detached launches kernels that outlive the gateway (see
+	// localinfo.go): kernelgate with a state directory sets it, so a
+	// restarted gateway can adopt them again.
+	Detached bool
 }
 
 var _ Provisioner = (*LocalProvisioner)(nil)
@@ -151,7 +155,7 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	}
 	// ipykernel exits when this process goes away; in a sandbox its
 	// parent is the sandbox's init (pid 1), and --die-with-parent does it.
-	if iso.sandbox == nil {
+	if iso.sandbox == nil && !p.Detached {
 		env["JPY_PARENT_PID"] = strconv.Itoa(os.Getpid())
 	}
 	cwd, startDir := req.Cwd, req.Cwd
@@ -175,6 +179,12 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	cmd.Dir = startDir
 	cmd.Stdout, cmd.Stderr = lp.tail, lp.tail
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if p.Detached {
+		if err := lp.detach(cmd, iso.sandbox != nil); err != nil {
+			gate.Close()
+			return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
+		}
+	}
 	if iso.sandbox != nil {
 		cmd.SysProcAttr.Credential = iso.user.credential()
 	}
@@ -187,6 +197,7 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	}
 	err = cmd.Start()
 	closeChildEnds(cmd)
+	lp.closeOutput()
 	if err != nil {
 		gate.Close()
 		info.Close()
@@ -222,6 +233,11 @@ type localProcess struct {
 	bridge    *netBridge    // nil unless a sandbox bridges tcp
 	sandboxed bool
 
+	// set for a detached kernel (localinfo.go)
+	detached bool
+	outFile  string   // its stdout and stderr
+	outF     *os.File // this process's copy, until the child started
+
 	done   chan struct{}
 	status string // set before done is closed
 	reason string // set before done is closed
@@ -230,7 +246,12 @@ type localProcess struct {
 func (lp *localProcess) ConnInfo() ConnInfo    { return lp.ci }
 func (lp *localProcess) PID() int              { return lp.cmd.Process.Pid }
 func (lp *localProcess) Done() <-chan struct{} { return lp.done }
-func (lp *localProcess) Output() string        { return lp.tail.String() }
+func (lp *localProcess) Output() string {
+	if lp.outFile != "" {
+		return fileTail(lp.outFile, outputTailDefault)
+	}
+	return lp.tail.String()
+}
 
 func (lp *localProcess) ExitStatus() string {
 	select {

@@ -1,0 +1,162 @@
+package jupyter
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"kernelgate/internal/testkernels"
+)
+
+// resultText runs code and returns the text/plain of its execute_result.
+func resultText(t *testing.T, k *Kernel, code string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := newCollector()
+	if _, err := k.Execute(ctx, code, c.handle); err != nil {
+		t.Fatalf("execute %q: %v", code, err)
+	}
+	res := c.ofType(ExecuteResult)
+	if len(res) != 1 {
+		t.Fatalf("execute %q: %d results", code, len(res))
+	}
+	var content struct {
+		Data map[string]string `json:"data"`
+	}
+	if err := res[0].DecodeContent(&content); err != nil {
+		t.Fatal(err)
+	}
+	return content.Data["text/plain"]
+}
+
+// TestReconnect is a gateway restart in one process: a detached python
+// kernel is started, its provisioner info saved and its client dropped
+// without stopping it; a new client built from the saved info alone finds
+// its state. Info that names another process (start time) or another key
+// is refused and leaves the kernel alone. Killed, the adopted kernel (not
+// a child of its client) is seen to die.
+func TestReconnect(t *testing.T) {
+	before := snapshot(t)
+	spec := testkernels.Spec(t, "python3")
+	p := &LocalProvisioner{RuntimeDir: t.TempDir(), Detached: true}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	k1, err := Start(ctx, p, Config{Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := k1.PID()
+	if got := resultText(t, k1, "x = 41; x"); got != "41" {
+		t.Fatalf("x = %q", got)
+	}
+	info, err := k1.ProvisionerInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved, err := info.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not tied to this process: no parent poller, a session of its own.
+	environ, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if strings.Contains(string(environ), "JPY_PARENT_PID=") {
+		t.Error("a detached kernel has JPY_PARENT_PID")
+	}
+	if sid, _ := unix.Getsid(pid); sid != pid {
+		t.Errorf("kernel session %d, want its own (%d)", sid, pid)
+	}
+	k1.Detach()
+	if !errors.Is(k1.Err(), ErrKernelDetached) {
+		t.Errorf("the dropped client ended with %v", k1.Err())
+	}
+	if syscall.Kill(pid, 0) != nil {
+		t.Fatal("dropping the client ended the kernel")
+	}
+
+	loaded, err := UnmarshalProvisionerInfo(saved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A process that is not the kernel's (another start time) is refused.
+	wrong := loaded
+	wrongLocal := *loaded.Local
+	wrongLocal.StartTime++
+	wrong.Local = &wrongLocal
+	if _, err := Reconnect(ctx, p, wrong, Config{ID: k1.ID(), Spec: spec}); !errors.Is(err, ErrNotAdoptable) {
+		t.Errorf("another start time: %v, want ErrNotAdoptable", err)
+	}
+	// A kernel that does not sign with the stored key never answers.
+	badKey := loaded
+	badKey.Connection.Key = NewKey()
+	short, cancelShort := context.WithTimeout(ctx, 3*time.Second)
+	_, err = Reconnect(short, p, badKey, Config{ID: k1.ID(), Spec: spec})
+	cancelShort()
+	if !errors.Is(err, ErrConnectFailed) {
+		t.Errorf("another key: %v, want ErrConnectFailed", err)
+	}
+	if syscall.Kill(pid, 0) != nil {
+		t.Fatal("a refused adoption ended the kernel")
+	}
+
+	k2, err := Reconnect(ctx, p, loaded, Config{ID: k1.ID(), Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k2.Shutdown(context.Background())
+	if k2.PID() != pid {
+		t.Errorf("reconnected to pid %d, want %d", k2.PID(), pid)
+	}
+	if got := resultText(t, k2, "x + 1"); got != "42" {
+		t.Errorf("the kernel's state after reconnecting: x + 1 = %q, want 42", got)
+	}
+
+	// The adopted kernel is not our client's child: its death is learnt
+	// from its pidfd.
+	syscall.Kill(pid, syscall.SIGKILL)
+	select {
+	case <-k2.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the adopted kernel's death went unnoticed")
+	}
+	var died *DiedError
+	if !errors.As(k2.Err(), &died) || died.Status != ExitUnknown {
+		t.Errorf("died with %v, want a DiedError of status %q", k2.Err(), ExitUnknown)
+	}
+	k2.Shutdown(context.Background())
+	if _, err := os.Stat(loaded.Local.RuntimeDir); !os.IsNotExist(err) {
+		t.Errorf("the kernel's directory is still there: %v", err)
+	}
+	checkNoLeaks(t, before)
+}
+
+// TestAdoptRefusesReusedPid: a pid whose process is another one now (a
+// start time that differs) is never adopted.
+func TestAdoptRefusesReusedPid(t *testing.T) {
+	self, err := processStart(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &LocalProvisioner{}
+	info := ProvisionerInfo{Provisioner: "local", Local: &LocalInfo{PID: os.Getpid(), PGID: os.Getpid(), StartTime: self + 1, BootID: bootID()}}
+	if _, err := p.Adopt(context.Background(), info); !errors.Is(err, ErrNotAdoptable) {
+		t.Errorf("a mismatching start time: %v, want ErrNotAdoptable", err)
+	}
+	info.Local.StartTime = self
+	info.Local.BootID = "another-boot"
+	if _, err := p.Adopt(context.Background(), info); !errors.Is(err, ErrNotAdoptable) {
+		t.Errorf("another boot: %v, want ErrNotAdoptable", err)
+	}
+	info.Local.PID = 1 << 22 // above pid_max
+	info.Local.BootID = ""
+	if _, err := p.Adopt(context.Background(), info); !errors.Is(err, ErrNotAdoptable) {
+		t.Errorf("no such process: %v, want ErrNotAdoptable", err)
+	}
+}
