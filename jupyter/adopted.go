@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 )
@@ -57,15 +58,29 @@ func (p *LocalProvisioner) Adopt(ctx context.Context, info ProvisionerInfo) (Pro
 			ap.cg.leaves = append(ap.cg.leaves, cgLeaf{cgHierarchy: cgHierarchy{v2: c.V2, controllers: c.Controllers}, dir: c.Dir})
 		}
 	}
+	if li.Lease != "" {
+		// This gateway answers for the kernel now: its lease is renewed
+		// from here on.
+		timeout := li.OrphanTimeout
+		if timeout <= 0 {
+			timeout = p.guardTimeout()
+		}
+		if ap.guard, err = newGuard(filepath.Dir(li.Lease), timeout); err != nil {
+			w.close()
+			return nil, fmt.Errorf("%w: lease: %v", ErrNotAdoptable, err)
+		}
+		ap.guard.wdPID, ap.guard.wdStart = li.WatchdogPID, li.WatchdogStart
+	}
 	go ap.watch()
 	return ap, nil
 }
 
 // adoptedProcess is a local kernel that is not our child.
 type adoptedProcess struct {
-	info ProvisionerInfo
-	cg   *kernelCgroup
-	w    *pidWatcher
+	info  ProvisionerInfo
+	cg    *kernelCgroup
+	w     *pidWatcher
+	guard *orphanGuard // nil unless the kernel has a lease
 
 	done     chan struct{} // closed when the process has ended
 	watching chan struct{} // closed when watch returns
@@ -121,6 +136,7 @@ func (ap *adoptedProcess) Signal(sig syscall.Signal) error {
 // Release stops watching the process and leaves it running.
 func (ap *adoptedProcess) Release() {
 	ap.relOnce.Do(func() {
+		ap.guard.release()
 		ap.w.stop()
 		<-ap.watching
 		ap.w.close()
@@ -130,6 +146,7 @@ func (ap *adoptedProcess) Release() {
 // Cleanup removes the kernel's cgroup and directory. Call it after Done.
 func (ap *adoptedProcess) Cleanup() error {
 	ap.Release()
+	ap.guard.end()
 	return errors.Join(ap.cg.remove(), os.RemoveAll(ap.info.Local.RuntimeDir))
 }
 

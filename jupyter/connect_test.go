@@ -160,3 +160,90 @@ func TestAdoptRefusesReusedPid(t *testing.T) {
 		t.Errorf("no such process: %v, want ErrNotAdoptable", err)
 	}
 }
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, within)
+		}
+		<-tick.C
+	}
+}
+
+func leaseUntil(t *testing.T, info ProvisionerInfo) int64 {
+	b, err := os.ReadFile(info.Local.Lease)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return n
+}
+
+// TestOrphanWatchdog: a detached kernel whose client is dropped and that
+// no gateway adopts again is stopped by its watchdog once its lease runs
+// out, its directory removed; one adopted again in time (a rolling
+// restart) lives on past its first lease.
+func TestOrphanWatchdog(t *testing.T) {
+	before := snapshot(t)
+	spec := testkernels.Spec(t, "python3")
+	p := &LocalProvisioner{RuntimeDir: t.TempDir(), Detached: true, OrphanTimeout: 2 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	start := func() (*Kernel, ProvisionerInfo) {
+		k, err := Start(ctx, p, Config{Spec: spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := k.ProvisionerInfo()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Local.Lease == "" || info.Local.WatchdogPID == 0 || leaseUntil(t, info) < time.Now().Unix() {
+			t.Fatalf("no lease or watchdog: %+v", info.Local)
+		}
+		return k, info
+	}
+
+	// Rolling restart: dropped, then adopted again at once.
+	kept, keptInfo := start()
+	firstLease := leaseUntil(t, keptInfo)
+	kept.Detach()
+	k2, err := Reconnect(ctx, p, keptInfo, Config{ID: kept.ID(), Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k2.Shutdown(context.Background())
+
+	// Orphan: dropped for good.
+	orphan, orphanInfo := start()
+	orphanLease := leaseUntil(t, orphanInfo)
+	orphan.Detach()
+	pid := orphanInfo.Local.PID
+	waitFor(t, 30*time.Second, "the orphan is stopped", func() bool {
+		s, err := processStart(pid)
+		return err != nil || s != orphanInfo.Local.StartTime
+	})
+	waitFor(t, 10*time.Second, "the orphan's directory is removed", func() bool {
+		_, err := os.Stat(orphanInfo.Local.RuntimeDir)
+		return os.IsNotExist(err)
+	})
+	if time.Now().Unix() <= orphanLease {
+		t.Fatalf("the orphan was stopped before its lease ran out")
+	}
+	// By now the kept kernel's first lease has run out too.
+	waitFor(t, 10*time.Second, "the kept kernel's first lease ran out", func() bool { return time.Now().Unix() > firstLease+1 })
+	if got := resultText(t, k2, "1 + 1"); got != "2" {
+		t.Errorf("the adopted kernel after its first lease: %q", got)
+	}
+	if leaseUntil(t, keptInfo) <= firstLease {
+		t.Error("the adopting gateway did not renew the lease")
+	}
+	k2.Shutdown(context.Background())
+	checkNoLeaks(t, before)
+}

@@ -54,6 +54,10 @@ type LocalProvisioner struct {
 	// localinfo.go): kernelgate with a state directory sets it, so a
 	// restarted gateway can adopt them again.
 	Detached bool
+	// OrphanTimeout is how long a detached kernel lives on once no
+	// gateway renews its lease (orphan.go); 0 means
+	// DefaultOrphanTimeout.
+	OrphanTimeout time.Duration
 }
 
 var _ Provisioner = (*LocalProvisioner)(nil)
@@ -208,6 +212,12 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 		lp.killGroup()
 		return fail(fmt.Errorf("%w: %v%s", ErrStartFailed, err, outputSuffix(lp.Output())))
 	}
+	if lp.detached {
+		if err := lp.guardOrphan(p.guardTimeout()); err != nil {
+			lp.killGroup()
+			return fail(fmt.Errorf("%w: orphan watchdog: %v", ErrStartFailed, err))
+		}
+	}
 	go lp.wait()
 	return lp, nil
 }
@@ -237,6 +247,7 @@ type localProcess struct {
 	detached bool
 	outFile  string   // its stdout and stderr
 	outF     *os.File // this process's copy, until the child started
+	guard    *orphanGuard
 
 	done   chan struct{}
 	status string // set before done is closed
@@ -292,5 +303,6 @@ func (lp *localProcess) Signal(sig syscall.Signal) error {
 }
 
 func (lp *localProcess) Cleanup() error {
+	lp.guard.end()
 	return errors.Join(lp.cg.remove(), os.RemoveAll(lp.dir))
 }

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"time"
 )
 
 // Detached kernels: LocalProvisioner.Detached launches a kernel that does
@@ -18,18 +19,8 @@ import (
 //   - its stdout and stderr go to a file in its directory rather than
 //     into a pipe that would break with the gateway.
 //
-// A kernel left behind must not live forever when no gateway comes back
-// (docs/state.md has the design; it is not built yet): each detached
-// kernel gets a lease file in its directory that every gateway attached
-// to it renews (one ticker for all its kernels, every 30s), and a small
-// watchdog process beside it, in a session of its own, that stops the
-// kernel's process group (SIGTERM, then SIGKILL) and removes its
-// directory and cgroup once the lease is older than the orphan bound
-// (--orphan-timeout, say 15 minutes), or exits when the kernel does. A
-// rolling restart (--keep-kernels) renews the lease within the bound; a
-// gateway killed for good, or a store lost as damaged, leaves no kernel
-// running past it. A starting gateway also stops every stored kernel it
-// cannot adopt.
+// A kernel left behind must not live forever when no gateway comes back:
+// orphan.go gives each detached kernel a lease and a watchdog.
 
 // outputFileName is a detached kernel's stdout and stderr, in its
 // directory.
@@ -70,6 +61,9 @@ func (lp *localProcess) ProvisionerInfo() (ProvisionerInfo, error) {
 	}
 	li := &LocalInfo{PID: pid, StartTime: start, BootID: bootID(), PGID: pid, RuntimeDir: lp.dir,
 		OutputFile: lp.outFile, Sandboxed: lp.sandboxed, Bridged: lp.bridge != nil, Detached: lp.detached}
+	if g := lp.guard; g != nil {
+		li.Lease, li.OrphanTimeout, li.WatchdogPID, li.WatchdogStart = g.lease, g.timeout, g.wdPID, g.wdStart
+	}
 	if lp.cg != nil {
 		for _, l := range lp.cg.snapshot() {
 			li.Cgroups = append(li.Cgroups, CgroupInfo{Dir: l.dir, V2: l.v2, Controllers: l.controllers})
@@ -87,6 +81,34 @@ func (lp *localProcess) exited() bool {
 	}
 }
 
+// guardOrphan gives a detached kernel its lease and watchdog.
+func (lp *localProcess) guardOrphan(timeout time.Duration) error {
+	pid := lp.cmd.Process.Pid
+	start, err := processStart(pid)
+	if err != nil {
+		return err
+	}
+	g, err := newGuard(lp.dir, timeout)
+	if err != nil {
+		return err
+	}
+	var cgroups []string
+	for _, l := range lp.cg.snapshot() {
+		cgroups = append(cgroups, l.dir)
+	}
+	if err := g.startWatchdog(pid, start, lp.dir, cgroups); err != nil {
+		g.release()
+		return err
+	}
+	lp.guard = g
+	return nil
+}
+
+// Release stops renewing the kernel's lease (Kernel.Detach): the kernel
+// has the orphan timeout to be adopted again. The process stays watched
+// by wait until it ends.
+func (lp *localProcess) Release() { lp.guard.release() }
+
 // closeOutput closes this process's copy of a detached kernel's output
 // file once the child has it.
 func (lp *localProcess) closeOutput() {
@@ -96,4 +118,7 @@ func (lp *localProcess) closeOutput() {
 	}
 }
 
-var _ InfoProcess = (*localProcess)(nil)
+var (
+	_ InfoProcess = (*localProcess)(nil)
+	_ Releaser    = (*localProcess)(nil)
+)

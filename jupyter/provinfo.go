@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // ProvisionerInfo is what a provisioner needs to reach and control a
@@ -47,6 +48,13 @@ type LocalInfo struct {
 	Bridged bool `json:"bridged,omitempty"`
 	// Detached: the kernel was launched not to end with the gateway.
 	Detached bool `json:"detached,omitempty"`
+	// Lease is the file a gateway renews while it answers for a detached
+	// kernel, for OrphanTimeout at a time; its watchdog (pid and start
+	// time) stops the kernel once the lease has run out (orphan.go).
+	Lease         string        `json:"lease,omitempty"`
+	OrphanTimeout time.Duration `json:"orphanTimeout,omitempty"`
+	WatchdogPID   int           `json:"watchdogPid,omitempty"`
+	WatchdogStart uint64        `json:"watchdogStart,omitempty"`
 }
 
 // CgroupInfo is one directory of a kernel's cgroup.
