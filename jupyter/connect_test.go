@@ -247,3 +247,63 @@ func TestOrphanWatchdog(t *testing.T) {
 	k2.Shutdown(context.Background())
 	checkNoLeaks(t, before)
 }
+
+// TestReconnectSandboxed: a detached kernel in bubblewrap (ipc transport)
+// is not tied to the gateway either (no --die-with-parent), and is
+// reconnected with its state; a sandbox bridged over tcp, whose bridge
+// lives in the gateway, is refused without being touched.
+func TestReconnectSandboxed(t *testing.T) {
+	needSandbox(t)
+	before := snapshot(t)
+	spec := testkernels.Spec(t, "python3")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	p := &LocalProvisioner{RuntimeDir: sandboxRuntime(t), Transport: "ipc", Sandbox: &SandboxConfig{}, Detached: true}
+	k1, err := Start(ctx, p, Config{Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resultText(t, k1, "y = 5; y"); got != "5" {
+		t.Fatalf("y = %q", got)
+	}
+	cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(k1.PID()) + "/cmdline")
+	if strings.Contains(string(cmdline), "--die-with-parent") {
+		t.Error("a detached sandbox dies with its parent")
+	}
+	info, err := k1.ProvisionerInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k1.Detach()
+	k2, err := Reconnect(ctx, p, info, Config{ID: k1.ID(), Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resultText(t, k2, "y * 2"); got != "10" {
+		t.Errorf("y * 2 = %q after reconnecting", got)
+	}
+	if !interruptsByMessage(k2.proc) {
+		t.Error("an adopted sandbox would be interrupted by a signal to bwrap")
+	}
+	k2.Shutdown(context.Background())
+
+	bridged := &LocalProvisioner{RuntimeDir: sandboxRuntime(t), Sandbox: &SandboxConfig{}, Detached: true}
+	k3, err := Start(ctx, bridged, Config{Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k3.Shutdown(context.Background())
+	info3, err := k3.ProvisionerInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bridged.Adopt(ctx, info3); !errors.Is(err, ErrNotAdoptable) {
+		t.Errorf("a bridged sandbox: %v, want ErrNotAdoptable", err)
+	}
+	if got := resultText(t, k3, "1 + 2"); got != "3" {
+		t.Errorf("the refused kernel is hurt: %q", got)
+	}
+	k3.Shutdown(context.Background())
+	checkNoLeaks(t, before)
+}
