@@ -12,7 +12,7 @@ RUN CGO_ENABLED=0 go build -trimpath -o /out/kernelgate .
 FROM debian:bookworm-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      python3-ipykernel python3-matplotlib python3-numpy python3-pandas \
+      python3-ipykernel python3-matplotlib python3-numpy python3-pandas python3-pip \
       nodejs npm ca-certificates bubblewrap \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /opt/kernelgate

@@ -6,7 +6,7 @@ BIN := bin/kernelgate
 KERNELS := $(CURDIR)/.kernels
 export CGO_ENABLED := 0
 
-.PHONY: all build kernels run test test-deps fuzz bench vet clean
+.PHONY: all build kernels run test test-exec test-deps k8s-binaries fuzz bench vet clean
 
 all: build
 
@@ -24,6 +24,13 @@ run: kernels build
 test-deps: kernels
 	@scripts/install-test-deps.sh
 
+# kube-apiserver and etcd for the tests on a real control plane (internal/k8stest),
+# built once per machine into a cache outside the checkout keyed by
+# internal/k8stest/controlplane/go.sum: about 4-6 minutes of both cores cold,
+# instant afterwards.
+k8s-binaries:
+	@GO=$(GO) scripts/k8s-binaries.sh >/dev/null
+
 # The Go files the go tool builds: folders named .* or _* and testdata are not its.
 GOFILES = $$(find . -name '*.go' -not -path '*/.*' -not -path '*/_*' -not -path '*/testdata/*')
 
@@ -31,9 +38,16 @@ vet:
 	@test -z "$$($(GOFMT) -l $(GOFILES))" || { echo "gofmt needed:"; $(GOFMT) -l $(GOFILES); exit 1; }
 	$(GO) vet ./...
 
-test: test-deps vet
-	$(GO) test -count=1 -timeout 15m ./...
+# KERNELGATE_REQUIRE_ALL: a test whose prerequisites are missing fails
+# instead of skipping, since this target installs or builds them all.
+test: test-deps vet k8s-binaries
+	KERNELGATE_REQUIRE_ALL=1 $(GO) test -count=1 -timeout 15m ./...
 	$(MAKE) fuzz
+
+# The packages that start kernels again with every Python kernel exec'd
+# (make test forks them from a zygote: docs/launcher.md).
+test-exec: test-deps
+	KERNELGATE_ZYGOTE=0 $(GO) test -count=1 -timeout 15m ./jupyter ./sessions ./gateway
 
 # Short, bounded fuzzing of the parsers that take untrusted input. The
 # budgets are counts of inputs (about 5-10 s each here), not durations: a

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -12,9 +13,13 @@ import (
 // config is everything kernelgate serve can be told, by flag or by the
 // matching KERNELGATE_* environment variable (a flag wins).
 type config struct {
-	IP             string
-	Port           int
-	Token          string
+	IP        string
+	Port      int
+	Token     string
+	TokenFile string
+	// secretsInArgv names the flags that carried a secret on the command
+	// line, where every local user can read it (/proc/<pid>/cmdline).
+	secretsInArgv  []string
 	AllowOrigins   []string
 	KernelspecDirs []string
 	DefaultKernel  string
@@ -58,6 +63,11 @@ type config struct {
 	KernelNoFile   uint64
 	WorkspaceRoot  string
 	MaxKernelFrame string
+	PythonLauncher string
+	MaxUpload      string
+	PipIndexURL    string
+	PipFindLinks   []string
+	PipNoIndex     bool
 
 	// StateDir is --state-dir as given; StateDirSet says it was given
 	// (state.ResolveDir applies the default). It takes effect once
@@ -118,11 +128,13 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("ip")
 	fs.IntVar(&c.Port, "port", 8888, "port to listen on")
 	add("port")
-	fs.StringVar(&c.Token, "token", "", "token every request but GET /api must carry; without one kernelgate listens on loopback only")
+	fs.StringVar(&c.Token, "token", "", "token every request but GET /api must carry; without one kernelgate listens on loopback only. On the command line every local user can read it: set it in the environment variable or use --token-file")
 	add("token")
+	fs.StringVar(&c.TokenFile, "token-file", "", "file holding the token (surrounding whitespace ignored): with the environment variable, the safe ways to give the token")
+	add("token-file")
 	fs.StringVar(&c.APIKeysFile, "api-keys-file", "", "file of API keys, one \"name scopes secret\" a line (scopes read, exec or read,exec; the secret may be its sha256:<hex> from kernelgate hash-key)")
 	add("api-keys-file")
-	fs.StringVar(&c.APIKeys, "api-keys", "", "API keys as name:scopes:secret entries separated by ;")
+	fs.StringVar(&c.APIKeys, "api-keys", "", "API keys as name:scopes:secret entries separated by ; (on the command line every local user can read them: prefer the environment variable or --api-keys-file)")
 	add("api-keys")
 	fs.BoolVar(&c.Sandbox, "sandbox", false, "run kernels in bubblewrap: read-only system, private /tmp, HOME and working dir, own pid namespace, no network unless --sandbox-network")
 	add("sandbox")
@@ -142,8 +154,16 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("kernel-nofile")
 	fs.StringVar(&c.MaxKernelFrame, "max-kernel-message", "256MiB", "largest message frame a kernel may send; a kernel sending more is stopped")
 	add("max-kernel-message")
-	fs.StringVar(&c.WorkspaceRoot, "workspace-root", "", "directory that must hold every working directory a caller chooses")
+	fs.StringVar(&c.WorkspaceRoot, "workspace-root", "", "directory holding each context's workspace (its kernel's working directory, its files and packages) and every working directory a Jupyter client chooses; empty: a temporary directory removed at exit")
 	add("workspace-root")
+	fs.StringVar(&c.MaxUpload, "max-upload", "1GiB", "largest file uploaded into a context's workspace, e.g. 512MiB")
+	add("max-upload")
+	fs.StringVar(&c.PipIndexURL, "pip-index-url", "", "package index pip installs contexts' packages from (PIP_INDEX_URL; default pip's)")
+	add("pip-index-url")
+	fs.Var(listFlag{&c.PipFindLinks}, "pip-find-links", "folder or URL of wheels pip also installs from (repeatable)")
+	add("pip-find-links")
+	fs.BoolVar(&c.PipNoIndex, "pip-no-index", false, "install contexts' packages from --pip-find-links only, never from an index")
+	add("pip-no-index")
 	fs.BoolVar(&c.MetricsOpen, "metrics-open", false, "serve /metrics without credentials (for a scraper on a trusted network)")
 	add("metrics-open")
 	fs.Var(listFlag{&c.AllowOrigins}, "allow-origin", "origin allowed for CORS and websockets besides the gateway's own, e.g. https://lab.example.com; * allows any (repeatable)")
@@ -182,6 +202,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("start-timeout")
 	fs.Var(listFlag{&c.Languages}, "language", "language=kernelspec of the code-interpreter API (repeatable; default python=python3, javascript=deno, typescript=deno)")
 	add("language")
+	fs.StringVar(&c.PythonLauncher, "python-launcher", "fork", "how Python kernels start: fork (from a zygote per kernelspec that has imported ipykernel and its metadata.kernelgate.preload; sandboxed kernels are exec'd) or exec (a new interpreter each)")
+	add("python-launcher")
 	fs.IntVar(&c.PoolSize, "pool-size", 1, "ready kernels kept per kernelspec for isolated runs (0: none)")
 	add("pool-size")
 	fs.Var(listFlag{&c.PoolPrewarm}, "pool-prewarm", "languages whose pool fills at start, not at the first isolated run (default python)")
@@ -226,11 +248,31 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 			}
 		}
 	}
+	for _, name := range []string{"token", "api-keys"} {
+		if set[name] {
+			c.secretsInArgv = append(c.secretsInArgv, "--"+name)
+		}
+	}
+	if c.TokenFile != "" {
+		if c.Token != "" {
+			return nil, fmt.Errorf("give the token once: --token-file or --token (KERNELGATE_TOKEN), not both")
+		}
+		b, err := os.ReadFile(c.TokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %w", err)
+		}
+		if c.Token = strings.TrimSpace(string(b)); c.Token == "" {
+			return nil, fmt.Errorf("--token-file %s is empty", c.TokenFile)
+		}
+	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	if c.PoolPrewarm == nil {
 		c.PoolPrewarm = []string{"python"}
+	}
+	if c.PythonLauncher != "fork" && c.PythonLauncher != "exec" {
+		return nil, fmt.Errorf("--python-launcher %q: want fork or exec", c.PythonLauncher)
 	}
 	if c.Port < 0 || c.Port > 65535 {
 		return nil, fmt.Errorf("--port %d out of range", c.Port)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -43,6 +45,20 @@ func TestConfigFlagsAndEnv(t *testing.T) {
 		return ""
 	}, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "KERNELGATE_MAX_KERNELS") {
 		t.Errorf("bad env value: %v", err)
+	}
+	if c.PythonLauncher != "fork" {
+		t.Errorf("--python-launcher defaults to %q", c.PythonLauncher)
+	}
+	if c, err := parseConfig(nil, func(k string) string {
+		if k == "KERNELGATE_PYTHON_LAUNCHER" {
+			return "exec"
+		}
+		return ""
+	}, &bytes.Buffer{}); err != nil || c.PythonLauncher != "exec" {
+		t.Errorf("KERNELGATE_PYTHON_LAUNCHER=exec: %v %v", c, err)
+	}
+	if _, err := parseConfig([]string{"--python-launcher", "spawn"}, func(string) string { return "" }, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "--python-launcher") {
+		t.Errorf("--python-launcher spawn: %v", err)
 	}
 	c, _ = parseConfig([]string{"--language", "python=py311", "--language", "r=ir"}, func(string) string { return "" }, &bytes.Buffer{})
 	if langs, err := c.languages(); err != nil || langs["python"] != "py311" || langs["r"] != "ir" {
@@ -120,6 +136,77 @@ func TestConfigStateDir(t *testing.T) {
 		}
 		if c.StateDir != tc.dir || c.StateDirSet != tc.wantSet {
 			t.Errorf("%v env %q: state dir %q set %v, want %q %v", tc.args, tc.env, c.StateDir, c.StateDirSet, tc.dir, tc.wantSet)
+		}
+	}
+}
+
+func TestTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "token")
+	if err := os.WriteFile(file, []byte("  from-file-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	none := func(string) string { return "" }
+	c, err := parseConfig([]string{"--token-file", file}, none, &bytes.Buffer{})
+	if err != nil || c.Token != "from-file-secret" || len(c.secretsInArgv) != 0 {
+		t.Fatalf("--token-file: %+v %v", c, err)
+	}
+	c, err = parseConfig(nil, func(k string) string {
+		if k == "KERNELGATE_TOKEN_FILE" {
+			return file
+		}
+		return ""
+	}, &bytes.Buffer{})
+	if err != nil || c.Token != "from-file-secret" {
+		t.Fatalf("KERNELGATE_TOKEN_FILE: %+v %v", c, err)
+	}
+	if _, err := parseConfig([]string{"--token-file", file}, func(k string) string {
+		if k == "KERNELGATE_TOKEN" {
+			return "other"
+		}
+		return ""
+	}, &bytes.Buffer{}); err == nil {
+		t.Error("a token from both a file and the environment was accepted")
+	}
+	empty := filepath.Join(dir, "empty")
+	os.WriteFile(empty, []byte("\n"), 0o600)
+	for _, f := range []string{empty, filepath.Join(dir, "missing")} {
+		if _, err := parseConfig([]string{"--token-file", f}, none, &bytes.Buffer{}); err == nil {
+			t.Errorf("--token-file %s accepted", f)
+		}
+	}
+	c, _ = parseConfig(nil, func(k string) string {
+		if k == "KERNELGATE_TOKEN" {
+			return "env-secret"
+		}
+		return ""
+	}, &bytes.Buffer{})
+	if len(c.secretsInArgv) != 0 {
+		t.Errorf("a token from the environment counted as given on the command line")
+	}
+}
+
+func TestTokenOnTheCommandLineIsWarnedOf(t *testing.T) {
+	var out bytes.Buffer
+	// --procs -1 stops serve right after its first log lines.
+	c, err := parseConfig([]string{"--token", "argv-secret-123", "--procs", "-1"}, func(string) string { return "" }, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := serve(c, &out, &out); err == nil {
+		t.Fatal("serve accepted --procs -1")
+	}
+	if !strings.Contains(out.String(), "level=WARN") || !strings.Contains(out.String(), "--token-file") {
+		t.Errorf("no warning of the token on the command line:\n%s", out.String())
+	}
+	if strings.Contains(out.String(), "argv-secret-123") {
+		t.Errorf("the log holds the token:\n%s", out.String())
+	}
+	var help bytes.Buffer
+	run([]string{"--help"}, &help, &help)
+	for _, want := range []string{"--token-file", "KERNELGATE_TOKEN_FILE", "every local user can read it"} {
+		if !strings.Contains(help.String(), want) {
+			t.Errorf("--help does not say %q", want)
 		}
 	}
 }

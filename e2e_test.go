@@ -236,6 +236,38 @@ func TestClassicNotebookThroughGateway(t *testing.T) {
 	}
 }
 
+// Deno publishes some results after its idle status; through Jupyter
+// Server's GatewayClient (how JupyterLab runs against a gateway),
+// @jupyterlab/services still gets every result within its request.
+func TestDenoResultsThroughJupyterServerGateway(t *testing.T) {
+	if _, err := exec.Command("/usr/bin/python3", "-c", "import jupyter_server").CombinedOutput(); err != nil {
+		t.Fatal("Jupyter Server is missing: run `make test-deps` (Debian package python3-jupyter-server)")
+	}
+	bin := buildBinary(t)
+	gw := startGateway(t, bin, "--token", "gw-token")
+	port := freePort(t)
+	cmd := exec.Command("/usr/bin/python3", "-m", "jupyter_server", "--allow-root", "--no-browser",
+		"--ip=127.0.0.1", fmt.Sprintf("--port=%d", port), "--ServerApp.token=js-token", "--ServerApp.root_dir="+t.TempDir(),
+		"--gateway-url="+strings.TrimSuffix(gw.url, "/"), "--GatewayClient.auth_token=gw-token")
+	cmd.Env = append(os.Environ(), "JUPYTER_CONFIG_DIR="+t.TempDir(), "JUPYTER_DATA_DIR="+t.TempDir(), "JUPYTER_RUNTIME_DIR="+t.TempDir())
+	logs := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		cmd.Wait()
+	}()
+	url := fmt.Sprintf("http://127.0.0.1:%d/", port)
+	waitHTTP(t, url+"api", 60*time.Second)
+	node(t, "gateway-deno.mjs", "SERVER_URL="+url, "SERVER_TOKEN=js-token")
+	if t.Failed() {
+		t.Logf("Jupyter Server:\n%s", logs.String())
+	}
+}
+
 func freePort(t *testing.T) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -263,4 +295,16 @@ func waitHTTP(t *testing.T, url string, d time.Duration) {
 			t.Fatalf("%s did not answer within %v", url, d)
 		}
 	}
+}
+
+func TestMCPTypeScriptSDK(t *testing.T) {
+	bin := buildBinary(t)
+	gw := startGateway(t, bin, "--token", "mcp-token")
+	node(t, "mcp.mjs", "KERNELGATE_URL="+gw.url, "KERNELGATE_TOKEN=mcp-token")
+}
+
+func TestE2BSDK(t *testing.T) {
+	bin := buildBinary(t)
+	gw := startGateway(t, bin, "--token", "e2b-token-0123456789")
+	node(t, "e2b.mjs", "KERNELGATE_URL="+gw.url, "KERNELGATE_TOKEN=e2b-token-0123456789")
 }

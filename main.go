@@ -23,6 +23,7 @@ import (
 	"kernelgate/kernelspecs"
 	"kernelgate/sessions"
 	"kernelgate/web"
+	"kernelgate/workspace"
 )
 
 // version is kernelgate's version, set at build time.
@@ -101,6 +102,10 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	for _, f := range cfg.secretsInArgv {
+		log.Warn("a secret was given on the command line, where every local user and every kernel can read it (/proc/<pid>/cmdline): set it in the environment or in a file instead",
+			"flag", f, "instead", map[string]string{"--token": "KERNELGATE_TOKEN or --token-file", "--api-keys": "KERNELGATE_API_KEYS or --api-keys-file"}[f])
+	}
 	if cfg.Procs < 0 {
 		return fmt.Errorf("--procs must be 0 (automatic) or more")
 	}
@@ -134,6 +139,17 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--kernel-memory: %w", err)
 	}
+	maxUpload, err := sessions.ParseBytes(cfg.MaxUpload)
+	if err != nil {
+		return fmt.Errorf("--max-upload: %w", err)
+	}
+	var workspaces *workspace.Root
+	if cfg.WorkspaceRoot != "" {
+		if workspaces, err = workspace.OpenRoot(cfg.WorkspaceRoot); err != nil {
+			return fmt.Errorf("--workspace-root: %w", err)
+		}
+		defer workspaces.Close()
+	}
 	maxFrame, err := sessions.ParseBytes(cfg.MaxKernelFrame)
 	if err != nil {
 		return fmt.Errorf("--max-kernel-message: %w", err)
@@ -141,8 +157,11 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	var sandbox *jupyter.SandboxConfig
 	if cfg.Sandbox {
 		hide := append([]string{}, cfg.SandboxHide...)
-		if cfg.APIKeysFile != "" {
-			if abs, err := filepath.Abs(cfg.APIKeysFile); err == nil {
+		for _, secret := range []string{cfg.APIKeysFile, cfg.TokenFile} {
+			if secret == "" {
+				continue
+			}
+			if abs, err := filepath.Abs(secret); err == nil {
 				hide = append(hide, abs)
 			}
 		}
@@ -157,7 +176,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		runtimeDir = jupyter.DefaultRuntimeDir()
 	}
 	seed := filepath.Join(runtimeDir, "home-seed")
-	prov := &jupyter.LocalProvisioner{RuntimeDir: runtimeDir, Logger: log, HomeSeed: seed}
+	prov := &jupyter.LocalProvisioner{RuntimeDir: runtimeDir, Logger: log, HomeSeed: seed, PythonLauncher: cfg.PythonLauncher}
 	mgr := sessions.New(sessions.Config{
 		DefaultKernel:   cfg.DefaultKernel,
 		MaxKernels:      cfg.MaxKernels,
@@ -179,6 +198,10 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		KernelLimits:    jupyter.Limits{MemoryBytes: memory, Pids: cfg.KernelPids, NoFile: cfg.KernelNoFile},
 		Sandbox:         sandbox,
 		WorkspaceRoot:   cfg.WorkspaceRoot,
+		Workspaces:      workspaces,
+		PipIndexURL:     cfg.PipIndexURL,
+		PipFindLinks:    cfg.PipFindLinks,
+		PipNoIndex:      cfg.PipNoIndex,
 		MaxKernelFrame:  maxFrame,
 	}, specs, prov, log)
 
@@ -205,6 +228,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		BaseURL:        cfg.BaseURL,
 		MaxBodyBytes:   cfg.MaxBody,
 		MaxFrameBytes:  cfg.MaxFrame,
+		MaxUploadBytes: maxUpload,
 		Metrics:        metrics,
 		MetricsOpen:    cfg.MetricsOpen,
 		ProductVersion: version,
@@ -216,6 +240,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		stop()
 		<-warmed
 		mgr.Close(context.Background())
+		jupyter.StopZygotes()
 		return err
 	}
 	served := make(chan error, 1)
@@ -241,6 +266,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	stop()
 	<-warmed
 	mgr.Close(sctx)
+	jupyter.StopZygotes()
 	log.Info("stopped")
 	return nil
 }

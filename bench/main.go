@@ -54,6 +54,8 @@ type options struct {
 	density     []int // idle kernels for the density figures
 	jsDensity   int   // idle kernels of Jupyter Server
 	idle        time.Duration
+	filesMiB    int // size of the file uploaded and downloaded
+	filesRuns   int // uploads and downloads of it
 }
 
 var full = options{
@@ -61,6 +63,7 @@ var full = options{
 	loadKernels: 16, loadClients: 4, loadCount: 25, loadRounds: 2,
 	streamRuns: 5, streamMiB: 100,
 	density: []int{0, 10, 50}, jsDensity: 10, idle: 30 * time.Second,
+	filesMiB: 1024, filesRuns: 3,
 }
 
 // extraFlags are added to every kernelgate command line (-kgflag).
@@ -93,7 +96,7 @@ type bench struct {
 func main() {
 	quick := flag.Bool("quick", false, "small samples, for trying the harness (figures are not meaningful)")
 	write := flag.String("write", "", "markdown file whose generated section gets the table (docs/benchmarks.md)")
-	only := flag.String("only", "", "comma-separated sections to run: start,roundtrip,pool,stream,load,density (default all)")
+	only := flag.String("only", "", "comma-separated sections to run: start,roundtrip,pool,stream,load,density,launcher,files,agents (default all)")
 	profile := flag.String("profile", "", "instead of the benchmarks, serve the gateway in this process and write CPU profiles of -workloads into this directory")
 	workloads := flag.String("workloads", "ws-deno,rest-python,rest-deno", "workloads of -profile: ws-deno, ws-python, rest-python, rest-deno")
 	profileN := flag.Int("n", 2000, "round trips per -profile workload")
@@ -154,7 +157,8 @@ func run(quick bool, write, only string) error {
 	if quick {
 		b.opt = options{starts: 2, roundTrips: 30, rtKernels: 2, warmup: 5, poolRuns: 3,
 			loadKernels: 4, loadClients: 2, loadCount: 10, loadRounds: 1,
-			streamRuns: 1, streamMiB: 20, density: []int{0, 2, 4}, jsDensity: 2, idle: 3 * time.Second}
+			streamRuns: 1, streamMiB: 20, density: []int{0, 2, 4}, jsDensity: 2, idle: 3 * time.Second,
+			filesMiB: 64, filesRuns: 1}
 	}
 	for _, k := range kernels {
 		if _, err := b.specs.Get(k.spec); err != nil {
@@ -177,6 +181,9 @@ func run(quick bool, write, only string) error {
 		{"stream", b.benchStream},
 		{"load", b.benchLoad},
 		{"density", b.benchDensity},
+		{"launcher", b.benchLauncher},
+		{"files", b.benchFiles},
+		{"agents", b.benchAgents},
 	}
 	for name := range want {
 		found := false

@@ -290,12 +290,17 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 		return err
 	}
 	systems := []*rtSystem{direct, kgV1, kgJSON, rest, js, control, relayed, client}
-	var restOff, bV1, bJSON, bREST *rtSystem
+	var restOff, wsOff, bV1, bJSON, bREST *rtSystem
 	if language != "python" {
 		if restOff, err = newREST(b.kgOff); err != nil {
 			return err
 		}
-		systems = append(systems, restOff)
+		// Without the wait, the websocket does not hold a request's idle
+		// status back for its late execute_result: the hold's cost.
+		if wsOff, err = newWS(b.kgOff, true, per); err != nil {
+			return err
+		}
+		systems = append(systems, restOff, wsOff)
 	}
 	if b.kgB != nil {
 		if bV1, err = newWS(b.kgB, true, per); err != nil {
@@ -358,6 +363,8 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 	if restOff != nil {
 		b.add(row{figure: name + ", POST /api/execute with --late-output-wait=-1ms", kg: lat(restOff.lat) + missingNote(restOff.late),
 			direct: lat(d), ratios: ratios(restOff.lat, d, nil, true) + restOff.cpuNote()})
+		b.add(row{figure: name + ", websocket v1 with --late-output-wait=-1ms (idle not held for late results)", kg: lat(wsOff.lat) + lateNote(wsOff.late),
+			direct: lat(d), ratios: ratios(wsOff.lat, d, nil, true) + "; held/not held paired " + fmtDiff(paired(kgV1.lat, wsOff.lat)) + wsOff.cpuNote()})
 	}
 	if bV1 != nil {
 		b.add(row{figure: name + ", websocket v1, kernelgate B", kg: lat(bV1.lat) + lateNote(bV1.late), direct: lat(d),

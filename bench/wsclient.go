@@ -17,15 +17,16 @@ import (
 	"kernelgate/internal/jsonscan"
 	"kernelgate/jupyter"
 	"kernelgate/sessions"
+
+	"kernelgate/internal/timefmt"
 )
 
 // v1Protocol is jupyter_server 2's binary websocket subprotocol.
 const v1Protocol = "v1.kernel.websocket.jupyter.org"
 
-// dateFormat is ISO 8601 with microseconds, as jupyter_client writes it
-// (and the direct client and kernelgate): ipykernel parses such dates,
-// so every client makes the kernel do the same work.
-const dateFormat = "2006-01-02T15:04:05.000000Z07:00"
+// Dates are written with microseconds (timefmt), as jupyter_client, the
+// direct client and kernelgate write them: ipykernel parses such dates, so
+// every client makes the kernel do the same work.
 
 // kernelWS is a client of a gateway's kernel websocket, in the v1 binary
 // framing or the legacy JSON framing. One goroutine reads frames and
@@ -114,7 +115,7 @@ type header struct {
 func (c *kernelWS) send(channel, typ string, content any) (string, error) {
 	id := uuid.NewString()
 	h, err := json.Marshal(header{MsgID: id, Session: c.session, Username: "bench",
-		Date: time.Now().UTC().Format(dateFormat), MsgType: typ, Version: "5.3"})
+		Date: timefmt.Format(time.Now()), MsgType: typ, Version: "5.3"})
 	if err != nil {
 		return "", err
 	}

@@ -31,14 +31,11 @@ async function execute(kernel, code) {
 async function resultOf(kernel, code) {
   const { reply, outputs } = await execute(kernel, code);
   if (reply.status !== 'ok') fail(`${code}: ${JSON.stringify(reply)}`);
+  // Deno publishes some results after its idle status; the gateway holds
+  // that status back, so the result is among the request's outputs.
   const r = outputs.find((m) => m.header.msg_type === 'execute_result');
-  if (r) return strip(r.content.data['text/plain']);
-  // Deno may publish its result just after the idle status.
-  return await withTimeout(new Promise((resolve) => {
-    kernel.iopubMessage.connect((_, m) => {
-      if (m.header.msg_type === 'execute_result') resolve(strip(m.content.data['text/plain']));
-    });
-  }), 5000, `result of ${code}`);
+  if (!r) fail(`${code}: no execute_result before the request ended: ${outputs.map((m) => m.header.msg_type)}`);
+  return strip(r.content.data['text/plain']);
 }
 
 async function protocolRun(label, WS) {
@@ -84,7 +81,12 @@ async function protocolRun(label, WS) {
 
   const deno = await km.startNew({ name: 'deno' });
   if (await resultOf(deno, '1+1') !== '2') fail('deno 1+1');
-  console.log(`${label}: deno 1+1 = 2`);
+  // With console output ahead of it, Deno's result follows its idle
+  // status in about a quarter of the runs.
+  for (let i = 0; i < 40; i++) {
+    if (await resultOf(deno, "console.log('hi'); 5") !== '5') fail(`deno run ${i}: wrong result`);
+  }
+  console.log(`${label}: deno 1+1 = 2; 40 results with output ahead, none lost`);
 
   const sm = new SessionManager({ serverSettings, kernelManager: km });
   await sm.ready;

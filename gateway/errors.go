@@ -3,10 +3,12 @@ package gateway
 import (
 	"errors"
 	"net/http"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
 	"kernelgate/sessions"
+	"kernelgate/workspace"
 )
 
 // apiError is an error with its status and code, ready to be written.
@@ -49,6 +51,14 @@ var errorTable = []struct {
 	{sessions.ErrKernelStart, http.StatusServiceUnavailable, "KERNEL_START_FAILED"},
 	{sessions.ErrKernelDead, http.StatusServiceUnavailable, "KERNEL_START_FAILED"},
 	{sessions.ErrShuttingDown, http.StatusServiceUnavailable, "UNAVAILABLE"},
+	{workspace.ErrBadPath, http.StatusBadRequest, "BAD_REQUEST"},
+	{workspace.ErrEscapes, http.StatusBadRequest, "BAD_REQUEST"},
+	{workspace.ErrIsDir, http.StatusBadRequest, "BAD_REQUEST"},
+	{workspace.ErrNotDir, http.StatusBadRequest, "BAD_REQUEST"},
+	{workspace.ErrTooMany, http.StatusBadRequest, "BAD_REQUEST"},
+	{workspace.ErrNotFound, http.StatusNotFound, "NOT_FOUND"},
+	{workspace.ErrClosed, http.StatusNotFound, "SESSION_NOT_FOUND"},
+	{workspace.ErrTooLarge, http.StatusRequestEntityTooLarge, "PAYLOAD_TOO_LARGE"},
 }
 
 // classify maps any error to an apiError: sessions errors by the table,
@@ -116,9 +126,22 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 	if ae.status >= 500 && ae.code == "INTERNAL" {
 		s.log.Error("request failed", "route", c.Path(), "err", err)
 	}
-	sf, _ := c.Get(surfaceKey).(surface)
+	sf, tagged := c.Get(surfaceKey).(surface)
+	if !tagged {
+		// Refused by a check that runs before the route's own middleware
+		// (Host, Origin): the route still says which body to answer with.
+		sf = s.routeSurface(c.Path())
+	}
 	if c.Path() == "" || c.Path() == "/*" {
+		// No route: a path of the code-interpreter API still gets its
+		// body, any other one a body both kinds of clients read.
 		sf = anySurface
+		if s.routeSurface(c.Request().URL.Path) == apiSurface {
+			sf = apiSurface
+		}
+	}
+	if ae.status == http.StatusUnauthorized {
+		s.challenge(c, sf)
 	}
 	var body any
 	switch sf {
@@ -134,4 +157,33 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 		return
 	}
 	c.JSON(ae.status, body)
+}
+
+// routeSurface is the surface of a route pattern, for errors raised
+// before the route's group tagged the request.
+func (s *Server) routeSurface(route string) surface {
+	p := strings.TrimPrefix(route, strings.TrimSuffix(s.cfg.BaseURL, "/"))
+	switch {
+	case p == "/api/execute", p == "/api/contexts", strings.HasPrefix(p, "/api/contexts/"), p == "/api/runs", strings.HasPrefix(p, "/api/runs/"):
+		return apiSurface
+	case p == "/healthz", p == "/readyz", p == "/metrics", p == "/api/openapi.json":
+		return anySurface
+	}
+	return jupyterSurface
+}
+
+// challenge says how to authenticate, as a 401 must (RFC 9110 §11.6.1):
+// the code-interpreter API takes a bearer token (RFC 6750); Jupyter
+// clients send "Authorization: token <t>", which the gateway also
+// accepts, so the Jupyter surface names that scheme first.
+func (s *Server) challenge(c echo.Context, sf surface) {
+	bearer := `Bearer realm="kernelgate"`
+	if credential(c.Request(), true) != "" {
+		bearer += `, error="invalid_token"`
+	}
+	h := c.Response().Header()
+	if sf == jupyterSurface {
+		h.Add("WWW-Authenticate", `token realm="kernelgate"`)
+	}
+	h.Add("WWW-Authenticate", bearer)
 }

@@ -82,6 +82,16 @@ func (g *testGateway) do(method, path string, body any) (int, []byte) {
 
 func (g *testGateway) doWith(method, path string, body any, headers map[string]string) (int, []byte) {
 	g.t.Helper()
+	status, out, err := g.send(method, path, body, headers)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	return status, out
+}
+
+// send is doWith without failing the test, for goroutines other than the
+// test's own (which may not call t.Fatal).
+func (g *testGateway) send(method, path string, body any, headers map[string]string) (int, []byte, error) {
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -95,7 +105,7 @@ func (g *testGateway) doWith(method, path string, body any, headers map[string]s
 	}
 	req, err := http.NewRequest(method, g.url+path, rd)
 	if err != nil {
-		g.t.Fatal(err)
+		return 0, nil, err
 	}
 	if rd != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -105,11 +115,16 @@ func (g *testGateway) doWith(method, path string, body any, headers map[string]s
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		g.t.Fatal(err)
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
-	out, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, out
+	out, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, out, err
+}
+
+// auth is the header of the gateway's token.
+func (g *testGateway) auth() map[string]string {
+	return map[string]string{"Authorization": "token " + g.token}
 }
 
 // decode unmarshals body into v or fails the test.

@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"mime"
@@ -15,13 +13,15 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"kernelgate/sessions"
+
+	"kernelgate/internal/timefmt"
 )
 
 // executeBody is POST /api/execute.
 type executeBody struct {
 	Code     *string            `json:"code"`
 	Language string             `json:"language"`
-	Context  string             `json:"context"`
+	Context  *string            `json:"context"`
 	Isolated bool               `json:"isolated"`
 	Cwd      string             `json:"cwd"`
 	Env      map[string]*string `json:"env"`
@@ -55,6 +55,13 @@ func wantStream(r *http.Request) streamFormat {
 	return noStream
 }
 
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
 // envBody converts an env object; values must be strings.
 func envBody(raw map[string]*string) (map[string]string, error) {
 	if raw == nil {
@@ -68,18 +75,6 @@ func envBody(raw map[string]*string) (map[string]string, error) {
 		env[k] = *v
 	}
 	return env, nil
-}
-
-// decodeStrict decodes a JSON body with strict types.
-func (s *Server) decodeBody(c echo.Context, v any) error {
-	if err := s.readJSON(c, v); err != nil {
-		var ae *apiError
-		if errors.As(err, &ae) && ae.status == http.StatusBadRequest {
-			return newError(http.StatusBadRequest, "BAD_REQUEST", ae.msg)
-		}
-		return err
-	}
-	return nil
 }
 
 func (s *Server) execute(c echo.Context) error {
@@ -102,8 +97,11 @@ func (s *Server) execute(c echo.Context) error {
 		}
 		timeout = time.Duration(t * float64(time.Second))
 	}
+	if body.Context != nil && *body.Context == "" {
+		return newError(http.StatusBadRequest, "BAD_REQUEST", `context "" names no context: omit context to run on the shared kernel`)
+	}
 	req := sessions.ExecuteRequest{
-		Code: *body.Code, Language: body.Language, Context: body.Context, Isolated: body.Isolated,
+		Code: *body.Code, Language: body.Language, Context: deref(body.Context), Isolated: body.Isolated,
 		Cwd: body.Cwd, Env: env, Timeout: timeout, Stdin: body.Stdin,
 	}
 	if p, _ := c.Get(principalKey).(principal); p.context != "" {
@@ -182,6 +180,13 @@ func (s *Server) streamRun(c echo.Context, run *sessions.Run, after int, format 
 			last = e.Seq
 		}
 		if done && len(events) == 0 {
+			if last == after {
+				// Asked for what follows the end: the end again, so
+				// the client learns the run is over.
+				if end, ok := run.End(); ok && last >= end.Seq {
+					write(end.Seq, end.JSON)
+				}
+			}
 			return nil
 		}
 		if len(events) > 0 {
@@ -278,10 +283,11 @@ func (s *Server) inputRun(c echo.Context) error {
 
 // contextBody is POST /api/contexts.
 type contextBody struct {
-	ID       string             `json:"id"`
+	ID       *string            `json:"id"`
 	Language string             `json:"language"`
 	Cwd      string             `json:"cwd"`
 	Env      map[string]*string `json:"env"`
+	Packages []string           `json:"packages"`
 }
 
 func (s *Server) createContext(c echo.Context) error {
@@ -289,11 +295,14 @@ func (s *Server) createContext(c echo.Context) error {
 	if err := s.decodeBody(c, &body); err != nil {
 		return err
 	}
+	if body.ID != nil && *body.ID == "" {
+		return newError(http.StatusBadRequest, "BAD_REQUEST", `context id "": omit id to have one generated`)
+	}
 	env, err := envBody(body.Env)
 	if err != nil {
 		return err
 	}
-	ctx, err := s.mgr.CreateContext(c.Request().Context(), sessions.ContextRequest{ID: body.ID, Language: body.Language, Cwd: body.Cwd, Env: env})
+	ctx, err := s.mgr.CreateContext(c.Request().Context(), sessions.ContextRequest{ID: deref(body.ID), Language: body.Language, Cwd: body.Cwd, Env: env, Packages: body.Packages})
 	if err != nil {
 		return err
 	}
@@ -373,7 +382,5 @@ func (s *Server) mintContextToken(c echo.Context) error {
 		return newError(http.StatusBadRequest, "BAD_REQUEST", fmt.Sprintf("ttl is at most %v", s.cfg.MaxContextTokenTTL))
 	}
 	tok, exp := s.tokens.mint(ctx.ID, ctx.Created(), ttl)
-	return c.JSON(http.StatusCreated, map[string]string{"token": tok, "expiresAt": sessions.FormatTime(exp)})
+	return c.JSON(http.StatusCreated, map[string]string{"token": tok, "expiresAt": timefmt.Format(exp)})
 }
-
-var _ = json.Marshal

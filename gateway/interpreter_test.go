@@ -96,9 +96,9 @@ func TestExecuteSeeds(t *testing.T) {
 		}
 	})
 	t.Run("isolated cwd and env", func(t *testing.T) {
-		dir := t.TempDir()
-		e := g.run(map[string]any{"code": "import os; (os.getcwd(), os.environ['MODE'])", "isolated": true, "cwd": dir, "env": map[string]string{"MODE": "iso"}})
-		if want := fmt.Sprintf("('%s', 'iso')", dir); len(e.Results) != 1 || e.Results[0].Text != want {
+		// cwd is a folder of the run's fresh workspace.
+		e := g.run(map[string]any{"code": "import os; (os.getcwd().endswith('/proj'), os.environ['MODE'])", "isolated": true, "cwd": "proj", "env": map[string]string{"MODE": "iso"}})
+		if want := "(True, 'iso')"; len(e.Results) != 1 || e.Results[0].Text != want {
 			t.Fatalf("results %+v, want %s", e.Results, want)
 		}
 	})
@@ -306,27 +306,20 @@ func readEvents(t *testing.T, sc *bufio.Scanner, stop func(event) bool) []event 
 func TestTimeouts(t *testing.T) {
 	g := newGateway(t)
 	g.run(map[string]any{"code": "kept = 'yes'"})
-	queued := make(chan sessions.Execution, 1)
-	t0 := time.Now()
-	go func() {
-		// Queued behind the sleep; its timeout ends before its turn.
-		<-time.After(300 * time.Millisecond)
-		status, body := g.do("POST", "/api/execute", map[string]any{"code": "print('never')", "timeout": 1})
-		if status != 200 {
-			t.Errorf("queued run: %d %s", status, body)
-		}
-		queued <- decode[sessions.Execution](t, body)
-	}()
-	e := g.run(map[string]any{"code": "import time; time.sleep(30)", "timeout": 2})
-	if took := time.Since(t0); took > 4*time.Second {
-		t.Errorf("timed out run took %v", took)
-	}
-	if e.Process.Reason != sessions.TimedOut || exitCode(e) != "1" {
-		t.Fatalf("process %+v", e.Process)
-	}
-	q := <-queued
+	// A run that runs past its timeout, seen running before the next is
+	// queued behind it.
+	resp := startStream(t, g, map[string]any{"code": "import time; print('go', flush=True); time.sleep(30)", "timeout": 2})
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	readEvents(t, sc, func(e event) bool { return e.Type == "stdout" })
+	// Queued behind it; its timeout ends before its turn.
+	q := g.run(map[string]any{"code": "print('never')", "timeout": 1})
 	if q.Process.Reason != sessions.TimedOut || q.Process.ExitCode != nil || len(q.Logs.Stdout) != 0 {
 		t.Errorf("queued run: %+v", q)
+	}
+	evs := readEvents(t, sc, func(e event) bool { return e.Type == "end" })
+	if end := evs[len(evs)-1]; end.Type != "end" || end.Process.Reason != sessions.TimedOut || end.Process.ExitCode == nil || *end.Process.ExitCode != 1 {
+		t.Fatalf("timed out run: %s", end.Raw)
 	}
 	if e := g.run(map[string]any{"code": "kept"}); len(e.Results) != 1 || e.Results[0].Text != "'yes'" {
 		t.Errorf("state after timeout: %+v", e.Results)
@@ -713,23 +706,38 @@ func TestContextInterruptRestartAndRuns(t *testing.T) {
 	g.do("POST", "/api/contexts", map[string]any{"id": "ops"})
 	first := g.run(map[string]any{"code": "x = 1", "context": "ops"})
 	// A run goes on when its client goes away; its id is in processIds.
+	// It waits for a file the test makes once the client is gone.
+	release := filepath.Join(t.TempDir(), "release")
 	ctx, cancel := context.WithCancel(context.Background())
-	js, _ := json.Marshal(map[string]any{"code": "import time; time.sleep(0.5); y = 2", "context": "ops"})
+	defer cancel()
+	js, _ := json.Marshal(map[string]any{"code": fmt.Sprintf("import os, time\nwhile not os.path.exists(%q): time.sleep(0.01)\ny = 2", release), "context": "ops"})
 	req, _ := http.NewRequestWithContext(ctx, "POST", g.url+"/api/execute", strings.NewReader(string(js)))
 	req.Header.Set("Authorization", "token "+g.token)
 	req.Header.Set("Content-Type", "application/json")
+	answered := make(chan error, 1)
 	go func() {
-		eventually(t, 5*time.Second, func() bool {
-			return len(decode[sessions.ContextModel](t, mustGet(t, g, "/api/contexts/ops")).ProcessIDs) == 2
-		})
-		cancel()
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		answered <- err
 	}()
-	if _, err := http.DefaultClient.Do(req); err == nil {
+	eventually(t, 5*time.Second, func() bool {
+		return len(decode[sessions.ContextModel](t, mustGet(t, g, "/api/contexts/ops")).ProcessIDs) == 2
+	})
+	cancel()
+	if err := <-answered; err == nil {
 		t.Fatal("the request was not cancelled")
 	}
 	cm := decode[sessions.ContextModel](t, mustGet(t, g, "/api/contexts/ops"))
 	if len(cm.ProcessIDs) != 2 || cm.ProcessIDs[0] != first.ID {
 		t.Fatalf("processIds %v", cm.ProcessIDs)
+	}
+	if run := decode[sessions.RunModel](t, mustGet(t, g, "/api/runs/"+cm.ProcessIDs[1])); run.State == sessions.RunDone {
+		t.Fatalf("the run ended with its client: %+v", run)
+	}
+	if err := os.WriteFile(release, nil, 0o600); err != nil {
+		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, func() bool {
 		return decode[sessions.RunModel](t, mustGet(t, g, "/api/runs/"+cm.ProcessIDs[1])).State == sessions.RunDone

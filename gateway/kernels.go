@@ -1,15 +1,8 @@
 package gateway
 
 import (
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
-	"mime"
 	"net/http"
-	"reflect"
 	"strings"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -97,70 +90,6 @@ func (s *Server) getKernelspecResource(c echo.Context) error {
 		c.Response().Header().Set("Cache-Control", "max-age=2592000")
 	}
 	return c.File(file)
-}
-
-// readJSON decodes a JSON body into v; an empty body leaves v as is.
-func (s *Server) readJSON(c echo.Context, v any) error {
-	r := c.Request()
-	// A body sent slowly gets no more time than a fast one would need.
-	http.NewResponseController(c.Response()).SetReadDeadline(time.Now().Add(bodyReadTimeout))
-	body, err := io.ReadAll(http.MaxBytesReader(c.Response(), r.Body, s.cfg.MaxBodyBytes))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return newError(http.StatusRequestEntityTooLarge, "PAYLOAD_TOO_LARGE", "the request body is over the limit")
-		}
-		return newError(http.StatusBadRequest, "BAD_REQUEST", "reading the request body: "+err.Error())
-	}
-	if len(strings.TrimSpace(string(body))) == 0 {
-		return nil
-	}
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		json := err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json"))
-		// @jupyterlab/services posts JSON as text/plain (fetch's default);
-		// form bodies, which a page of another origin can send, never pass.
-		if sf, _ := c.Get(surfaceKey).(surface); sf == jupyterSurface && mt == "text/plain" {
-			json = true
-		}
-		if !json {
-			return newError(http.StatusUnsupportedMediaType, "UNSUPPORTED_MEDIA_TYPE", "the body must be JSON: send Content-Type: application/json")
-		}
-	}
-	if err := json.Unmarshal(body, v); err != nil {
-		var typeErr *json.UnmarshalTypeError
-		if errors.As(err, &typeErr) && typeErr.Field != "" {
-			return newError(http.StatusBadRequest, "BAD_REQUEST", fmt.Sprintf("field %s: want %s, not %s", typeErr.Field, jsonKind(typeErr.Type), typeErr.Value))
-		}
-		var syntaxErr *json.SyntaxError
-		if errors.As(err, &syntaxErr) {
-			return newError(http.StatusBadRequest, "BAD_REQUEST", fmt.Sprintf("the request body is not valid JSON (at byte %d)", syntaxErr.Offset))
-		}
-		return newError(http.StatusBadRequest, "BAD_REQUEST", "the request body is not a valid JSON object")
-	}
-	return nil
-}
-
-// bodyReadTimeout bounds reading a request body.
-const bodyReadTimeout = 60 * time.Second
-
-// jsonKind names a Go type as a JSON kind, for error messages.
-func jsonKind(t reflect.Type) string {
-	switch t.Kind() {
-	case reflect.String:
-		return "a string"
-	case reflect.Bool:
-		return "true or false"
-	case reflect.Int, reflect.Int64, reflect.Float64, reflect.Float32, reflect.Uint64:
-		return "a number"
-	case reflect.Map, reflect.Struct:
-		return "an object"
-	case reflect.Slice, reflect.Array:
-		return "an array"
-	case reflect.Pointer:
-		return jsonKind(t.Elem())
-	}
-	return "another type"
 }
 
 // envStrings converts a JSON env object, refusing non-string values.

@@ -101,7 +101,7 @@ func openAPISurface(path string) string {
 	switch {
 	case path == "/healthz" || path == "/readyz" || path == "/metrics" || path == "/api/openapi.json":
 		return "OpsError"
-	case path == "/api/execute" || strings.HasPrefix(path, "/api/contexts") || strings.HasPrefix(path, "/api/runs"):
+	case path == "/api/execute" || path == "/api/languages" || strings.HasPrefix(path, "/api/contexts") || strings.HasPrefix(path, "/api/runs"):
 		return "ApiError"
 	}
 	return "JupyterError"
@@ -218,6 +218,9 @@ func TestOpenAPIRouteParity(t *testing.T) {
 					continue
 				}
 				if p == "/" || p == "/static/*" { // the web front-end
+					continue
+				}
+				if p == "/mcp" || p == "/e2b/*" { // MCP's and E2B's protocols, not this document's
 					continue
 				}
 				served = append(served, r.Method+" "+openAPIPath(p))
@@ -471,6 +474,8 @@ func TestOpenAPIExamples(t *testing.T) {
 					params["id"] = f.sessionID()
 				case "/api/contexts/{id}/tokens":
 					params["id"] = f.contextID()
+				case "/api/contexts/{id}/files/{file}":
+					params["id"], params["file"] = f.contextID(), "sales.csv"
 				case "/api/runs/{id}/input":
 					params["id"] = f.awaitingInput()
 				default:
@@ -561,6 +566,10 @@ func TestOpenAPIOperations(t *testing.T) {
 	run := decode[sessions.Execution](t, body).ID
 
 	k, s, c, r := map[string]string{"id": kernel}, map[string]string{"id": session}, map[string]string{"id": "ops"}, map[string]string{"id": run}
+	cf := map[string]string{"id": "ops", "file": "hello.txt"}
+	if status, body := g.put("ops", "hello.txt", strings.NewReader("hello"), nil); status != http.StatusCreated {
+		t.Fatalf("PUT hello.txt: %d %s", status, body)
+	}
 	calls := []opCall{
 		{name: "healthz", method: "GET", path: "/healthz", anon: true, want: 200},
 		{name: "readyz", method: "GET", path: "/readyz", anon: true, want: 200},
@@ -595,6 +604,14 @@ func TestOpenAPIOperations(t *testing.T) {
 			events: []string{"start", "clear_output", "stdout", "stderr", "result", "display_update", "error", "end"}},
 		{name: "run-events-sse", method: "GET", path: "/api/runs/{id}/events", params: r, query: "after=1", header: map[string]string{"Accept": "text/event-stream"}, want: 200, sse: true},
 		{name: "run-interrupt", method: "POST", path: "/api/runs/{id}/interrupt", params: r, want: 204},
+		{name: "languages", method: "GET", path: "/api/languages", want: 200},
+		{name: "files", method: "GET", path: "/api/contexts/{id}/files", params: c, query: "recursive=true", want: 200},
+		{name: "file", method: "GET", path: "/api/contexts/{id}/files/{file}", params: cf, want: 200},
+		{name: "file-range", method: "GET", path: "/api/contexts/{id}/files/{file}", params: cf, header: map[string]string{"Range": "bytes=0-1"}, want: 206},
+		{name: "file-head", method: "HEAD", path: "/api/contexts/{id}/files/{file}", params: cf, want: 200},
+		{name: "file-missing", method: "GET", path: "/api/contexts/{id}/files/{file}", params: map[string]string{"id": "ops", "file": "nope.txt"}, want: 404},
+		{name: "file-escape", method: "GET", path: "/api/contexts/{id}/files/{file}", params: map[string]string{"id": "ops", "file": "../x"}, want: 400},
+		{name: "file-delete", method: "DELETE", path: "/api/contexts/{id}/files/{file}", params: cf, want: 204},
 		{name: "delete-session", method: "DELETE", path: "/api/sessions/{id}", params: s, want: 204},
 		{name: "delete-context", method: "DELETE", path: "/api/contexts/{id}", params: c, want: 204},
 	}
@@ -699,7 +716,7 @@ func callOperation(t *testing.T, ctx context.Context, g *testGateway, doc *opena
 					t.Errorf("the stream has no %s event: %s", typ, body)
 				}
 			}
-		case call.path == "/kernelspecs/{name}/{file}":
+		case call.path == "/kernelspecs/{name}/{file}", call.path == "/api/contexts/{id}/files/{file}":
 			opts.ExcludeResponseBody = true // the file itself
 		}
 		out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: resp.StatusCode, Header: resp.Header, Options: opts}

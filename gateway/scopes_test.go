@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"kernelgate/sessions"
+
+	"kernelgate/internal/timefmt"
 )
 
 func mustKey(t *testing.T, line string) APIKey {
@@ -74,7 +76,7 @@ func TestContextTokens(t *testing.T) {
 	if tok["token"] == "" {
 		t.Fatalf("no token: %s", body)
 	}
-	if _, err := time.Parse(sessions.TimeFormat, tok["expiresAt"]); err != nil {
+	if _, err := timefmt.Parse(tok["expiresAt"]); err != nil {
 		t.Errorf("expiresAt %q: %v", tok["expiresAt"], err)
 	}
 	as := map[string]string{"Authorization": "Bearer " + tok["token"]}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"kernelgate/jupyter"
 	"kernelgate/sessions"
 )
 
@@ -196,7 +195,10 @@ func TestMaxKernelsUnderConcurrentStarts(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			status, _ := g.do("POST", "/api/kernels", map[string]string{"name": "python3"})
+			status, body, err := g.send("POST", "/api/kernels", map[string]string{"name": "python3"}, g.auth())
+			if err != nil {
+				t.Errorf("POST /api/kernels: %v %s", err, body)
+			}
 			mu.Lock()
 			codes[status]++
 			mu.Unlock()
@@ -306,8 +308,6 @@ func TestSessionsCRUD(t *testing.T) {
 		t.Errorf("deleted session: %d", status)
 	}
 }
-
-var _ = jupyter.ExecuteReply
 
 func TestJupyterBodiesContentType(t *testing.T) {
 	g := newGateway(t)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"kernelgate/e2b"
 	"kernelgate/internal/rawio"
 	"kernelgate/sessions"
 )
@@ -33,6 +34,8 @@ type Config struct {
 	// MaxBodyBytes bounds request bodies; MaxFrameBytes websocket frames.
 	MaxBodyBytes  int64
 	MaxFrameBytes int64
+	// MaxUploadBytes bounds a file uploaded into a workspace.
+	MaxUploadBytes int64
 	// PingInterval is how often websockets are pinged.
 	PingInterval time.Duration
 	// APIKeys are keys with scopes, besides the token (which has all).
@@ -64,6 +67,9 @@ func (c *Config) fill() {
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = 16 << 20
 	}
+	if c.MaxUploadBytes <= 0 {
+		c.MaxUploadBytes = 1 << 30
+	}
 	if c.MaxFrameBytes <= 0 {
 		c.MaxFrameBytes = 64 << 20
 	}
@@ -85,6 +91,7 @@ type Server struct {
 	keys    []APIKey
 	tokens  *tokenStore
 	metrics *Metrics
+	e2b     *e2b.Handler
 
 	mu     sync.Mutex
 	conns  map[*wsConn]struct{}
@@ -152,6 +159,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	err := s.http.Shutdown(ctx)
+	s.e2b.Close()
 	for _, c := range conns {
 		c.closeGoingAway()
 	}
@@ -227,6 +235,22 @@ func (s *Server) routes() {
 	ci.GET("/api/runs/:id/events", s.runEvents, ctxRead)
 	ci.POST("/api/runs/:id/interrupt", s.interruptRun, ctxExec)
 	ci.POST("/api/runs/:id/input", s.inputRun, ctxExec)
+	ci.GET("/api/languages", s.listLanguages, read)
+	ci.GET("/api/contexts/:id/files", s.listFiles, ctxRead)
+	ci.GET("/api/contexts/:id/files/*", s.getFile, ctxRead)
+	ci.HEAD("/api/contexts/:id/files/*", s.getFile, ctxRead)
+	ci.PUT("/api/contexts/:id/files/*", s.putFile, ctxExec)
+	ci.DELETE("/api/contexts/:id/files/*", s.deleteFile, ctxExec)
+
+	// Agents: MCP over Streamable HTTP, with the API's credentials.
+	ag := base.Group("", tag(apiSurface), s.authenticate)
+	// The transport is stateless: no session to GET a stream of or DELETE.
+	ag.POST("/mcp", echo.WrapHandler(s.mcpHandler()))
+	// E2B's SDK: its own headers, checked by the handler.
+	s.e2b = s.e2bHandler()
+	e2bPrefix := strings.TrimSuffix(s.cfg.BaseURL, "/") + "/e2b"
+	e2bH := echo.WrapHandler(http.StripPrefix(e2bPrefix, s.e2b))
+	base.Any("/e2b/*", e2bH, tag(apiSurface))
 
 	if s.cfg.Web != nil {
 		w := echo.WrapHandler(http.StripPrefix(strings.TrimSuffix(s.cfg.BaseURL, "/"), s.cfg.Web))

@@ -173,31 +173,45 @@ func TestSocketAnswersPing(t *testing.T) {
 // A dial waits for the kernel to bind its port, and gives up when ctx
 // ends; a peer of the wrong socket type is refused.
 func TestDialSocket(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pub := zmq4.NewPub(ctx, zmq4.WithLogger(quietLog))
 	defer pub.Close()
-	dialed := make(chan error, 1)
-	go func() {
-		s, err := dialSocket(ctx, "tcp://"+addr, zmq4.Sub, "", DefaultMaxFrame)
-		if err == nil {
-			s.close()
+	// A free port is chosen, dialed, then bound; another process may take
+	// it in between: then the test tries another.
+	var addr string
+	for attempt := 1; ; attempt++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
 		}
-		dialed <- err
-	}()
-	// The dial is retrying: the port is bound only now.
-	if err := pub.Listen("tcp://" + addr); err != nil {
-		t.Skipf("port taken meanwhile: %v", err)
-	}
-	if err := <-dialed; err != nil {
-		t.Fatalf("dial after bind: %v", err)
+		addr = ln.Addr().String()
+		ln.Close()
+		dctx, dcancel := context.WithCancel(ctx)
+		dialed := make(chan error, 1)
+		go func() {
+			s, err := dialSocket(dctx, "tcp://"+addr, zmq4.Sub, "", DefaultMaxFrame)
+			if err == nil {
+				s.close()
+			}
+			dialed <- err
+		}()
+		// The dial is retrying: the port is bound only now.
+		lerr := pub.Listen("tcp://" + addr)
+		if lerr != nil {
+			dcancel()
+			<-dialed
+			if attempt == 5 {
+				t.Fatalf("every port chosen was taken before it was bound: %v", lerr)
+			}
+			continue
+		}
+		err = <-dialed
+		dcancel()
+		if err != nil {
+			t.Fatalf("dial after bind: %v", err)
+		}
+		break
 	}
 
 	if _, err := dialSocket(ctx, "tcp://"+addr, zmq4.Dealer, "", DefaultMaxFrame); err == nil {

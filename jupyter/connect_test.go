@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,6 +15,13 @@ import (
 
 	"kernelgate/internal/testkernels"
 )
+
+// settledSnapshot counts resources once the process-wide launch thread
+// (zygote.go), which lives as long as the process, exists.
+func settledSnapshot(t *testing.T) resources {
+	startOnParentThread(exec.Command("/nonexistent/kernelgate-warm-up")) // fails to start: no process
+	return snapshot(t)
+}
 
 // resultText runs code and returns the text/plain of its execute_result.
 func resultText(t *testing.T, k *Kernel, code string) string {
@@ -44,7 +52,7 @@ func resultText(t *testing.T, k *Kernel, code string) string {
 // is refused and leaves the kernel alone. Killed, the adopted kernel (not
 // a child of its client) is seen to die.
 func TestReconnect(t *testing.T) {
-	before := snapshot(t)
+	before := settledSnapshot(t)
 	spec := testkernels.Spec(t, "python3")
 	p := &LocalProvisioner{RuntimeDir: t.TempDir(), Detached: true}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -189,7 +197,7 @@ func leaseUntil(t *testing.T, info ProvisionerInfo) int64 {
 // out, its directory removed; one adopted again in time (a rolling
 // restart) lives on past its first lease.
 func TestOrphanWatchdog(t *testing.T) {
-	before := snapshot(t)
+	before := settledSnapshot(t)
 	spec := testkernels.Spec(t, "python3")
 	p := &LocalProvisioner{RuntimeDir: t.TempDir(), Detached: true, OrphanTimeout: 2 * time.Second}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -254,7 +262,7 @@ func TestOrphanWatchdog(t *testing.T) {
 // lives in the gateway, is refused without being touched.
 func TestReconnectSandboxed(t *testing.T) {
 	needSandbox(t)
-	before := snapshot(t)
+	before := settledSnapshot(t)
 	spec := testkernels.Spec(t, "python3")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()

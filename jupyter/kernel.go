@@ -47,6 +47,9 @@ type Config struct {
 	Spec *kernelspecs.Spec
 	// Env is added to the kernel's environment.
 	Env map[string]string
+	// DirEnv names directories the gateway made for the kernel; see
+	// LaunchRequest.
+	DirEnv map[string]string
 	// Cwd is the kernel's working directory; see LaunchRequest for
 	// StartFresh.
 	Cwd        string
@@ -216,7 +219,7 @@ func start(ctx context.Context, p Provisioner, cfg Config) (*Kernel, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	t0 := time.Now()
-	proc, err := p.Launch(ctx, LaunchRequest{KernelID: cfg.ID, Spec: cfg.Spec, Env: cfg.Env, Cwd: cfg.Cwd, StartFresh: cfg.StartFresh, Limits: cfg.Limits, Sandbox: cfg.Sandbox})
+	proc, err := p.Launch(ctx, LaunchRequest{KernelID: cfg.ID, Spec: cfg.Spec, Env: cfg.Env, DirEnv: cfg.DirEnv, Cwd: cfg.Cwd, StartFresh: cfg.StartFresh, Limits: cfg.Limits, Sandbox: cfg.Sandbox})
 	if err != nil {
 		return nil, err
 	}
@@ -792,8 +795,5 @@ func (k *Kernel) die(err error) {
 	case <-k.proc.Done():
 	default:
 		k.proc.Signal(syscall.SIGKILL)
-	}
-	if !errors.Is(err, ErrKernelShutdown) {
-		k.log.Info("kernel died", "err", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"kernelgate/internal/needs"
 	"kernelgate/internal/testkernels"
 )
 
@@ -17,11 +18,11 @@ func needCgroups(t *testing.T, controllers ...string) {
 	t.Helper()
 	host, err := hostCgroups()
 	if err != nil {
-		t.Skipf("cgroups not available: %v", err)
+		needs.Skip(t, "cgroups not available: %v", err)
 	}
 	for _, c := range controllers {
 		if contains(host.missing, c) {
-			t.Skipf("cgroup controller %s not available", c)
+			needs.Skip(t, "cgroup controller %s not available", c)
 		}
 	}
 }
@@ -31,19 +32,25 @@ func TestMemoryLimitKillsKernel(t *testing.T) {
 	cases := []struct {
 		name    string
 		sandbox *SandboxConfig
+		forked  bool
 	}{
-		{"plain", nil},
-		{"sandboxed", &SandboxConfig{}},
+		{"plain", nil, false},
+		{"sandboxed", &SandboxConfig{}, false},
+		{"forked", nil, true},
 	}
-	spec := testkernels.Spec(t, "python3")
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			if c.sandbox != nil {
 				needSandbox(t)
 			}
+			spec := testkernels.Spec(t, "python3")
+			if c.forked {
+				spec = forkSpec(t)
+			}
 			prov := &LocalProvisioner{RuntimeDir: sandboxRuntime(t), Sandbox: c.sandbox}
 			small := startWith(t, prov, Config{Spec: spec, Limits: &Limits{MemoryBytes: 512 << 20}})
 			big := startWith(t, prov, Config{Spec: spec})
+			checkForked(t, c.forked, small, big)
 
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
@@ -92,17 +99,24 @@ func TestPidsLimitStopsForkBomb(t *testing.T) {
 	cases := []struct {
 		name    string
 		sandbox *SandboxConfig
+		forked  bool
 	}{
-		{"plain", nil},
-		{"sandboxed", &SandboxConfig{}},
+		{"plain", nil, false},
+		{"sandboxed", &SandboxConfig{}, false},
+		{"forked", nil, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			if c.sandbox != nil {
 				needSandbox(t)
 			}
+			spec := testkernels.Spec(t, "python3")
+			if c.forked {
+				spec = forkSpec(t)
+			}
 			prov := &LocalProvisioner{RuntimeDir: sandboxRuntime(t), Sandbox: c.sandbox, Limits: Limits{Pids: 64}}
-			k := startWith(t, prov, Config{Spec: testkernels.Spec(t, "python3")})
+			k := startWith(t, prov, Config{Spec: spec})
+			checkForked(t, c.forked, k)
 			col := newCollector()
 			call, err := k.StartExecute(keepGoing(forkBomb), col.handle)
 			if err != nil {
@@ -143,14 +157,21 @@ func TestRlimits(t *testing.T) {
 		prov      Limits
 		launch    *Limits
 		wantFiles uint64
+		forked    bool
 	}{
-		{"provisioner default", Limits{NoFile: 300}, nil, 300},
-		{"launch overrides", Limits{NoFile: 300}, &Limits{NoFile: 400}, 400},
+		{"provisioner default", Limits{NoFile: 300}, nil, 300, false},
+		{"launch overrides", Limits{NoFile: 300}, &Limits{NoFile: 400}, 400, false},
+		{"forked", Limits{NoFile: 300}, &Limits{NoFile: 400}, 400, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			spec := testkernels.Spec(t, "python3")
+			if c.forked {
+				spec = forkSpec(t)
+			}
 			prov := &LocalProvisioner{RuntimeDir: t.TempDir(), Limits: c.prov}
-			k := startWith(t, prov, Config{Spec: testkernels.Spec(t, "python3"), Limits: c.launch})
+			k := startWith(t, prov, Config{Spec: spec, Limits: c.launch})
+			checkForked(t, c.forked, k)
 			got := strings.TrimSpace(stdout(t, k, "import resource as r; print(r.getrlimit(r.RLIMIT_NOFILE), r.getrlimit(r.RLIMIT_CORE))"))
 			want := fmt.Sprintf("(%d, %d) (0, 0)", c.wantFiles, c.wantFiles)
 			if got != want {

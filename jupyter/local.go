@@ -58,6 +58,10 @@ type LocalProvisioner struct {
 	// gateway renews its lease (orphan.go); 0 means
 	// DefaultOrphanTimeout.
 	OrphanTimeout time.Duration
+	// PythonLauncher is LauncherFork (the default when empty: Python
+	// kernels are forked from a zygote where they can be, zygote.go) or
+	// LauncherExec (every kernel is a new process).
+	PythonLauncher string
 }
 
 var _ Provisioner = (*LocalProvisioner)(nil)
@@ -157,6 +161,9 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	for k, v := range req.Env {
 		env[k] = v
 	}
+	for k, v := range req.DirEnv {
+		env[k] = v
+	}
 	// ipykernel exits when this process goes away; in a sandbox its
 	// parent is the sandbox's init (pid 1), and --die-with-parent does it.
 	if iso.sandbox == nil && !p.Detached {
@@ -171,6 +178,14 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	}
 	if lp.cg, err = iso.cgroup(p.logger(), req.KernelID); err != nil {
 		return fail(fmt.Errorf("%w: cgroup: %v", ErrStartFailed, err))
+	}
+	// A Python kernel is forked from its kernelspec's zygote where it can
+	// be (zygote.go); any other starts below.
+	if fp, err := p.launchForked(ctx, req, iso, lp, argv, env, startDir); fp != nil || err != nil {
+		if err != nil {
+			return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
+		}
+		return fp, nil
 	}
 	if argv, err = iso.command(argv, env["PATH"], root, kd, cwd, startDir, transport); err != nil {
 		return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
@@ -199,7 +214,7 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 		gate.Close()
 		return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
 	}
-	err = cmd.Start()
+	err = startOnParentThread(cmd) // its Pdeathsig follows that thread (zygote.go)
 	closeChildEnds(cmd)
 	lp.closeOutput()
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"github.com/google/uuid"
 
 	"kernelgate/internal/jsonscan"
+
+	"kernelgate/internal/timefmt"
 )
 
 // ProtocolVersion is the messaging protocol version kernelgate speaks.
@@ -146,10 +148,6 @@ func (m *Message) Size() int {
 
 var emptyObject = []byte("{}")
 
-// TimeFormat is how kernelgate writes dates in headers: RFC 3339, UTC,
-// microseconds.
-const TimeFormat = "2006-01-02T15:04:05.000000Z07:00"
-
 // NewMessage builds a message of type t in session with content (marshalled
 // to JSON; nil means {}). parent, when non-nil, becomes the parent header.
 func NewMessage(session string, t MsgType, content any, parent *Message) (*Message, error) {
@@ -157,7 +155,7 @@ func NewMessage(session string, t MsgType, content any, parent *Message) (*Messa
 		MsgID:    uuid.NewString(),
 		Session:  session,
 		Username: "kernelgate",
-		Date:     time.Now().UTC().Format(TimeFormat),
+		Date:     timefmt.Format(time.Now()),
 		MsgType:  t,
 		Version:  ProtocolVersion,
 	}

@@ -18,8 +18,13 @@ type Provisioner interface {
 type LaunchRequest struct {
 	KernelID string
 	Spec     *kernelspecs.Spec
-	// Env is added to the kernel's environment after the spec's env.
+	// Env is added to the kernel's environment after the spec's env; it
+	// comes from a client and is checked by ValidateEnv.
 	Env map[string]string
+	// DirEnv is added last: variables naming directories the gateway made
+	// for this kernel (a context's package cache, DENO_DIR), which the
+	// client deny list would refuse. Never a client's values.
+	DirEnv map[string]string
 	// Cwd is the kernel's working directory; empty means the provisioner's.
 	Cwd string
 	// StartFresh starts the kernel in its own fresh work directory even

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"kernelgate/internal/needs"
 	"kernelgate/internal/testkernels"
 )
 
@@ -23,10 +24,10 @@ func needSandbox(t *testing.T) {
 	t.Helper()
 	bwrap, err := (&SandboxConfig{}).bwrapPath()
 	if err != nil {
-		t.Skipf("no sandbox: %v", err)
+		needs.Skip(t, "no sandbox: %v", err)
 	}
 	if out, err := exec.Command(bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net", "--", "/bin/true").CombinedOutput(); err != nil {
-		t.Skipf("bwrap cannot sandbox here: %v: %s", err, out)
+		needs.Skip(t, "bwrap cannot sandbox here: %v: %s", err, out)
 	}
 }
 
@@ -258,7 +259,7 @@ func TestSandboxedDeno(t *testing.T) {
 func TestBwrapArgs(t *testing.T) {
 	for _, p := range []string{"/var/tmp", "/etc/hostname", "/etc/ssl", "/srv"} {
 		if !exists(p) {
-			t.Skipf("%s does not exist here", p)
+			needs.Skip(t, "%s does not exist here", p)
 		}
 	}
 	dir := filepath.Join(t.TempDir(), "kernel-1")
@@ -389,7 +390,7 @@ func TestSandboxStartFailuresLeaveNothing(t *testing.T) {
 			case !c.unreachable:
 				runtime = sandboxRuntime(t)
 			case os.Geteuid() != 0:
-				t.Skip("the sandbox user is the gateway's")
+				needs.Skip(t, "the sandbox user is the gateway's: the test runs as uid %d, not root", os.Geteuid())
 			default:
 				runtime = t.TempDir() // below the test's own 0700 directory
 			}
@@ -428,7 +429,7 @@ func TestSandboxedProgramBelowTmp(t *testing.T) {
 	// A kernel installed in a checkout below /tmp still starts in the
 	// sandbox, whose /tmp is empty: its program's directory is bound back.
 	if _, err := exec.LookPath("bwrap"); err != nil {
-		t.Skip("bwrap is not installed")
+		needs.Skip(t, "bwrap is not installed")
 	}
 	dir, err := os.MkdirTemp("/tmp", "kg-program-")
 	if err != nil {

@@ -56,6 +56,14 @@ func (c *SandboxConfig) user() (sandboxUser, error) {
 	return u, nil
 }
 
+// HostUser is the host user c's kernels run as: with switched, a user
+// other than the gateway's, to whom the gateway must give the directories
+// such a kernel writes.
+func (c *SandboxConfig) HostUser() (uid, gid int, switched bool, err error) {
+	u, err := c.user()
+	return u.uid, u.gid, u.switched, err
+}
+
 func (u sandboxUser) String() string { return fmt.Sprintf("%d:%d", u.uid, u.gid) }
 
 // credential is what the gated shell, and so bwrap, is started with: u

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"kernelgate/internal/needs"
 	"kernelgate/internal/testkernels"
 )
 
@@ -54,7 +55,7 @@ func TestSandboxUserIDs(t *testing.T) {
 func needRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("the gateway runs sandboxed kernels as another user only as root")
+		needs.Skip(t, "the gateway runs sandboxed kernels as another user only as root")
 	}
 }
 
@@ -117,7 +118,7 @@ func hostDir(t *testing.T) string {
 			return dir
 		}
 	}
-	t.Skip("no writable directory outside /tmp")
+	needs.Skip(t, "no writable directory outside /tmp")
 	return ""
 }
 

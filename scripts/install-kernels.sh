@@ -1,6 +1,6 @@
 #!/bin/sh
 # Makes the two default kernels available, idempotently:
-#   python3  /usr/bin/python3 with ipykernel, matplotlib, numpy and pandas from Debian
+#   python3  /usr/bin/python3 with ipykernel, matplotlib, numpy, pandas and pip from Debian
 #   deno     Deno's Jupyter kernel (JavaScript and TypeScript), from npm into .deps/
 # and writes their kernelspecs into .kernels/, which `make run` and the tests
 # pass to kernelgate with --kernelspec-dir.
@@ -14,7 +14,7 @@ deno_version=2.9.6
 
 # Debian packages the Python kernel needs, as "module:package" pairs.
 missing=""
-for pair in ipykernel:python3-ipykernel matplotlib:python3-matplotlib numpy:python3-numpy pandas:python3-pandas; do
+for pair in ipykernel:python3-ipykernel matplotlib:python3-matplotlib numpy:python3-numpy pandas:python3-pandas pip:python3-pip; do
 	mod=${pair%%:*}
 	pkg=${pair#*:}
 	if ! [ -x "$python" ] || ! "$python" -c "import $mod" >/dev/null 2>&1; then
@@ -58,7 +58,7 @@ cat >"$specs/python3/kernel.json" <<JSON
   "language": "python",
   "interrupt_mode": "signal",
   "env": {"PYDEVD_DISABLE_FILE_VALIDATION": "1"},
-  "metadata": {"debugger": true}
+  "metadata": {"debugger": true, "kernelgate": {"preload": ["numpy", "pandas", "matplotlib"]}}
 }
 JSON
 

@@ -31,8 +31,8 @@ type Client struct {
 }
 
 type callRef struct {
-	jk   *jupyter.Kernel
-	call *jupyter.Call
+	jk   process
+	call call
 }
 
 func newClient(k *Kernel, session string, maxMsgs, maxBytes int) *Client {
@@ -53,8 +53,9 @@ func (c *Client) Kernel() *Kernel { return c.k }
 func (c *Client) Done() <-chan struct{} { return c.done }
 
 // push queues o for the client; it never blocks. It reports false when
-// the client's queue overflowed: the client is then closed and the caller,
-// which holds k.mu, detaches it.
+// the client's queue overflowed: the caller, which holds k.mu, detaches
+// the client and cuts it once it has released k.mu (closing a client
+// hands its requests to the kernel, which takes k.mu).
 func (c *Client) push(o Outgoing) bool {
 	c.mu.Lock()
 	if c.closed {
@@ -63,7 +64,6 @@ func (c *Client) push(o Outgoing) bool {
 	}
 	if !c.q.push(o) {
 		c.mu.Unlock()
-		c.closeWith(ErrSlowClient)
 		return false
 	}
 	c.mu.Unlock()
@@ -120,8 +120,12 @@ func (c *Client) Send(ctx context.Context, ch Channel, m *Message) error {
 		}
 	}
 	c.mu.Unlock()
+	held := m.Type() == jupyter.ExecuteRequest && c.k.holdIdleFor(m.Header.MsgID)
 	call, err := jk.Request(ch, m, c.answer, jupyter.CallOptions{})
 	if err != nil {
+		if held {
+			c.k.unholdIdle(m.Header.MsgID)
+		}
 		return err
 	}
 	c.mu.Lock()
@@ -129,7 +133,7 @@ func (c *Client) Send(ctx context.Context, ch Channel, m *Message) error {
 	case <-call.Done(): // answered already
 	default:
 		if c.calls != nil {
-			c.calls[call.ID] = &callRef{jk: jk, call: call}
+			c.calls[m.Header.MsgID] = &callRef{jk: jk, call: call}
 		}
 	}
 	c.mu.Unlock()
@@ -145,7 +149,6 @@ func (c *Client) answer(ch Channel, m *Message) {
 	}
 	o := Outgoing{Channel: ch, Msg: m}
 	c.k.mu.Lock()
-	defer c.k.mu.Unlock()
 	to := c
 	if _, attached := c.k.clients[c]; !attached {
 		// The client went away. A client that reconnected with the same
@@ -161,11 +164,17 @@ func (c *Client) answer(ch Channel, m *Message) {
 			if len(c.k.clients) == 0 {
 				c.k.offline.push(o)
 			}
+			c.k.mu.Unlock()
 			return
 		}
 	}
-	if !to.push(o) {
+	slow := !to.push(o)
+	if slow {
 		delete(c.k.clients, to)
+	}
+	c.k.mu.Unlock()
+	if slow {
+		to.closeWith(ErrSlowClient)
 	}
 }
 

@@ -11,6 +11,9 @@ import (
 
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	"kernelgate/workspace"
+
+	"kernelgate/internal/timefmt"
 )
 
 // Context is an interpreter context of the code-interpreter API: a kernel
@@ -26,6 +29,10 @@ type Context struct {
 
 	// pool gave an isolated context its kernel; it refills when the run ends.
 	pool *pool
+	// ws is the context's workspace; Cwd lies in it. Set before the
+	// context is published, never changed.
+	ws         *workspace.Workspace
+	wsBorrowed bool // ws is shared (ContextRequest.Workspace): kept at delete
 
 	m       *Manager
 	spec    *kernelspecs.Spec
@@ -38,6 +45,12 @@ type Context struct {
 	working bool
 	runIDs  []string
 	deleted bool
+	// The kernel and process generation the last run started on, and
+	// whether a run has told that they were replaced since (a lost run
+	// does): the next run on another process says its state is gone.
+	ranOn  *Kernel
+	ranGen int
+	told   bool
 }
 
 // ContextModel is a context as the API shows it.
@@ -62,6 +75,7 @@ func (c *Context) Model() ContextModel {
 	k := c.kernel
 	ids := append([]string{}, c.runIDs...)
 	c.mu.Unlock()
+	ids = c.m.keptRuns(ids)
 	names := make([]string, 0, len(c.Env))
 	for n := range c.Env {
 		names = append(names, n)
@@ -69,7 +83,7 @@ func (c *Context) Model() ContextModel {
 	sort.Strings(names)
 	cm := ContextModel{
 		ID: c.ID, Language: c.Language, Cwd: c.Cwd, Env: names, ProcessIDs: ids,
-		ExecutionState: "dead", CreatedAt: FormatTime(c.created), LastActivity: FormatTime(c.created),
+		ExecutionState: "dead", CreatedAt: timefmt.Format(c.created), LastActivity: timefmt.Format(c.created),
 	}
 	if k != nil {
 		km := k.Model()
@@ -90,7 +104,7 @@ func (c *Context) Model() ContextModel {
 
 // kernelFor returns the context's kernel, starting one if it has none or
 // its process is gone (a run after a death gets a fresh kernel).
-func (c *Context) ensureKernel(ctx context.Context) (*Kernel, *jupyter.Kernel, error) {
+func (c *Context) ensureKernel(ctx context.Context) (*Kernel, process, error) {
 	c.mu.Lock()
 	k := c.kernel
 	c.mu.Unlock()
@@ -104,7 +118,7 @@ func (c *Context) ensureKernel(ctx context.Context) (*Kernel, *jupyter.Kernel, e
 		}
 	}
 	// No kernel, or it was deleted through the Jupyter API: start another.
-	k, err := c.m.startKernel(ctx, newID(), c.spec, c.Env, c.Cwd, restartLazily)
+	k, err := c.m.startKernel(ctx, newID(), c.spec, c.Env, workDir{ws: c.ws, cwd: c.Cwd}, restartLazily)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -230,7 +244,7 @@ func (c *Context) runQueue(justOne bool) {
 			c.queue = nil
 			c.mu.Unlock()
 			for _, r := range queued {
-				r.end(Lost, errorf(ErrNoSuchContext, "context %s was deleted", c.ID))
+				r.lose(deletedBeforeStart(c))
 			}
 			return
 		}
@@ -269,16 +283,21 @@ func runContext(r *Run, parent context.Context) (context.Context, context.Cancel
 func (c *Context) execute(r *Run) {
 	stop := make(chan Reason, 1)
 	late := lateOutput{more: make(chan struct{}, 1), result: make(chan struct{})}
-	var resultOnce sync.Once
+	var resultOnce, beganOnce sync.Once
+	// began is closed when the kernel says the code runs (execute_input).
+	began := make(chan struct{})
 	var pendingInput *Message
 	handle := func(ch jupyter.Channel, m *Message) {
+		if m.Type() == jupyter.ExecuteInput {
+			beganOnce.Do(func() { close(began) })
+		}
 		if m.Type() == jupyter.InputRequest {
 			r.mu.Lock()
 			pendingInput = m
 			r.mu.Unlock()
 		}
 		r.handle(m, ch)
-		if m.Type() == jupyter.ExecuteResult {
+		if m.Type() == jupyter.ExecuteResult || m.Type() == jupyter.ErrorMsg {
 			resultOnce.Do(func() { close(late.result) })
 		}
 		select {
@@ -292,8 +311,8 @@ func (c *Context) execute(r *Run) {
 	content.StopOnError = false
 
 	var k *Kernel
-	var jk *jupyter.Kernel
-	var call *jupyter.Call
+	var jk process
+	var call call
 	// A kernel that dies between being handed out and taking the run is
 	// replaced once: the run had not started.
 	for attempt := 0; ; attempt++ {
@@ -323,15 +342,20 @@ func (c *Context) execute(r *Run) {
 			r.end(stopped, nil)
 			return
 		}
-		call, err = jk.StartExecute(content, handle)
+		var ended func()
+		call, ended, err = k.startRun(jk, content, handle)
 		if err == nil {
+			defer ended()
 			break
 		}
 		if attempt > 0 || !errors.Is(err, jupyter.ErrKernelDied) {
-			r.lose(lostMessage(err))
+			c.lose(r, lostMessage(err))
 			return
 		}
 	}
+	r.mu.Lock()
+	r.notice = c.startedOn(k)
+	r.mu.Unlock()
 	r.mu.Lock()
 	r.cancel = func(reason Reason) {
 		select {
@@ -360,6 +384,7 @@ func (c *Context) execute(r *Run) {
 	}
 
 	var grace, again <-chan time.Time
+	var onBegin <-chan struct{}
 	interrupt := func() {
 		ictx, icancel := context.WithTimeout(context.Background(), c.m.cfg.InterruptGrace)
 		if err := k.Interrupt(ictx); err != nil {
@@ -372,10 +397,10 @@ func (c *Context) execute(r *Run) {
 		case <-call.Done():
 			if _, err := call.Result(); err != nil {
 				c.m.log.Info("run lost its kernel", "context", c.ID, "run", r.ID, "err", err)
-				r.lose(lostMessage(err))
+				c.lose(r, lostMessage(err))
 				return
 			}
-			c.settle(jk, late)
+			c.settle(k, late)
 			r.end(c.reason(r), nil)
 			return
 		case why := <-stop:
@@ -387,10 +412,23 @@ func (c *Context) execute(r *Run) {
 			}
 			r.mu.Unlock()
 			if grace == nil {
-				interrupt()
 				grace = time.After(c.m.cfg.InterruptGrace)
 				again = time.After(c.m.cfg.InterruptGrace / 3)
+				select {
+				case <-began:
+					interrupt()
+				default:
+					// ipykernel ignores a signal that comes before it
+					// runs the code: interrupt once it does, so a
+					// timeout shorter than the hand-over still bounds
+					// the run. (Two signals close together could land
+					// the second outside the handler, killing it.)
+					onBegin = began
+				}
 			}
+		case <-onBegin:
+			interrupt()
+			onBegin = nil
 		case <-again:
 			// A signal that lands before the code runs is ignored by
 			// ipykernel: interrupt once more before giving up on it.
@@ -401,12 +439,44 @@ func (c *Context) execute(r *Run) {
 			c.m.log.Warn("kernel did not stop after an interrupt: restarting it", "context", c.ID, "run", r.ID)
 			jk.Forget(call)
 			rctx, rcancel := context.WithTimeout(context.Background(), c.m.cfg.StartTimeout)
-			k.Restart(rctx)
+			if err := c.restart(rctx); err != nil {
+				c.m.log.Info("restarting the kernel failed; the next run starts one", "context", c.ID, "err", err)
+			}
 			rcancel()
-			r.lose("the kernel did not stop after an interrupt and was restarted; its state is gone")
+			c.lose(r, "the kernel did not stop after an interrupt and was restarted; its state is gone")
 			return
 		}
 	}
+}
+
+// startedOn records that a run starts on k's current process and returns
+// what the run must say about it: that the process the previous run ran on
+// was replaced and its state is gone, unless a lost run said so already.
+func (c *Context) startedOn(k *Kernel) string {
+	gen, endedBy := k.generation()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	notice := ""
+	if c.ranOn != nil && (c.ranOn != k || c.ranGen != gen) && !c.told {
+		if c.ranOn != k {
+			_, endedBy = c.ranOn.generation()
+		}
+		if endedBy == "" {
+			endedBy = "was replaced"
+		}
+		notice = "the kernel " + endedBy + " after the previous run; this run started on a new kernel without the earlier state"
+	}
+	c.ranOn, c.ranGen, c.told = k, gen, false
+	return notice
+}
+
+// lose ends a run whose kernel went away, saying why; its message tells
+// the next run's caller too.
+func (c *Context) lose(r *Run, why string) {
+	c.mu.Lock()
+	c.told = true
+	c.mu.Unlock()
+	r.lose(why)
 }
 
 // lostMessage says why a run lost its kernel.
@@ -428,17 +498,19 @@ func lostMessage(err error) string {
 // lateOutput is what settle hears of a run's messages.
 type lateOutput struct {
 	more   chan struct{} // a message of the run arrived
-	result chan struct{} // closed once its execute_result arrived
+	result chan struct{} // closed once its execute_result or error arrived
 }
 
 // settle waits, for kernels known to publish output after their idle
 // status (Deno), until no message of the run came for a short while, or
-// until its execute_result has come: such a kernel publishes the result
-// after the run's other output (stdout goes ahead of it, through the
+// until its execute_result (or error) has come: such a kernel publishes the
+// result after the run's other output (stdout goes ahead of it, through the
 // kernel's own stdio channel), so nothing of the run follows it.
-func (c *Context) settle(jk *jupyter.Kernel, late lateOutput) {
-	wait := c.m.cfg.LateOutputWait
-	if wait <= 0 || !contains(c.m.cfg.LateOutputKernels, jk.Info().Implementation) {
+func (c *Context) settle(k *Kernel, late lateOutput) {
+	k.mu.Lock()
+	wait := k.lateWait
+	k.mu.Unlock()
+	if wait <= 0 {
 		return
 	}
 	select {
@@ -493,22 +565,24 @@ func (c *Context) interrupt(ctx context.Context) error {
 	return nil
 }
 
-// restart gives the context a new kernel process: state is gone.
+// restart gives the context a new kernel process: state is gone, the id
+// stays. It is the one way a context's kernel is restarted: on request,
+// and when a run does not stop after an interrupt.
 func (c *Context) restart(ctx context.Context) error {
 	c.mu.Lock()
-	k := c.kernel
+	k, deleted := c.kernel, c.deleted
 	c.mu.Unlock()
-	if k == nil {
-		_, _, err := c.ensureKernel(ctx)
-		return err
+	if deleted {
+		return errorf(ErrNoSuchContext, "context %s was deleted", c.ID)
 	}
-	if err := k.Restart(ctx); err != nil && !errors.Is(err, ErrKernelGone) {
-		return err
-	} else if errors.Is(err, ErrKernelGone) {
-		_, _, err = c.ensureKernel(ctx)
-		return err
+	if k != nil {
+		if err := k.Restart(ctx); !errors.Is(err, ErrKernelGone) {
+			return err
+		}
 	}
-	return nil
+	// No kernel yet, or it was shut down through the Jupyter API: start one.
+	_, _, err := c.ensureKernel(ctx)
+	return err
 }
 
 // setupCode returns code that applies cwd and env inside a running kernel

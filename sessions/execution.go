@@ -75,23 +75,17 @@ type Result struct {
 	JavaScript   string                     `json:"javascript,omitempty"`
 
 	size int
-	js   []byte // the JSON above, once written
 }
 
-// MarshalJSON writes the result once: a run's result goes out in its
-// result event and again in every copy of the Execution. A Result is not
-// changed after it is made (an update replaces it whole, dropping js);
-// like the rest of a run's record, it is marshalled under the run's lock.
+// MarshalJSON writes the result with the short mirrors of its bundle. A
+// result made by a run holds its bundle once: the mirrors are filled only
+// here, and the run's result event and its Execution share the Result. It
+// is not changed after it is made (an update replaces it).
 func (r *Result) MarshalJSON() ([]byte, error) {
-	if r.js == nil {
-		type plain Result
-		js, err := json.Marshal((*plain)(r))
-		if err != nil {
-			return nil, err
-		}
-		r.js = js
-	}
-	return r.js, nil
+	type plain Result
+	c := *r
+	c.mirror()
+	return json.Marshal((*plain)(&c))
 }
 
 // ansi matches terminal escape sequences (CSI and OSC).
@@ -128,16 +122,19 @@ func newResult(data, metadata map[string]json.RawMessage, main bool, displayID s
 		metadata = map[string]json.RawMessage{}
 	}
 	r := &Result{Data: data, Metadata: metadata, IsMainResult: main, DisplayID: displayID}
-	r.mirror()
+	for _, raw := range r.Data {
+		r.size += len(raw)
+	}
+	for _, raw := range r.Metadata {
+		r.size += len(raw)
+	}
 	return r
 }
 
 // mirror fills the short fields from the bundle.
 func (r *Result) mirror() {
 	r.Text, r.HTML, r.Markdown, r.LaTeX, r.PNG, r.JPEG, r.SVG, r.PDF, r.JSON, r.JavaScript = "", "", "", "", "", "", "", "", nil, ""
-	r.size = 0
 	for mime, raw := range r.Data {
-		r.size += len(raw)
 		switch mime {
 		case "text/plain":
 			r.Text = StripANSI(mimeText(raw))
@@ -160,9 +157,6 @@ func (r *Result) mirror() {
 		case "application/javascript", "text/javascript":
 			r.JavaScript = mimeText(raw)
 		}
-	}
-	for _, raw := range r.Metadata {
-		r.size += len(raw)
 	}
 }
 
@@ -187,6 +181,9 @@ type builder struct {
 	sawMain                 bool
 	started                 bool   // the code was sent to the kernel
 	replyStatus             string // of the execute_reply, once it came
+	// replyError is the error an execute_reply reported, kept until the
+	// run ends: the kernel's error message, richer, may come after it.
+	replyError *errorContent
 }
 
 func (b *builder) truncatedNow() bool { return b.droppedLog > 0 || b.droppedData > 0 }
@@ -283,7 +280,7 @@ func (b *builder) message(ch jupyter.Channel, m *jupyter.Message) {
 		if m.DecodeContent(&c) != nil || c.Transient.DisplayID == "" {
 			return
 		}
-		for _, r := range b.exec.Results {
+		for i, r := range b.exec.Results {
 			if r.DisplayID != c.Transient.DisplayID {
 				continue
 			}
@@ -294,7 +291,9 @@ func (b *builder) message(ch jupyter.Channel, m *jupyter.Message) {
 				continue
 			}
 			b.resultBytes += next.size - r.size
-			*r = *next
+			// Replaced, not changed: the result event still shows the
+			// result as it was.
+			b.exec.Results[i] = next
 		}
 		b.emit("display_update", map[string]any{"displayId": c.Transient.DisplayID, "data": nonNil(c.Data), "metadata": nonNil(c.Metadata)})
 	case jupyter.ClearOutput:
@@ -311,8 +310,8 @@ func (b *builder) message(ch jupyter.Channel, m *jupyter.Message) {
 		b.emit("clear_output", map[string]bool{"wait": c.Wait})
 	case jupyter.ErrorMsg:
 		var c errorContent
-		if m.DecodeContent(&c) != nil {
-			return
+		if m.DecodeContent(&c) != nil || b.exec.Error != nil {
+			return // one error per run
 		}
 		b.setError(c)
 	case jupyter.ExecuteInput:
@@ -366,15 +365,15 @@ func (b *builder) reply(m *jupyter.Message) {
 	if c.ExecutionCount != nil {
 		b.exec.ExecutionCount = c.ExecutionCount
 	}
-	if c.Status == "aborted" && b.exec.Error == nil {
-		b.setError(errorContent{EName: "ExecutionAborted", EValue: "the kernel aborted this run because a request before it failed; run it again"})
-	}
-	if c.Status == "error" && b.exec.Error == nil {
+	switch c.Status {
+	case "aborted":
+		b.replyError = &errorContent{EName: "ExecutionAborted", EValue: "the kernel aborted this run because a request before it failed; run it again"}
+	case "error":
 		name := c.EName
 		if name == "" {
 			name = "Error"
 		}
-		b.setError(errorContent{EName: name, EValue: c.EValue, Traceback: c.Traceback})
+		b.replyError = &errorContent{EName: name, EValue: c.EValue, Traceback: c.Traceback}
 	}
 }
 
@@ -412,6 +411,11 @@ func (b *builder) noteTruncation() {
 // finish closes the Execution with how the run ended.
 func (b *builder) finish(reason Reason) {
 	b.applyClear()
+	if b.exec.Error == nil && b.replyError != nil {
+		// The kernel reported its error only in the reply (Deno's
+		// interrupted runs, aborted runs).
+		b.setError(*b.replyError)
+	}
 	if b.truncatedNow() {
 		marker := fmt.Sprintf("\n[kernelgate] output truncated: %d bytes dropped\n", b.droppedLog+b.droppedData)
 		b.exec.Logs.Stderr = append(b.exec.Logs.Stderr, marker)

@@ -3,7 +3,6 @@ package sessions
 import (
 	"context"
 	"errors"
-	"fmt"
 	"regexp"
 	"sort"
 	"strings"
@@ -13,6 +12,7 @@ import (
 
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	"kernelgate/workspace"
 )
 
 func newID() string { return uuid.NewString() }
@@ -22,6 +22,22 @@ var contextID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 
 // sharedID is the context id of a language's shared kernel.
 func sharedID(language string) string { return "code-" + language }
+
+// checkContextID refuses an id a client may not give a context of
+// language: one that is not 1 to 128 of A-Z a-z 0-9 . _ -, "." and ".."
+// (which clients that normalise URLs cannot reach), and the id of another
+// language's shared kernel (whose default runs would go to this one).
+func (m *Manager) checkContextID(id, language string) error {
+	if !contextID.MatchString(id) || id == "." || id == ".." {
+		return errorf(ErrBadRequest, "a context id has 1 to 128 of A-Z a-z 0-9 . _ - and is not . or ..")
+	}
+	if lang, ok := strings.CutPrefix(id, "code-"); ok && lang != language {
+		if _, configured := m.cfg.Languages[lang]; configured {
+			return errorf(ErrBadRequest, "context id %s is the shared %s kernel's: create it with language %s, or choose another id", id, lang, lang)
+		}
+	}
+	return nil
+}
 
 // Languages lists the languages whose kernelspec is available.
 func (m *Manager) Languages() []string {
@@ -71,8 +87,17 @@ func checkEnv(env map[string]string) error {
 type ContextRequest struct {
 	ID       string
 	Language string
-	Cwd      string
-	Env      map[string]string
+	// Cwd is the kernel's working directory inside the context's
+	// workspace: relative to it, or absolute inside it; made when missing.
+	Cwd string
+	Env map[string]string
+	// Packages are installed into the context before CreateContext
+	// returns: pip requirements for Python, npm:/jsr: specifiers for Deno.
+	Packages []string
+	// Workspace, when set, is a workspace the context shares (made with
+	// CreateWorkspace: several contexts of one sandbox of an adapter); it
+	// is not deleted with the context. Nil gives the context its own.
+	Workspace *workspace.Workspace
 }
 
 // CreateContext creates a context and starts its kernel.
@@ -84,20 +109,44 @@ func (m *Manager) CreateContext(ctx context.Context, req ContextRequest) (*Conte
 	req.Language = lang
 	if req.ID == "" {
 		req.ID = newID()
-	} else if !contextID.MatchString(req.ID) {
-		return nil, errorf(ErrBadRequest, "a context id has 1 to 128 of A-Z a-z 0-9 . _ -")
+	} else if err := m.checkContextID(req.ID, lang); err != nil {
+		return nil, err
 	}
 	if err := checkEnv(req.Env); err != nil {
 		return nil, err
 	}
-	if err := m.checkCwd(req.Cwd); err != nil {
+	if err := checkPackages(spec, req.Packages); err != nil {
 		return nil, err
 	}
-	c := &Context{ID: req.ID, Language: req.Language, Cwd: req.Cwd, Env: req.Env, m: m, spec: spec, created: time.Now()}
+	if _, err := m.Context(req.ID); err == nil {
+		return nil, errorf(ErrNameConflict, "context id %q is in use", req.ID)
+	}
+	ws, borrowed := req.Workspace, req.Workspace != nil
+	release := func() {
+		if !borrowed {
+			ws.Close()
+		}
+	}
+	if !borrowed {
+		if ws, err = m.newWorkspace(contextWorkspace(req.ID), spec); err != nil {
+			return nil, err
+		}
+	}
+	cwd, err := resolveCwd(ws, req.Cwd)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	c := &Context{ID: req.ID, Language: req.Language, Cwd: cwd, Env: req.Env, m: m, spec: spec, ws: ws, wsBorrowed: borrowed, created: time.Now()}
 	if err := m.addContext(c); err != nil {
+		release() // another context of this id owns the folder
 		return nil, err
 	}
 	if _, _, err := c.ensureKernel(ctx); err != nil {
+		m.deleteContext(c)
+		return nil, err
+	}
+	if err := c.installPackages(ctx, req.Packages); err != nil {
 		m.deleteContext(c)
 		return nil, err
 	}
@@ -160,6 +209,7 @@ func (m *Manager) deleteContext(c *Context) {
 	}
 	m.mu.Unlock()
 	c.mu.Lock()
+	already := c.deleted
 	c.deleted = true
 	k := c.kernel
 	queued := c.queue
@@ -167,14 +217,19 @@ func (m *Manager) deleteContext(c *Context) {
 	running := c.running
 	c.mu.Unlock()
 	for _, r := range queued {
-		r.end(Lost, nil)
+		r.lose(deletedBeforeStart(c))
+	}
+	// The running run ends first: the kernel's shutdown would end it
+	// without saying why.
+	if running != nil {
+		running.lose("context " + c.ID + " was deleted during the run and its kernel shut down")
 	}
 	if k != nil {
 		m.forget(k)
 		k.shutdown(context.Background())
 	}
-	if running != nil {
-		running.end(Lost, nil)
+	if !already {
+		m.deleteWorkspace(c)
 	}
 }
 
@@ -224,14 +279,14 @@ func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*Run, error)
 	if req.Context != "" && req.Env != nil {
 		return nil, errorf(ErrBadRequest, "env applies when a kernel starts: set it when creating the context")
 	}
+	if strings.ContainsRune(req.Code, 0) {
+		return nil, errorf(ErrBadRequest, "code contains a NUL character (U+0000), which a kernel drops without an answer: remove it")
+	}
 	if err := checkEnv(req.Env); err != nil {
 		return nil, err
 	}
 	if req.Timeout < 0 {
 		return nil, errorf(ErrBadRequest, "timeout must be 0 (none) or a number of seconds")
-	}
-	if err := m.checkCwd(req.Cwd); err != nil {
-		return nil, err
 	}
 	var c *Context
 	var err error
@@ -253,7 +308,7 @@ func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*Run, error)
 	r := m.newRun(c, req)
 	inline, err := c.enqueueRun(r, req.Wait)
 	if err != nil {
-		m.dropRun(r)
+		m.dropRun(r, err)
 		return nil, err
 	}
 	if inline {
@@ -270,18 +325,39 @@ func (m *Manager) sharedContext(req ExecuteRequest) (*Context, error) {
 		return nil, err
 	}
 	id := sharedID(lang)
+	existing := func() (*Context, bool, error) {
+		if m.closed {
+			return nil, false, ErrShuttingDown
+		}
+		c, ok := m.contexts[id]
+		if ok && req.Env != nil && !sameEnv(req.Env, c.Env) {
+			return nil, false, errorf(ErrUnsupported, "the shared %s kernel was started with another env; create a context for this env", lang)
+		}
+		return c, ok, nil
+	}
+	m.mu.Lock()
+	c, ok, err := existing()
+	m.mu.Unlock()
+	if ok || err != nil {
+		return c, err
+	}
+	// The first run makes the workspace (outside the lock: it is disk work).
+	ws, err := m.newWorkspace(contextWorkspace(id), spec)
+	if err != nil {
+		return nil, err
+	}
+	cwd, err := resolveCwd(ws, req.Cwd)
+	if err != nil {
+		ws.Close()
+		return nil, err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed {
-		return nil, ErrShuttingDown
+	if c, ok, err := existing(); ok || err != nil {
+		ws.Close() // the same folder, opened by the run that came first
+		return c, err
 	}
-	if c, ok := m.contexts[id]; ok {
-		if req.Env != nil && !sameEnv(req.Env, c.Env) {
-			return nil, errorf(ErrUnsupported, "the shared %s kernel was started with another env; create a context for this env", lang)
-		}
-		return c, nil
-	}
-	c := &Context{ID: id, Language: lang, Cwd: req.Cwd, Env: req.Env, Shared: true, m: m, spec: spec, created: time.Now()}
+	c = &Context{ID: id, Language: lang, Cwd: cwd, Env: req.Env, Shared: true, m: m, spec: spec, ws: ws, created: time.Now()}
 	m.contexts[id] = c
 	return c, nil
 }
@@ -306,15 +382,15 @@ func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*Run
 		return nil, err
 	}
 	runID := newID()
-	c := &Context{ID: "isolated-" + runID, Language: lang, Cwd: req.Cwd, Env: req.Env, Isolated: true, m: m, spec: spec, created: time.Now()}
+	c := &Context{ID: "isolated-" + runID, Language: lang, Env: req.Env, Isolated: true, m: m, spec: spec, created: time.Now()}
 	if req.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, req.Timeout)
 		defer cancel()
 	}
-	setup, canSetup := setupCode(spec, req.Cwd, req.Env)
-	// A sandbox binds a chosen cwd writable only into a kernel started for it.
-	canSetup = canSetup && (m.cfg.Sandbox == nil || req.Cwd == "")
+	// A pooled kernel comes with a fresh workspace of its own, already its
+	// cwd; the run's cwd and env are applied by code.
+	_, canSetup := setupCode(spec, "", req.Env)
 	var k *Kernel
 	if canSetup {
 		if p := m.pool(spec); p != nil {
@@ -324,20 +400,44 @@ func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*Run
 		}
 	}
 	if k != nil {
-		if err := m.reserve(k); err != nil {
+		c.ws = k.ws
+		fail := func(err error) (*Run, error) {
+			m.forget(k)
 			k.shutdown(context.Background())
+			c.ws.Delete()
 			return nil, err
 		}
-		if setup != "" {
+		if err := m.reserve(k); err != nil {
+			k.shutdown(context.Background())
+			c.ws.Delete()
+			return nil, err
+		}
+		cwd, err := resolveCwd(c.ws, req.Cwd)
+		if err != nil {
+			return fail(err)
+		}
+		c.Cwd = cwd
+		if cwd == c.ws.Dir() {
+			cwd = ""
+		}
+		if setup, _ := setupCode(spec, cwd, req.Env); setup != "" {
 			if err := runSetup(ctx, k, setup); err != nil {
-				m.forget(k)
-				k.shutdown(context.Background())
-				return nil, err
+				return fail(err)
 			}
 		}
 	} else {
-		k, err = m.startKernel(ctx, newID(), spec, req.Env, req.Cwd, restartLazily)
+		ws, err := m.newWorkspace(runWorkspace(runID), spec)
 		if err != nil {
+			return nil, err
+		}
+		c.ws = ws
+		if c.Cwd, err = resolveCwd(ws, req.Cwd); err != nil {
+			ws.Delete()
+			return nil, err
+		}
+		k, err = m.startKernel(ctx, newID(), spec, req.Env, workDir{ws: ws, cwd: c.Cwd}, restartLazily)
+		if err != nil {
+			ws.Delete()
 			if ctx.Err() != nil || errors.Is(err, ErrStartTimeout) {
 				return nil, errorf(ErrStartTimeout, "the timeout ran out before the isolated kernel started; raise timeout")
 			}
@@ -350,6 +450,7 @@ func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*Run
 	m.mu.Unlock()
 	r := m.newRunWithID(runID, c, req)
 	if err := c.enqueue(r); err != nil {
+		m.dropRun(r, err)
 		m.deleteContext(c)
 		return nil, err
 	}
@@ -364,7 +465,7 @@ func runSetup(ctx context.Context, k *Kernel, code string) error {
 	}
 	content := jupyter.NewExecute(code)
 	content.Silent, content.StoreHistory = true, false
-	call, err := jk.StartExecute(content, nil)
+	call, err := startExecute(jk, content, nil)
 	if err != nil {
 		return err
 	}
@@ -441,6 +542,7 @@ func (m *Manager) newRun(c *Context, req ExecuteRequest) *Run {
 func (m *Manager) newRunWithID(id string, c *Context, req ExecuteRequest) *Run {
 	r := newRun(id, c.ID, c.Language, req.Code, req.Stdin, req.Timeout, m.cfg.RunLimits)
 	r.observer = m.cfg.Observer
+	r.onEnd = m.runEnded
 	m.mu.Lock()
 	m.pruneRunsLocked()
 	m.runs[id] = r
@@ -449,32 +551,90 @@ func (m *Manager) newRunWithID(id string, c *Context, req ExecuteRequest) *Run {
 	return r
 }
 
-func (m *Manager) dropRun(r *Run) {
+// dropRun forgets a run its queue refused, and ends it: nothing waits for
+// it, and no record of it is kept.
+func (m *Manager) dropRun(r *Run, why error) {
 	m.mu.Lock()
-	delete(m.runs, r.ID)
+	if m.runs[r.ID] == r {
+		delete(m.runs, r.ID)
+		// It is the newest run, or close to it.
+		for i := len(m.runOrder) - 1; i >= 0; i-- {
+			if m.runOrder[i] == r {
+				m.runOrder = append(m.runOrder[:i], m.runOrder[i+1:]...)
+				break
+			}
+		}
+	}
+	m.mu.Unlock()
+	r.refuse(why)
+}
+
+// runEnded counts a finished run's memory and prunes the records.
+func (m *Manager) runEnded(r *Run) {
+	size := r.memory()
+	m.mu.Lock()
+	if m.runs[r.ID] == r && !r.counted {
+		r.counted = true
+		m.runBytes += size
+	}
+	m.pruneRunsLocked()
 	m.mu.Unlock()
 }
 
-// pruneRunsLocked forgets the oldest finished runs past the retention
-// count or time. Runs are kept in arrival order and pruning stops at the
-// first one still queued or running, so each call does O(1) work on
-// average.
+// pruneRunsLocked forgets the oldest finished runs while more than
+// RunsKept runs or RunBytes of finished runs are kept, and those past the
+// retention time. It goes from the oldest run and stops at the first
+// finished run it keeps; runs still queued or running are passed over and
+// kept whatever their age, so one long run does not hold back the pruning
+// of those after it.
 func (m *Manager) pruneRunsLocked() {
 	now := time.Now()
-	drop := 0
-	for _, r := range m.runOrder {
+	n := len(m.runOrder)
+	kept := m.runOrder[:0:0]
+	i := 0
+	for ; i < len(m.runOrder); i++ {
+		r := m.runOrder[i]
 		r.mu.Lock()
-		done, at := r.state == RunDone, r.finished
+		done, at, size := r.state == RunDone, r.finished, r.kept
 		r.mu.Unlock()
-		if !done || (len(m.runOrder)-drop <= m.cfg.RunsKept && now.Sub(at) <= m.cfg.RunRetention) {
+		if !done {
+			kept = append(kept, r)
+			continue
+		}
+		if n <= m.cfg.RunsKept && m.runBytes <= m.cfg.RunBytes && now.Sub(at) <= m.cfg.RunRetention {
 			break
 		}
 		delete(m.runs, r.ID)
-		drop++
+		if r.counted {
+			m.runBytes -= size
+		}
+		n--
 	}
-	if drop > 0 {
-		m.runOrder = append(m.runOrder[:0], m.runOrder[drop:]...)
+	if n == len(m.runOrder) {
+		return
 	}
+	kept = append(kept, m.runOrder[i:]...)
+	clear(m.runOrder[len(kept):])
+	m.runOrder = append(m.runOrder[:0], kept...)
+}
+
+// deletedBeforeStart says why a run queued on a deleted context ends.
+func deletedBeforeStart(c *Context) string {
+	return "context " + c.ID + " was deleted before the run started; it never ran"
+}
+
+// keptRuns returns the ids whose runs are still kept, in their order.
+func (m *Manager) keptRuns(ids []string) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.pruneRunsLocked()
+	out := make([]string, 0, len(ids))
+	for _, id := range ids {
+		if _, ok := m.runs[id]; ok {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // Run returns a run by id.
@@ -488,5 +648,3 @@ func (m *Manager) Run(id string) (*Run, error) {
 	}
 	return r, nil
 }
-
-var _ = fmt.Sprint

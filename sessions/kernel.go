@@ -9,6 +9,9 @@ import (
 
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	"kernelgate/workspace"
+
+	"kernelgate/internal/timefmt"
 )
 
 // KernelModel is a kernel as the Jupyter REST API shows it.
@@ -42,6 +45,7 @@ type Kernel struct {
 	m       *Manager
 	env     map[string]string
 	cwd     string
+	ws      *workspace.Workspace // the workspace cwd lies in, or nil
 	created time.Time
 	policy  restartPolicy
 	limits  *jupyter.Limits
@@ -51,8 +55,9 @@ type Kernel struct {
 	life sync.Mutex
 
 	mu       sync.Mutex
-	jk       *jupyter.Kernel
+	jk       process
 	gen      int           // process generation, bumped by every start
+	endedBy  string        // how the last process ended ("died (…)", "was restarted")
 	ready    chan struct{} // non-nil while a (re)start is in progress
 	state    jupyter.ExecutionState
 	reason   string
@@ -63,17 +68,27 @@ type Kernel struct {
 	orphans  []*callRef
 	removed  bool
 	onDeath  []func(gen int, err error)
+	// lateWait is how long the process's output may follow its idle
+	// status (0: it never does); holds follow client requests meanwhile.
+	lateWait time.Duration
+	holds    map[string]*idleHold
+	// runs are the execute_requests of code-interpreter runs in flight:
+	// their output is kept by the run, not again in the replay buffer.
+	runs map[string]struct{}
 }
 
 // newKernel makes a kernel record; it starts nothing.
-func (m *Manager) newKernel(id string, spec *kernelspecs.Spec, env map[string]string, cwd string, policy restartPolicy) (*Kernel, error) {
+func (m *Manager) newKernel(id string, spec *kernelspecs.Spec, env map[string]string, wd workDir, policy restartPolicy) (*Kernel, error) {
 	limits, sandbox, err := m.isolation(spec)
+	if err == nil {
+		_, err = m.lateOutputWait(spec, "")
+	}
 	if err != nil {
 		return nil, errorf(ErrKernelStart, "%v", err)
 	}
 	now := time.Now()
 	return &Kernel{
-		id: id, spec: spec, m: m, env: env, cwd: cwd, created: now, policy: policy,
+		id: id, spec: spec, m: m, env: env, cwd: wd.cwd, ws: wd.ws, created: now, policy: policy,
 		limits: limits, sandbox: sandbox,
 		state:   jupyter.StateStarting,
 		lastAct: now,
@@ -95,7 +110,7 @@ func (k *Kernel) Model() KernelModel {
 	return KernelModel{
 		ID:             k.id,
 		Name:           k.spec.Name,
-		LastActivity:   FormatTime(k.lastAct),
+		LastActivity:   timefmt.Format(k.lastAct),
 		ExecutionState: string(k.state),
 		Connections:    len(k.clients),
 		Reason:         k.reason,
@@ -120,7 +135,13 @@ func (k *Kernel) Running() bool {
 }
 
 func (k *Kernel) config() jupyter.Config {
-	return jupyter.Config{ID: k.id, Spec: k.spec, Env: k.env, Cwd: k.cwd, StartFresh: k.chdirCode() != "",
+	// A kernel with a workspace is started with the whole workspace
+	// reachable (bound writable in a sandbox) and moved into its cwd.
+	cwd := k.cwd
+	if k.ws != nil {
+		cwd = k.ws.Dir()
+	}
+	return jupyter.Config{ID: k.id, Spec: k.spec, Env: k.env, DirEnv: dirEnv(k.ws), Cwd: cwd, StartFresh: k.chdirCode() != "",
 		Logger: k.m.log, IOPub: k.onIOPub, Limits: k.limits, Sandbox: k.sandbox, MaxFrame: k.m.cfg.MaxKernelFrame}
 }
 
@@ -135,18 +156,18 @@ func (k *Kernel) chdirCode() string {
 	if !ok {
 		return ""
 	}
-	return code
+	return k.m.packageCode(k.spec, k.ws) + code
 }
 
 // enterCwd moves a freshly started kernel into its working directory.
-func (k *Kernel) enterCwd(ctx context.Context, jk *jupyter.Kernel) error {
+func (k *Kernel) enterCwd(ctx context.Context, jk process) error {
 	code := k.chdirCode()
 	if code == "" {
 		return nil
 	}
 	content := jupyter.NewExecute(code)
 	content.Silent, content.StoreHistory, content.StopOnError = true, false, false
-	call, err := jk.StartExecute(content, nil)
+	call, err := startExecute(jk, content, nil)
 	if err != nil {
 		return err
 	}
@@ -188,20 +209,24 @@ func (k *Kernel) launch(ctx context.Context) error {
 	k.m.cfg.Observer.KernelStarted(k.spec.Name, time.Since(t0), err)
 
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	close(k.ready)
 	k.ready = nil
 	if err != nil {
 		k.state = jupyter.StateDead
 		k.reason = err.Error()
-		k.pushStatusLocked(jupyter.StateDead)
+		slow := k.pushStatusLocked(jupyter.StateDead)
+		k.mu.Unlock()
+		cut(slow)
 		return startError(err)
 	}
 	if k.removed {
+		k.mu.Unlock()
 		go jk.Shutdown(context.Background())
 		return ErrKernelGone
 	}
+	defer k.mu.Unlock()
 	k.jk = jk
+	k.lateWait, _ = k.m.lateOutputWait(k.spec, jk.Info().Implementation)
 	k.gen++
 	k.state = jupyter.StateIdle
 	k.reason = ""
@@ -226,7 +251,7 @@ func startError(err error) error {
 }
 
 // watch waits for a process to end and handles its death.
-func (k *Kernel) watch(jk *jupyter.Kernel, gen int) {
+func (k *Kernel) watch(jk process, gen int) {
 	select {
 	case <-jk.Done():
 	case <-k.m.closing:
@@ -243,7 +268,7 @@ func (k *Kernel) watch(jk *jupyter.Kernel, gen int) {
 }
 
 // died records a process death and restarts the kernel per its policy.
-func (k *Kernel) died(jk *jupyter.Kernel, gen int, err error) {
+func (k *Kernel) died(jk process, gen int, err error) {
 	k.life.Lock()
 	defer k.life.Unlock()
 	k.mu.Lock()
@@ -252,6 +277,8 @@ func (k *Kernel) died(jk *jupyter.Kernel, gen int, err error) {
 		return
 	}
 	k.jk = nil
+	k.endedBy = "died (" + deathDetail(err) + ")"
+	held := k.releaseAllLocked()
 	k.m.log.Warn("kernel died", "kernel", k.id, "spec", k.spec.Name, "err", err)
 	k.m.cfg.Observer.KernelDied(k.spec.Name)
 	now := time.Now()
@@ -271,9 +298,10 @@ func (k *Kernel) died(jk *jupyter.Kernel, gen int, err error) {
 		k.state = jupyter.StateDead
 		k.reason = err.Error()
 	}
-	k.pushStatusLocked(k.state)
+	slow := append(held, k.pushStatusLocked(k.state)...)
 	listeners := k.onDeath
 	k.mu.Unlock()
+	cut(slow)
 	for _, fn := range listeners {
 		fn(gen, err)
 	}
@@ -289,7 +317,7 @@ func (k *Kernel) died(jk *jupyter.Kernel, gen int, err error) {
 
 // running returns the kernel's process, waiting while it starts or
 // restarts.
-func (k *Kernel) running(ctx context.Context) (*jupyter.Kernel, error) {
+func (k *Kernel) running(ctx context.Context) (process, error) {
 	for {
 		k.mu.Lock()
 		jk, ready, removed, gen := k.jk, k.ready, k.removed, k.gen
@@ -321,7 +349,7 @@ func (k *Kernel) running(ctx context.Context) (*jupyter.Kernel, error) {
 
 // ensure returns the kernel's process like running, but first starts a
 // new one when a kernel of the lazy policy is dead.
-func (k *Kernel) ensure(ctx context.Context) (*jupyter.Kernel, error) {
+func (k *Kernel) ensure(ctx context.Context) (process, error) {
 	jk, err := k.running(ctx)
 	if !errors.Is(err, ErrKernelDead) || k.policy != restartLazily {
 		return jk, err
@@ -373,9 +401,12 @@ func (k *Kernel) Restart(ctx context.Context) error {
 	k.state = jupyter.StateRestarting
 	k.ready = make(chan struct{})
 	k.restarts = nil
+	k.endedBy = "was restarted"
 	gen := k.gen
 	listeners := k.onDeath
+	held := k.releaseAllLocked()
 	k.mu.Unlock()
+	cut(held)
 	if jk != nil {
 		jk.Shutdown(ctx)
 		for _, fn := range listeners {
@@ -387,6 +418,28 @@ func (k *Kernel) Restart(ctx context.Context) error {
 }
 
 var errRestarted = errors.New("the kernel was restarted")
+
+// generation is the kernel's process generation and how the process
+// before it ended.
+func (k *Kernel) generation() (int, string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.gen, k.endedBy
+}
+
+// deathDetail says in a few words why a process died.
+func deathDetail(err error) string {
+	var died *jupyter.DiedError
+	switch {
+	case errors.As(err, &died) && died.Lost != "":
+		return "its " + died.Lost + " connection ended"
+	case errors.As(err, &died) && died.Reason != "":
+		return died.Reason
+	case errors.As(err, &died):
+		return died.Status
+	}
+	return err.Error()
+}
 
 // shutdown stops the kernel for good and disconnects its clients.
 func (k *Kernel) shutdown(ctx context.Context) {
@@ -400,13 +453,15 @@ func (k *Kernel) shutdown(ctx context.Context) {
 	k.removed = true
 	jk := k.jk
 	k.jk = nil
+	k.endedBy = "was shut down"
 	k.state = jupyter.StateDead
-	k.pushStatusLocked(jupyter.StateDead)
+	slow := append(k.releaseAllLocked(), k.pushStatusLocked(jupyter.StateDead)...)
 	clients := k.clients
 	k.clients = map[*Client]struct{}{}
 	gen := k.gen
 	listeners := k.onDeath
 	k.mu.Unlock()
+	cut(slow)
 	for c := range clients {
 		c.closeWith(ErrKernelGone)
 	}
@@ -425,28 +480,73 @@ func (k *Kernel) onIOPub(m *Message) {
 	now := time.Now()
 	state := m.ExecutionState()
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	if k.removed {
+		k.mu.Unlock()
 		return
 	}
 	if state != "" && k.jk != nil && state != jupyter.StateStarting {
 		k.state = state
 	}
 	k.lastAct = now
-	k.deliverLocked(Outgoing{Channel: IOPub, Msg: m})
+	held, slow := k.holdLocked(m, now)
+	if !held {
+		slow = k.deliverLocked(Outgoing{Channel: IOPub, Msg: m})
+	}
+	k.mu.Unlock()
+	cut(slow)
 }
 
 // deliverLocked gives o to every client, or keeps it for the next client
-// while none is connected.
-func (k *Kernel) deliverLocked(o Outgoing) {
+// while none is connected. It detaches the clients whose queue overflowed
+// and returns them: the caller cuts them once it has released k.mu.
+func (k *Kernel) deliverLocked(o Outgoing) (slow []*Client) {
 	if len(k.clients) == 0 {
-		k.offline.push(o)
-		return
+		if _, run := k.runs[o.Msg.ParentID]; !run || o.Msg.ParentID == "" {
+			k.offline.push(o)
+		}
+		return nil
 	}
 	for c := range k.clients {
 		if !c.push(o) {
 			delete(k.clients, c)
+			slow = append(slow, c)
 		}
+	}
+	return slow
+}
+
+// startRun sends the execute_request of a code-interpreter run to jk;
+// ended, called once the run has ended, makes the kernel keep its later
+// messages for the next client again.
+func (k *Kernel) startRun(jk process, content jupyter.ExecuteContent, h jupyter.Handler) (c call, ended func(), err error) {
+	m, err := jk.NewMessage(jupyter.ExecuteRequest, content, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	id := m.Header.MsgID
+	k.mu.Lock()
+	if k.runs == nil {
+		k.runs = map[string]struct{}{}
+	}
+	k.runs[id] = struct{}{}
+	k.mu.Unlock()
+	ended = func() {
+		k.mu.Lock()
+		delete(k.runs, id)
+		k.mu.Unlock()
+	}
+	if c, err = jk.Request(Shell, m, h, jupyter.CallOptions{IOPub: true}); err != nil {
+		ended()
+		return nil, nil, err
+	}
+	return c, ended, nil
+}
+
+// cut closes the clients that could not keep up (see deliverLocked); the
+// caller holds no lock.
+func cut(slow []*Client) {
+	for _, c := range slow {
+		c.closeWith(ErrSlowClient)
 	}
 }
 
@@ -472,13 +572,14 @@ func (k *Kernel) orphan(calls map[string]*callRef) {
 }
 
 // pushStatusLocked tells clients the kernel's state as jupyter_server does
-// (an iopub status message without parent).
-func (k *Kernel) pushStatusLocked(state jupyter.ExecutionState) {
+// (an iopub status message without parent). It returns the clients to cut,
+// as deliverLocked.
+func (k *Kernel) pushStatusLocked(state jupyter.ExecutionState) []*Client {
 	m, err := jupyter.NewMessage(k.m.session, jupyter.StatusMsg, map[string]string{"execution_state": string(state)}, nil)
 	if err != nil {
-		return
+		return nil
 	}
-	k.deliverLocked(Outgoing{Channel: IOPub, Msg: m})
+	return k.deliverLocked(Outgoing{Channel: IOPub, Msg: m})
 }
 
 // Attach connects a client (a websocket) to the kernel. It first receives
@@ -486,16 +587,25 @@ func (k *Kernel) pushStatusLocked(state jupyter.ExecutionState) {
 func (k *Kernel) Attach(session string) (*Client, error) {
 	c := newClient(k, session, k.m.cfg.ClientMessages, k.m.cfg.ClientBytes)
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	if k.removed {
+		k.mu.Unlock()
 		return nil, ErrKernelGone
 	}
+	overflow := false
 	if len(k.clients) == 0 {
 		for _, o := range k.offline.take() {
-			c.push(o)
+			overflow = !c.push(o) || overflow
 		}
 	}
-	k.clients[c] = struct{}{}
+	if !overflow {
+		k.clients[c] = struct{}{}
+	}
+	k.mu.Unlock()
+	if overflow {
+		// The replay did not fit the client's queue: it reads what did,
+		// then learns it was cut.
+		c.closeWith(ErrSlowClient)
+	}
 	return c, nil
 }
 

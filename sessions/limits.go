@@ -82,6 +82,11 @@ func (m *Manager) isolation(spec *kernelspecs.Spec) (*jupyter.Limits, *jupyter.S
 			}
 		}
 	}
+	if sandbox != nil && m.wsRoot != nil {
+		// Other workspaces stay out of sight: the root is hidden, and the
+		// kernel's own workspace bound back into it.
+		sandbox.Hide = append(append([]string{}, sandbox.Hide...), m.wsRoot.Dir())
+	}
 	return &limits, sandbox, nil
 }
 

@@ -2,7 +2,6 @@ package sessions
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"os"
 	"sort"
@@ -14,6 +13,9 @@ import (
 
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	"kernelgate/workspace"
+
+	"kernelgate/internal/timefmt"
 )
 
 // Config holds the manager's limits and policies. Zero values take the
@@ -48,11 +50,14 @@ type Config struct {
 	// may wait per context; what a run keeps of its output; how long and
 	// how many finished runs are kept; how long an interrupted run may
 	// take to stop before its kernel is restarted.
-	Languages      map[string]string
-	QueueLimit     int
-	RunLimits      Limits
-	RunRetention   time.Duration
-	RunsKept       int
+	Languages    map[string]string
+	QueueLimit   int
+	RunLimits    Limits
+	RunRetention time.Duration
+	RunsKept     int
+	// RunBytes bounds the memory of the finished runs kept (their events
+	// and Executions); the oldest go first.
+	RunBytes       int64
 	InterruptGrace time.Duration
 	// PoolSize is how many ready kernels each kernelspec keeps for
 	// isolated runs (0: no pool).
@@ -72,9 +77,17 @@ type Config struct {
 	// may change them); Sandbox, when set, runs kernels in bubblewrap.
 	KernelLimits jupyter.Limits
 	Sandbox      *jupyter.SandboxConfig
-	// WorkspaceRoot, when set, holds every working directory a caller
-	// chooses (KERNEL_WORKING_DIR, a context's or a run's cwd).
+	// WorkspaceRoot, when set, holds every working directory a caller of
+	// the Jupyter surface chooses (KERNEL_WORKING_DIR).
 	WorkspaceRoot string
+	// Workspaces holds the workspace of every context and isolated run;
+	// nil makes a temporary root that Close removes.
+	Workspaces *workspace.Root
+	// Pip's index and find-links for packages installed into contexts
+	// (PIP_INDEX_URL, PIP_FIND_LINKS); PipNoIndex uses find-links only.
+	PipIndexURL  string
+	PipFindLinks []string
+	PipNoIndex   bool
 	// MaxKernelFrame bounds one frame a kernel sends (0: the jupyter
 	// package's default); a kernel sending more is stopped.
 	MaxKernelFrame int64
@@ -97,6 +110,7 @@ func DefaultConfig() Config {
 		RunLimits:         Limits{LogBytes: 8 << 20, ResultBytes: 32 << 20},
 		RunRetention:      10 * time.Minute,
 		RunsKept:          1000,
+		RunBytes:          512 << 20,
 		InterruptGrace:    3 * time.Second,
 		PoolSize:          1,
 		LateOutputWait:    5 * time.Millisecond,
@@ -151,6 +165,9 @@ func (c *Config) fill() {
 	if c.RunsKept <= 0 {
 		c.RunsKept = d.RunsKept
 	}
+	if c.RunBytes <= 0 {
+		c.RunBytes = d.RunBytes
+	}
 	if c.InterruptGrace <= 0 {
 		c.InterruptGrace = d.InterruptGrace
 	}
@@ -177,8 +194,9 @@ type Manager struct {
 	session string // session id of the gateway's own messages
 	started time.Time
 
-	// start launches a kernel process; a field so tests can count starts.
-	start func(context.Context, jupyter.Config) (*jupyter.Kernel, error)
+	// start launches a kernel process: jupyter.Start with prov, or a
+	// fake in tests.
+	start starter
 
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -189,9 +207,15 @@ type Manager struct {
 	sessions map[string]*Session
 	contexts map[string]*Context
 	runs     map[string]*Run
-	runOrder []*Run
+	runOrder []*Run // recorded runs, oldest first
+	runBytes int64  // memory of the finished runs in runs
 	pools    map[string]*pool
 	closed   bool
+	// langVersions: the language version kernels of a spec reported.
+	langVersions map[string]string
+
+	wsRoot  *workspace.Root
+	wsOwned bool // a temporary root, removed by Close
 }
 
 // New returns a manager of kernels started from specs with prov.
@@ -210,10 +234,11 @@ func New(cfg Config, specs *kernelspecs.Catalog, prov jupyter.Provisioner, log *
 		contexts: make(map[string]*Context),
 		runs:     make(map[string]*Run),
 		pools:    make(map[string]*pool),
+
+		langVersions: make(map[string]string),
 	}
-	m.start = func(ctx context.Context, c jupyter.Config) (*jupyter.Kernel, error) {
-		return jupyter.Start(ctx, m.prov, c)
-	}
+	m.openWorkspaces()
+	m.start = startJupyter(prov)
 	if cfg.CullIdleTimeout > 0 {
 		m.goroutine(m.cull)
 	}
@@ -348,11 +373,11 @@ func (m *Manager) StartKernel(ctx context.Context, o StartOptions) (*Kernel, err
 	if err != nil {
 		return nil, err
 	}
-	return m.startKernel(ctx, id, spec, env, cwd, restartNow)
+	return m.startKernel(ctx, id, spec, env, workDir{cwd: cwd}, restartNow)
 }
 
-func (m *Manager) startKernel(ctx context.Context, id string, spec *kernelspecs.Spec, env map[string]string, cwd string, policy restartPolicy) (*Kernel, error) {
-	k, err := m.newKernel(id, spec, env, cwd, policy)
+func (m *Manager) startKernel(ctx context.Context, id string, spec *kernelspecs.Spec, env map[string]string, wd workDir, policy restartPolicy) (*Kernel, error) {
+	k, err := m.newKernel(id, spec, env, wd, policy)
 	if err != nil {
 		return nil, err
 	}
@@ -427,7 +452,7 @@ func (m *Manager) Status() Status {
 		conns += len(k.clients)
 		k.mu.Unlock()
 	}
-	return Status{Started: FormatTime(m.started), LastActivity: FormatTime(last), Kernels: len(ks), Connections: conns}
+	return Status{Started: timefmt.Format(m.started), LastActivity: timefmt.Format(last), Kernels: len(ks), Connections: conns}
 }
 
 // cull shuts down idle kernels.
@@ -489,8 +514,7 @@ func (m *Manager) Close(ctx context.Context) error {
 		}
 		wg.Wait()
 		m.wg.Wait()
+		m.closeWorkspaces()
 	})
 	return nil
 }
-
-var _ = errors.Is

@@ -39,7 +39,10 @@ func (p *pool) take() *Kernel {
 		k = p.ready[0]
 		p.ready = p.ready[1:]
 		if !k.Running() { // died while it waited
-			go k.shutdown(context.Background())
+			go func(k *Kernel) {
+				k.shutdown(context.Background())
+				k.ws.Delete()
+			}(k)
 			k = nil
 		}
 	}
@@ -74,7 +77,14 @@ func (p *pool) refill() {
 }
 
 func (p *pool) startOne() {
-	k, err := p.m.newKernel(newID(), p.spec, nil, "", restartLazily)
+	id := newID()
+	ws, err := p.m.newWorkspace(runWorkspace(id), p.spec)
+	var k *Kernel
+	if err == nil {
+		if k, err = p.m.newKernel(id, p.spec, nil, workDir{ws: ws, cwd: ws.Dir()}, restartLazily); err != nil {
+			ws.Delete()
+		}
+	}
 	if err != nil {
 		p.mu.Lock()
 		p.starting--
@@ -103,6 +113,7 @@ func (p *pool) startOne() {
 		p.m.log.Warn("warm pool: kernel failed to start", "spec", p.spec.Name, "err", err)
 	}
 	k.shutdown(context.Background())
+	ws.Delete()
 }
 
 // PoolStats says how the pool of a kernelspec is doing.
@@ -132,6 +143,7 @@ func (p *pool) drain(ctx context.Context) {
 		go func() {
 			defer wg.Done()
 			k.shutdown(ctx)
+			k.ws.Delete()
 		}()
 	}
 	wg.Wait()

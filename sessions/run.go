@@ -26,6 +26,14 @@ type Event struct {
 	JSON []byte
 }
 
+// event is an event as a run keeps it: its payload shares the output's
+// text and results with the run's Execution, and is written as JSON when
+// the event is read. A payload is not changed after it is emitted.
+type event struct {
+	typ     string
+	payload any
+}
+
 // Run is one execution of code: queued, running, then done. It outlives
 // the request that started it and is kept for a while after it ends.
 type Run struct {
@@ -41,7 +49,7 @@ type Run struct {
 	mu        sync.Mutex
 	state     RunState
 	b         builder
-	events    []Event
+	events    []event
 	eventMem  int
 	maxEvents int
 	changed   chan struct{} // closed and replaced on every change
@@ -57,9 +65,15 @@ type Run struct {
 	awaiting    bool // an input_request waits for an answer
 	// stopBeforeStart ends a run its worker took but did not start yet.
 	stopBeforeStart Reason
+	// notice, when set, is the end's process message of a run that did
+	// not lose its kernel: its kernel was replaced since the last run.
+	notice string
 
 	observer Observer
+	onEnd    func(*Run)  // the manager's accounting, told once the run ended
 	timer    *time.Timer // the timeout, stopped when the run ends
+	kept     int64       // the record's memory, set when the run ends
+	counted  bool        // kept is in the manager's runBytes (guarded by its mu)
 }
 
 func newRun(id, context, language, code string, stdin bool, timeout time.Duration, limits Limits) *Run {
@@ -85,18 +99,33 @@ func newRun(id, context, language, code string, stdin bool, timeout time.Duratio
 
 // emitLocked appends an event; the caller holds r.mu (or owns r).
 func (r *Run) emitLocked(typ string, payload any) {
-	seq := len(r.events) + 1
-	js, err := eventJSON(typ, seq, payload)
-	if err != nil {
+	size := eventSize(typ, payload)
+	if size < 0 || (typ != "end" && r.eventMem+size > r.maxEvents) {
 		return
 	}
-	if typ != "end" && r.eventMem+len(js) > r.maxEvents {
-		return
-	}
-	r.eventMem += len(js)
-	r.events = append(r.events, Event{Seq: seq, Type: typ, JSON: js})
+	r.eventMem += size
+	r.events = append(r.events, event{typ: typ, payload: payload})
 	close(r.changed)
 	r.changed = make(chan struct{})
+}
+
+// eventSize is about what an event's JSON takes beyond the output it
+// shares with the Execution; -1 when its payload cannot be written.
+func eventSize(typ string, payload any) int {
+	const frame = 32 // {"type":…,"seq":…}
+	switch p := payload.(type) {
+	case *Result:
+		return frame + len(typ) + p.size
+	case map[string]string:
+		if text, ok := p["text"]; ok && len(p) == 1 {
+			return frame + len(typ) + len(text)
+		}
+	}
+	js, err := json.Marshal(payload)
+	if err != nil {
+		return -1
+	}
+	return frame + len(typ) + len(js)
 }
 
 // endEvent is the payload of a run's end event.
@@ -170,13 +199,6 @@ func (r *Run) ExecutionJSON() []byte {
 	return js
 }
 
-// Execution returns a copy of the run's Execution.
-func (r *Run) Execution() Execution {
-	var e Execution
-	json.Unmarshal(r.ExecutionJSON(), &e)
-	return e
-}
-
 // RunModel is GET /api/runs/{id}.
 type RunModel struct {
 	ID        string          `json:"id"`
@@ -200,10 +222,31 @@ func (r *Run) Events(after int) ([]Event, <-chan struct{}, bool) {
 		after = 0
 	}
 	var out []Event
-	if after < len(r.events) {
-		out = append(out, r.events[after:]...)
+	for i := after; i < len(r.events); i++ {
+		ev := r.events[i]
+		js, err := eventJSON(ev.typ, i+1, ev.payload)
+		if err != nil {
+			continue
+		}
+		out = append(out, Event{Seq: i + 1, Type: ev.typ, JSON: js})
 	}
 	return out, r.changed, r.state == RunDone
+}
+
+// End returns the run's end event once it has ended.
+func (r *Run) End() (Event, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.state != RunDone || len(r.events) == 0 {
+		return Event{}, false
+	}
+	seq := len(r.events)
+	ev := r.events[seq-1]
+	js, err := eventJSON(ev.typ, seq, ev.payload)
+	if err != nil {
+		return Event{}, false
+	}
+	return Event{Seq: seq, Type: ev.typ, JSON: js}, true
 }
 
 // LastSeq is the seq of the run's latest event.
@@ -257,6 +300,9 @@ func (r *Run) endWith(reason Reason, failure error, message string) bool {
 	r.failure = failure
 	r.finished = time.Now()
 	r.b.finish(reason)
+	if message == "" {
+		message = r.notice
+	}
 	r.b.exec.Process.Message = message
 	r.emitLocked("end", endEvent{r.b.exec.ExecutionCount, r.b.exec.Process, r.b.exec.Truncated})
 	r.cancel, r.input = nil, nil
@@ -264,12 +310,44 @@ func (r *Run) endWith(reason Reason, failure error, message string) bool {
 		r.timer.Stop()
 	}
 	took, truncated := r.finished.Sub(r.created), r.b.exec.Truncated
+	// The events and the Execution share the output: held once.
+	r.kept = int64(r.eventMem)
+	onEnd := r.onEnd
 	r.mu.Unlock()
 	close(r.done)
 	if r.observer != nil {
 		r.observer.RunEnded(r.Language, reason, took, truncated)
 	}
+	if onEnd != nil {
+		onEnd(r)
+	}
 	return true
+}
+
+// memory is what the finished run's record holds, in bytes.
+func (r *Run) memory() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.kept
+}
+
+// refuse ends a run its queue refused: it never ran, and it is neither
+// counted nor recorded.
+func (r *Run) refuse(why error) {
+	r.mu.Lock()
+	if r.state == RunDone {
+		r.mu.Unlock()
+		return
+	}
+	r.state = RunDone
+	r.failure = why
+	r.finished = time.Now()
+	r.cancel, r.input = nil, nil
+	if r.timer != nil {
+		r.timer.Stop()
+	}
+	r.mu.Unlock()
+	close(r.done)
 }
 
 // Interrupt ends a queued run, or interrupts a running one (it then ends

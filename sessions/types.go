@@ -1,10 +1,6 @@
 package sessions
 
-import (
-	"time"
-
-	"kernelgate/jupyter"
-)
+import "kernelgate/jupyter"
 
 // The protocol types the gateway handles, re-exported so that it needs
 // no import of package jupyter.
@@ -36,10 +32,3 @@ func ParseMessage(header, parent, metadata, content []byte, buffers [][]byte) (*
 	}
 	return m, nil
 }
-
-// TimeFormat is how every time of the API is written: RFC 3339 UTC with
-// microseconds, which Jupyter Server's GatewayClient parses strictly.
-const TimeFormat = "2006-01-02T15:04:05.000000Z"
-
-// FormatTime formats t in TimeFormat.
-func FormatTime(t time.Time) string { return t.UTC().Format(TimeFormat) }

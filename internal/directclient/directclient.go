@@ -42,6 +42,8 @@ import (
 
 	"kernelgate/internal/tailbuf"
 	"kernelgate/kernelspecs"
+
+	"kernelgate/internal/timefmt"
 )
 
 // ErrKernelExited means the kernel process ended while the client waited.
@@ -354,17 +356,16 @@ type header struct {
 
 var emptyObject = []byte("{}")
 
-// dateFormat is ISO 8601 with microseconds, as jupyter_client writes it.
-// The precision matters: ipykernel's jupyter_client parses such a date
-// (about 60 µs with dateutil) and leaves one with more digits a string, so
-// a client sending nanoseconds would make the kernel do less work.
-const dateFormat = "2006-01-02T15:04:05.000000Z07:00"
+// Dates are written as jupyter_client writes them, with microseconds
+// (timefmt). The precision matters: ipykernel's jupyter_client parses such
+// a date (about 60 µs with dateutil) and leaves one with more digits a
+// string, so a client sending nanoseconds would make the kernel do less work.
 
 // send signs and sends a message of type typ and returns its msg_id.
 func (c *Client) send(s zmq4.Socket, typ string, content any) (string, error) {
 	id := uuid.NewString()
 	h, err := json.Marshal(header{MsgID: id, Session: c.session, Username: "direct",
-		Date: time.Now().UTC().Format(dateFormat), MsgType: typ, Version: "5.3"})
+		Date: timefmt.Format(time.Now()), MsgType: typ, Version: "5.3"})
 	if err != nil {
 		return "", err
 	}

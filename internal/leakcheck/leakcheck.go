@@ -3,6 +3,7 @@
 package leakcheck
 
 import (
+	"fmt"
 	"os"
 	"runtime"
 	"strconv"
@@ -26,7 +27,13 @@ func Snapshot(t testing.TB) Resources {
 	return Resources{Goroutines: runtime.NumGoroutine(), FDs: len(fds), Children: len(Children())}
 }
 
-// Children lists the pids whose parent is this process (zombies included).
+// ZygoteMarker is the argument that marks a zygote of Python kernels
+// (jupyter/zygote.go): it lives as long as the process that started it,
+// like a cache, and is not counted as a child.
+const ZygoteMarker = "kernelgate-zygote"
+
+// Children lists the pids whose parent is this process (zombies included),
+// zygotes excepted.
 func Children() []int {
 	self := strconv.Itoa(os.Getpid())
 	var out []int
@@ -42,7 +49,7 @@ func Children() []int {
 		}
 		s := string(b)
 		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(fields) > 1 && fields[1] == self {
+		if len(fields) > 1 && fields[1] == self && !isZygote(p.Name()) {
 			out = append(out, pid)
 		}
 	}
@@ -72,5 +79,22 @@ func Check(t testing.TB, before Resources) {
 	}
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
-	t.Errorf("leak: before %+v, after %+v (children %v)\n%s", before, now, Children(), buf)
+	var kids []string
+	for _, pid := range Children() {
+		stat, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		cmd, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+		kids = append(kids, fmt.Sprintf("%d %.40s %.120q", pid, stat, cmd))
+	}
+	t.Errorf("leak: before %+v, after %+v (children %v)\n%s", before, now, kids, buf)
+}
+
+// isZygote says whether process pid is a zygote (a zombie is not).
+func isZygote(pid string) bool {
+	b, _ := os.ReadFile("/proc/" + pid + "/cmdline")
+	for _, arg := range strings.Split(string(b), "\x00") {
+		if arg == ZygoteMarker {
+			return true
+		}
+	}
+	return false
 }

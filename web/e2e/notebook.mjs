@@ -17,7 +17,7 @@
 // origin other than KERNELGATE_URL's, or if the browser reports a Content
 // Security Policy violation or an uncaught error.
 
-import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -493,6 +493,41 @@ try {
     await cell.locator(tid("output-result"), { hasText: "82" }).waitFor({ timeout: T });
     await noToasts();
     await shot("context-watch.png");
+  });
+
+  await step("the context's files: listed, uploaded by drag and drop, downloaded", async () => {
+    if (!haveContexts || !contextsMade.length) return { skip: "no context opened (not kernelgate)" };
+    const ctx = contextsMade[contextsMade.length - 1];
+    const put = await fetch(new URL(`api/contexts/${ctx}/files/data/sales.csv`, BASE), {
+      method: "PUT",
+      headers: { Authorization: `token ${TOKEN}` },
+      body: "region,sales\nnorth,10\nsouth,32\n",
+    });
+    check(put.status === 201, `PUT answered ${put.status}`);
+    const section = page.locator(tid("files-section"));
+    await section.waitFor({ state: "visible", timeout: T });
+    await page.locator(tid("refresh")).click();
+    const folder = section.locator(`${tid("file-item")}[data-path="data"]`);
+    await folder.waitFor({ timeout: T });
+    await folder.click();
+    const csv = section.locator(`${tid("file-item")}[data-path="data/sales.csv"]`);
+    await csv.waitFor({ timeout: T });
+    const [download] = await Promise.all([page.waitForEvent("download", { timeout: T }), csv.click()]);
+    check(download.suggestedFilename() === "sales.csv", `download named ${download.suggestedFilename()}`);
+    check(readFileSync(await download.path(), "utf8").startsWith("region,sales"), "the downloaded file differs");
+    // Drop a file on the panel: it lands in the folder shown.
+    await section.evaluate((el) => {
+      const dt = new DataTransfer();
+      dt.items.add(new File(["dropped in the page"], "dropped.txt", { type: "text/plain" }));
+      el.dispatchEvent(new DragEvent("dragover", { dataTransfer: dt, bubbles: true, cancelable: true }));
+      el.dispatchEvent(new DragEvent("drop", { dataTransfer: dt, bubbles: true, cancelable: true }));
+    });
+    await section.locator(`${tid("file-item")}[data-path="data/dropped.txt"]`).waitFor({ timeout: T });
+    const cell = await runCell("import pandas as pd\nprint(open('data/dropped.txt').read())\npd.read_csv('data/sales.csv').sales.sum()");
+    await cell.locator(tid("output-stream"), { hasText: "dropped in the page" }).waitFor({ timeout: T });
+    await cell.locator(tid("output-result"), { hasText: "42" }).waitFor({ timeout: T });
+    await noToasts();
+    await shot("context-files.png");
   });
 
   await step("start a deno kernel and run 1+1", async () => {

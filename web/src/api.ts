@@ -39,6 +39,15 @@ export interface Context {
   lastActivity?: string;
 }
 
+/** An entry of a context's workspace (GET api/contexts/{id}/files). */
+export interface FileEntry {
+  name: string;
+  path: string;
+  type: "file" | "dir" | "symlink";
+  size: number;
+  modified: string;
+}
+
 export class HttpError extends Error {
   constructor(
     readonly status: number,
@@ -168,6 +177,44 @@ export class Api {
     }
   }
 
+  /** The entries of folder dir ("" for the workspace) of a context. */
+  files(ctx: string, dir: string): Promise<FileEntry[]> {
+    const q = dir ? `?path=${encodeURIComponent(dir)}` : "";
+    return this.request("GET", `api/contexts/${encodeURIComponent(ctx)}/files${q}`);
+  }
+
+  /** Uploads a file (the browser streams it) as path of a context. */
+  async upload(ctx: string, path: string, file: Blob): Promise<void> {
+    const res = await this.fetchFile("PUT", ctx, path, file);
+    if (!res.ok) throw new HttpError(res.status, await errorMessage(res));
+  }
+
+  /** Downloads path of a context. */
+  async download(ctx: string, path: string): Promise<Blob> {
+    const res = await this.fetchFile("GET", ctx, path);
+    if (!res.ok) throw new HttpError(res.status, await errorMessage(res));
+    return res.blob();
+  }
+
+  deleteFile(ctx: string, path: string, recursive: boolean): Promise<void> {
+    return this.request("DELETE", `api/contexts/${encodeURIComponent(ctx)}/files/${filePath(path)}${recursive ? "?recursive=true" : ""}`);
+  }
+
+  private fetchFile(method: string, ctx: string, path: string, body?: Blob): Promise<Response> {
+    const headers: Record<string, string> = {};
+    if (this.tokenValue) headers.Authorization = `token ${this.tokenValue}`;
+    if (body) headers["Content-Type"] = "application/octet-stream";
+    return fetch(this.url(`api/contexts/${encodeURIComponent(ctx)}/files/${filePath(path)}`), {
+      method,
+      headers,
+      body,
+      cache: "no-store",
+      credentials: "same-origin",
+      redirect: "error",
+      referrerPolicy: "no-referrer",
+    });
+  }
+
   /**
    * Fetches a same-origin resource with the token header and returns an
    * object URL for it (kernelspec logos: an <img> cannot send headers).
@@ -187,4 +234,19 @@ export class Api {
       return null;
     }
   }
+}
+
+/** A workspace path as URL path segments ("a b/c" → "a%20b/c"). */
+function filePath(path: string): string {
+  return path.split("/").map(encodeURIComponent).join("/");
+}
+
+async function errorMessage(res: Response): Promise<string> {
+  try {
+    const j = await res.json();
+    if (j && typeof j.message === "string" && j.message) return j.message;
+  } catch {
+    /* not JSON */
+  }
+  return `${res.status} ${res.statusText}`;
 }

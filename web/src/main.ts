@@ -4,6 +4,7 @@
 import "./style.css";
 import { Api, HttpError, type AuthReason, type Context, type KernelModel, type KernelSpecs } from "./api";
 import { ago, h, icon, replace, shortId } from "./dom";
+import { FilesPanel } from "./files";
 import { Notebook, type NotebookHost } from "./notebook";
 
 const POLL_MS = 3000;
@@ -33,6 +34,7 @@ class App implements NotebookHost {
   private readonly serverEl = h("span", { class: "server" });
   private readonly tokenEl = h("span", { class: "token-state" });
   private readonly tokenDialog: TokenDialog;
+  private readonly files: FilesPanel;
 
   constructor(root: HTMLElement) {
     this.contextsSection = h(
@@ -55,6 +57,7 @@ class App implements NotebookHost {
       ),
     );
     this.tokenDialog = new TokenDialog((t) => this.submitToken(t));
+    this.files = new FilesPanel(this.api, (m, kind) => this.toast(m, kind));
     const forget = h("button", { class: "link-btn", testid: "token-forget", title: "Forget the token kept for this tab" }, "forget");
     forget.addEventListener("click", () => {
       this.api.setToken(null);
@@ -71,6 +74,7 @@ class App implements NotebookHost {
         h("section", { class: "side-section" }, h("h2", null, "New kernel"), this.specsEl),
         h("section", { class: "side-section" }, h("h2", null, "Kernels ", this.kernelCount), this.kernelsEl),
         this.contextsSection,
+        this.files.el,
         h("footer", { class: "side-foot" }, this.serverEl, h("span", null, this.tokenEl, " ", forget), licenses()),
       ),
       this.main,
@@ -114,6 +118,7 @@ class App implements NotebookHost {
       this.kernels = kernels;
       this.contexts = contexts;
       this.renderLists();
+      this.syncFiles();
       for (const k of kernels) this.notebooks.get(k.id)?.syncModel(k);
       if (this.serverEl.classList.contains("error")) this.setServerError(null);
       return true;
@@ -341,6 +346,12 @@ class App implements NotebookHost {
     document.title = `${nb.title} — kernelgate`;
     nb.focusFirstEmpty();
     this.renderLists();
+    this.syncFiles();
+  }
+
+  /** Shows the files of the opened kernel's context, if it has one. */
+  private syncFiles(): void {
+    this.files.show(this.active ? (this.contextsOf(this.active.kernelId)[0] ?? null) : null);
   }
 
   private openFromHash(): void {
@@ -359,6 +370,7 @@ class App implements NotebookHost {
       document.title = "kernelgate";
     }
     this.renderLists();
+    this.syncFiles();
     void this.refresh();
   }
 

@@ -1,0 +1,179 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+)
+
+// benchFiles measures the files of a context: a PUT of filesMiB MiB from a
+// file on disk (the gateway streams it into a temporary file, fsyncs it
+// and renames it into place) against cp of the same file followed by an
+// fsync, and a GET of it into a file against a plain cp; interleaved, with
+// the gateway's peak RSS growth over the transfers. The workspaces and the
+// copies live on the same disk (the system's temporary folder).
+func (b *bench) benchFiles(ctx context.Context) error {
+	size := int64(b.opt.filesMiB) << 20
+	dir, err := os.MkdirTemp("", "kgbench-files-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	src := filepath.Join(dir, "src.bin")
+	if err := writeRandom(src, size); err != nil {
+		return err
+	}
+	fctx, cancel := within(ctx, 30*time.Minute)
+	defer cancel()
+	id, _, err := b.kg.createContext(fctx, "python")
+	if err != nil {
+		return err
+	}
+	defer b.kg.deleteContext(context.Background(), id)
+	rss0, _, err := memStatus(b.kg.pid())
+	if err != nil {
+		return err
+	}
+	if err := resetPeak(b.kg.pid()); err != nil {
+		return err
+	}
+	var up, upCp, down, downCp sample
+	for i := 0; i < b.opt.filesRuns; i++ {
+		progress("files: run %d of %d", i+1, b.opt.filesRuns)
+		d, err := measure(func() error { return cpFile(src, filepath.Join(dir, "cp-sync.bin"), true) })
+		if err != nil {
+			return err
+		}
+		upCp = append(upCp, d)
+		d, err = measure(func() error { return b.kg.upload(fctx, id, "data.bin", src, size) })
+		if err != nil {
+			return err
+		}
+		up = append(up, d)
+		d, err = measure(func() error { return cpFile(src, filepath.Join(dir, "cp.bin"), false) })
+		if err != nil {
+			return err
+		}
+		downCp = append(downCp, d)
+		d, err = measure(func() error { return b.kg.download(fctx, id, "data.bin", filepath.Join(dir, "down.bin"), size) })
+		if err != nil {
+			return err
+		}
+		down = append(down, d)
+		for _, f := range []string{"cp-sync.bin", "cp.bin", "down.bin"} {
+			os.Remove(filepath.Join(dir, f))
+		}
+	}
+	_, hwm, err := memStatus(b.kg.pid())
+	if err != nil {
+		return err
+	}
+	rate := func(d time.Duration) float64 { return float64(size) / (1 << 20) / d.Seconds() }
+	label := fmt.Sprintf("%d MiB", b.opt.filesMiB)
+	b.add(row{
+		figure: "files: upload " + label + " (PUT, fsync; vs cp + fsync), MiB/s p50",
+		kg:     fmt.Sprintf("%.0f", rate(up.p50())), direct: fmt.Sprintf("%.0f (cp)", rate(upCp.p50())),
+		ratios: fmt.Sprintf("kernelgate/cp %.2f", rate(up.p50())/rate(upCp.p50())),
+	})
+	b.add(row{
+		figure: "files: download " + label + " (GET into a file; vs cp), MiB/s p50",
+		kg:     fmt.Sprintf("%.0f", rate(down.p50())), direct: fmt.Sprintf("%.0f (cp)", rate(downCp.p50())),
+		ratios: fmt.Sprintf("kernelgate/cp %.2f", rate(down.p50())/rate(downCp.p50())),
+	})
+	growth := hwm - rss0
+	b.add(row{figure: "files: gateway peak RSS growth over the transfers, MiB", kg: fmt.Sprintf("%.1f", mib(growth))})
+	b.check("a 1 GiB upload and download never sit in the gateway's memory (peak RSS growth < 32 MiB)", growth < 32<<20, "%.1f MiB over %d MiB transfers", mib(growth), b.opt.filesMiB)
+	return nil
+}
+
+// writeRandom writes size random bytes to path.
+func writeRandom(path string, size int64) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.CopyN(f, rand.Reader, size); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// cpFile runs cp, then fsyncs the copy when sync is set.
+func cpFile(src, dst string, sync bool) error {
+	if out, err := exec.Command("cp", src, dst).CombinedOutput(); err != nil {
+		return fmt.Errorf("cp: %v: %s", err, out)
+	}
+	if !sync {
+		return nil
+	}
+	f, err := os.OpenFile(dst, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+// upload PUTs the file src as path of context id.
+func (s *server) upload(ctx context.Context, id, path, src string, size int64) error {
+	f, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	req, err := http.NewRequestWithContext(ctx, "PUT", s.url+"api/contexts/"+id+"/files/"+path, f)
+	if err != nil {
+		return err
+	}
+	req.ContentLength = size
+	req.Header.Set("Authorization", "token "+s.token)
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusCreated {
+		return fmt.Errorf("PUT: %s", resp.Status)
+	}
+	return nil
+}
+
+// download GETs path of context id into the file dst.
+func (s *server) download(ctx context.Context, id, path, dst string, size int64) error {
+	req, err := http.NewRequestWithContext(ctx, "GET", s.url+"api/contexts/"+id+"/files/"+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "token "+s.token)
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET: %s", resp.Status)
+	}
+	f, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	// A client reading in large blocks, as the gateway writes them.
+	n, err := io.CopyBuffer(struct{ io.Writer }{f}, struct{ io.Reader }{resp.Body}, make([]byte, 256<<10))
+	if err == nil && n != size {
+		err = fmt.Errorf("GET: %d bytes, want %d", n, size)
+	}
+	return err
+}

@@ -1,0 +1,430 @@
+# kernelgate's zygote for Python kernels (see zygote.go for the whole design).
+#
+# Started by the gateway as `python -c <this file> kernelgate-zygote CONFIG`
+# with CONFIG a JSON object {"module", "preload", "socket"}, fd 3 the pipe
+# on which it reports "ready" (or why it could not start). It imports the
+# kernel module's dependencies and the preload list, checks that it still
+# has one thread and no ZeroMQ context, listens on the unix socket and then,
+# for each connection from the gateway (and only the gateway: its peer
+# credentials are checked), forks one kernel:
+#
+#   gateway -> zygote  frame {"argv", "env", "cwd", "parent", "die_with_parent"}
+#                      with the kernel's stdout/stderr descriptor (SCM_RIGHTS)
+#   zygote  -> gateway frame {"pid": N}          (or {"error": ...})
+#   gateway -> child   frame {"go": true}        (after cgroup and rlimits)
+#   child   -> gateway frame {"ok": true}        (or {"error": ...}), then it
+#                      runs the module as `python -m` would.
+#
+# Frames are a 4-byte big-endian length and a JSON object.
+#
+# The child is created with clone(CLONE_PARENT): its parent is the gateway,
+# not the zygote, so the gateway reaps it, its parent-death signal and
+# JPY_PARENT_PID refer to the gateway, and the zygote dying leaves it alone.
+# Python's fork protocol is kept (PyOS_BeforeFork/AfterFork_*: the GIL,
+# import lock, threading state and os.register_at_fork hooks such as
+# random's reseeding), and so is glibc's (the thread's cached tid is set by
+# CLONE_CHILD_SETTID as glibc's own fork does). glibc's pthread_atfork
+# handlers do not run: they exist to repair locks other threads held at
+# fork, and the zygote forks only while it has a single thread.
+
+import ctypes
+import gc
+import json
+import os
+import runpy
+import signal
+import socket
+import struct
+import sys
+
+
+class _Zygote:
+    CLONE_PARENT = 0x00008000
+    CLONE_CHILD_CLEARTID = 0x00200000
+    CLONE_CHILD_SETTID = 0x01000000
+    PR_SET_PDEATHSIG = 1
+    # clone's number and where its child-tid argument goes, by machine:
+    # x86_64 (flags, stack, parent_tid, child_tid, tls); arm64 (flags,
+    # stack, parent_tid, tls, child_tid).
+    CLONE_ABI = {"x86_64": (56, 3), "aarch64": (220, 4)}
+
+    def __init__(self, config):
+        self.module = config["module"]
+        self.libc = ctypes.PyDLL(None, use_errno=True)  # keeps the GIL held
+        self.libc.syscall.restype = ctypes.c_long
+        self.libc.pthread_self.restype = ctypes.c_void_p
+        self.libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+        self.gateway = os.getppid()
+        self.listener = None
+        self.spares = {}  # pid of a spare child -> the zygote's end of its socket pair
+
+    # --- start -----------------------------------------------------------
+
+    def start(self, preload, path):
+        import importlib
+        import platform
+
+        if sys.version_info < (3, 9):
+            raise RuntimeError("Python 3.9 or later is needed")
+        machine = platform.machine()
+        if machine not in self.CLONE_ABI:
+            raise RuntimeError("no clone ABI known for %s" % machine)
+        self.sys_clone, self.ctid_arg = self.CLONE_ABI[machine]
+
+        # What `python -m module` imports before the kernel runs, then the
+        # kernelspec's list.
+        # ipykernel chooses matplotlib's inline backend by MPLBACKEND before
+        # matplotlib loads; a preloaded matplotlib must see the same.
+        unset = "MPLBACKEND" not in os.environ
+        if unset:
+            os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
+        importlib.import_module("ipykernel.kernelapp")
+        importlib.import_module("IPython")
+        for name in preload:
+            importlib.import_module(name)
+        if unset:
+            del os.environ["MPLBACKEND"]
+        self.quiet_native_threads()
+        self.check_alone()
+        self.tid_address = self.find_tid_address()
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path)
+        self.listener.listen(64)
+        # Objects made so far are never collected: the collector then never
+        # writes to the pages the kernels share with the zygote.
+        gc.collect()
+        gc.freeze()
+
+    def quiet_native_threads(self):
+        # OpenBLAS starts its thread pool when numpy loads it and stops it
+        # in its own pthread_atfork handler; stop it now instead. Each
+        # kernel starts its pool again on its first threaded BLAS call.
+        for lib in ("libopenblas.so.0", "libopenblasp-r0.3.21.so"):
+            try:
+                getattr(ctypes.PyDLL(lib), "blas_thread_shutdown_")()
+                break
+            except (OSError, AttributeError):
+                continue
+
+    def check_alone(self):
+        tasks = os.listdir("/proc/self/task")
+        if len(tasks) != 1:
+            names = []
+            for t in tasks:
+                try:
+                    with open("/proc/self/task/%s/comm" % t) as f:
+                        names.append(f.read().strip())
+                except OSError:
+                    pass
+            raise RuntimeError("%d threads after the imports (%s): a zygote must have one" % (len(tasks), ", ".join(names)))
+        zmq = sys.modules.get("zmq")
+        if zmq is not None and getattr(zmq.Context, "_instance", None) is not None:
+            raise RuntimeError("a ZeroMQ context exists after the imports")
+
+    def find_tid_address(self):
+        # glibc caches the thread's tid in its struct pthread; a raw clone
+        # must set it in the child as glibc's fork does.
+        me = self.libc.pthread_self()
+        tid = os.getpid()
+        hits = [o for o in range(0, 2048, 4) if ctypes.c_int.from_address(me + o).value == tid]
+        if len(hits) != 1:
+            raise RuntimeError("cannot locate glibc's cached thread id (%d candidates)" % len(hits))
+        return me + hits[0]
+
+    # --- serving -----------------------------------------------------------
+
+    def serve(self):
+        """Serves fork requests; returns, in a child, what it must run."""
+        while True:
+            conn, _ = self.listener.accept()
+            try:
+                job = self.serve_one(conn)
+            except Exception as e:  # a bad request never ends the zygote
+                try:
+                    send_frame(conn, {"error": "%s: %s" % (type(e).__name__, e)})
+                except OSError:
+                    pass
+                job = None
+            if job is not None:
+                return job
+            conn.close()
+
+    def serve_one(self, conn):
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        pid, uid, _ = struct.unpack("3i", creds)
+        if pid != self.gateway or uid != os.geteuid():
+            raise PermissionError("fork requests come from the gateway only")
+        req, fds = recv_frame(conn, want_fds=1)
+        try:
+            kind = req.get("kind", "fork")
+            if kind == "claim":
+                return self.claim(conn, req, fds)
+            if kind == "fork":
+                if len(fds) != 1:
+                    raise ValueError("expected the output descriptor")
+                self.check_argv(req["argv"])
+            elif kind != "spare":
+                raise ValueError("unknown request %r" % kind)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            mine = None
+            if kind == "spare":
+                mine, theirs = socket.socketpair()
+            pid = self.fork()
+            if pid == 0:
+                try:
+                    if kind == "spare":
+                        mine.close()
+                        return Child.spare(self, theirs, conn, req)
+                    return Child(self, conn, fds[0], req)
+                except BaseException:
+                    os._exit(127)  # never a second zygote
+            if kind == "spare":
+                theirs.close()
+                self.spares[pid] = mine
+        finally:
+            for fd in fds:
+                os.close(fd)
+        send_frame(conn, {"pid": pid})
+        return None
+
+    def check_argv(self, argv):
+        if len(argv) < 3 or argv[1] != "-m" or argv[2] != self.module:
+            raise ValueError("this zygote runs `python -m %s` only" % self.module)
+
+    def claim(self, conn, req, fds):
+        """Hands a kernel's request, its output and the gateway's
+        connection to a spare child, which answers on the connection."""
+        if len(fds) != 1:
+            raise ValueError("expected the output descriptor")
+        self.check_argv(req["argv"])
+        mine = self.spares.pop(req.get("pid"), None)
+        if mine is None:
+            raise LookupError("no spare %s" % req.get("pid"))
+        try:
+            send_frame(mine, req, fds=[fds[0], conn.fileno()])
+        finally:
+            mine.close()
+        return None
+
+    def fork(self):
+        flags = self.CLONE_PARENT | self.CLONE_CHILD_SETTID | self.CLONE_CHILD_CLEARTID | signal.SIGCHLD
+        api = ctypes.pythonapi
+        api.PyOS_BeforeFork()
+        args = [ctypes.c_ulong(flags), ctypes.c_void_p(0), ctypes.c_void_p(0), ctypes.c_void_p(0), ctypes.c_void_p(0)]
+        args[self.ctid_arg] = ctypes.c_void_p(self.tid_address)
+        pid = self.libc.syscall(ctypes.c_long(self.sys_clone), *args)
+        if pid == 0:
+            api.PyOS_AfterFork_Child()
+            return 0
+        err = ctypes.get_errno()
+        api.PyOS_AfterFork_Parent()
+        if pid < 0:
+            raise OSError(err, "clone: " + os.strerror(err))
+        return pid
+
+
+class Child:
+    """What a forked child does before it becomes the kernel. A spare
+    child does the part that needs no request, then waits to be claimed."""
+
+    @classmethod
+    def spare(cls, zygote, sock, request_conn, req):
+        request_conn.close()
+        cls.detach(zygote, req)
+        try:
+            claim, fds = recv_frame(sock, want_fds=2)
+        except (OSError, EOFError):
+            os._exit(0)  # the zygote or the gateway let it go
+        if len(fds) != 2:
+            os._exit(125)
+        sock.close()
+        conn = socket.socket(fileno=fds[1])
+        try:
+            send_frame(conn, {"pid": os.getpid()})
+        except OSError:
+            os._exit(125)
+        if not claim.get("die_with_parent", True):
+            zygote.libc.prctl(zygote.PR_SET_PDEATHSIG, 0, 0, 0, 0)
+        child = cls(zygote, conn, fds[0], claim, detached=True)
+        os.close(fds[0])
+        return child
+
+    @staticmethod
+    def detach(zygote, req):
+        # Die with the gateway as an exec'd kernel does (Pdeathsig), unless
+        # the gateway lets its kernels outlive it.
+        if req.get("die_with_parent", True):
+            zygote.libc.prctl(zygote.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != req["parent"]:
+                os._exit(1)
+        os.setpgid(0, 0)
+        # Nothing of the zygote's own stays open: its listener, the sockets
+        # of its spare children, and (once replaced below) its log; the
+        # ready pipe closed at start.
+        zygote.listener.close()
+        for other in zygote.spares.values():
+            other.close()
+        zygote.spares.clear()
+
+    def __init__(self, zygote, conn, out, req, detached=False):
+        self.module = zygote.module
+        self.argv = req["argv"]
+        set_cmdline(self.argv)
+        if not detached:
+            self.detach(zygote, req)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        # The gate: the gateway moves this process into the kernel's
+        # cgroup and sets its rlimits, then says go. EOF means it gave up.
+        try:
+            go, _ = recv_frame(conn)
+        except (OSError, EOFError):
+            os._exit(125)
+        if not go.get("go"):
+            os._exit(125)
+        try:
+            self.become(req)
+        except BaseException as e:
+            try:
+                send_frame(conn, {"error": "%s: %s" % (type(e).__name__, e)})
+            finally:
+                os._exit(127)
+        send_frame(conn, {"ok": True})
+        conn.close()
+
+    def become(self, req):
+        os.environ.clear()
+        os.environ.update(req["env"])
+        os.chdir(req["cwd"])
+        import time
+        time.tzset()
+        # `python -m` puts the working directory first on sys.path.
+        if sys.path and sys.path[0] == "":  # the zygote's, from -c
+            sys.path[0] = os.getcwd()
+        else:
+            sys.path.insert(0, os.getcwd())
+        self.forget_cached_paths()
+        self.reread_class_defaults()
+        self.reseed()
+
+    def reread_class_defaults(self):
+        # Trait defaults ipykernel reads from the environment when its
+        # classes are defined, i.e. in the zygote.
+        kapp = sys.modules.get("ipykernel.kernelapp")
+        if kapp is not None:
+            traits = kapp.IPKernelApp.class_traits()
+            for name, var in (("parent_handle", "JPY_PARENT_PID"), ("interrupt", "JPY_INTERRUPT_EVENT")):
+                if name in traits:
+                    traits[name].default_value = int(os.environ.get(var) or 0)
+
+    def forget_cached_paths(self):
+        # Caches that captured the zygote's HOME, TMPDIR or configuration
+        # directories at import time.
+        import tempfile
+        tempfile.tempdir = None
+        import sysconfig
+        if hasattr(sysconfig, "_CONFIG_VARS"):
+            sysconfig._CONFIG_VARS = None
+        import site
+        old = site.USER_SITE
+        site.USER_BASE = None
+        site.USER_SITE = None
+        new = site.getusersitepackages()
+        if old in sys.path:
+            sys.path.remove(old)
+        if site.ENABLE_USER_SITE and os.path.isdir(new):
+            site.addsitedir(new)
+        mpl = sys.modules.get("matplotlib")
+        if mpl is not None:
+            # get_configdir and get_cachedir memoize their first answer.
+            for name in ("get_configdir", "get_cachedir"):
+                f = getattr(mpl, name, None)
+                raw = getattr(f, "__wrapped__", None)
+                if raw is not None:
+                    setattr(mpl, name, mpl._logged_cached("%s=%%s" % name[4:], raw))
+
+    def reseed(self):
+        # random's own at-fork hook reseeded it already; numpy's global
+        # RandomState has none. os.urandom, secrets, uuid and tempfile read
+        # the kernel's entropy or check the pid themselves. The string hash
+        # secret is fixed at interpreter start: see zygote.go.
+        import random
+        random.seed()
+        nr = sys.modules.get("numpy.random")
+        if nr is not None:
+            nr.seed()
+
+
+def set_cmdline(argv):
+    """Shows argv as the process's command line (ps, /proc/PID/cmdline):
+    a forked kernel reads as the kernel it is, not as its zygote. The
+    zygote's own command line, which holds this source, is longer than
+    any kernel's; a longer one is cut."""
+    with open("/proc/self/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end
+    size = end - start
+    new = b"\0".join(a.encode() for a in argv)[: size - 1]
+    ctypes.memmove(start, new + b"\0" * (size - len(new)), size)
+
+
+def send_frame(conn, obj, fds=()):
+    b = json.dumps(obj).encode()
+    data = struct.pack(">I", len(b)) + b
+    if fds:
+        conn.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("%di" % len(fds), *fds))])
+    else:
+        conn.sendall(data)
+
+
+def recv_frame(conn, want_fds=0):
+    fds = []
+    head = b""
+    while len(head) < 4:
+        if want_fds and not fds:
+            chunk, more, _, _ = socket.recv_fds(conn, 4 - len(head), want_fds)
+            fds.extend(more)
+        else:
+            chunk = conn.recv(4 - len(head))
+        if not chunk:
+            raise EOFError("connection closed")
+        head += chunk
+    (n,) = struct.unpack(">I", head)
+    if n > 64 << 20:
+        raise ValueError("frame too large")
+    body = bytearray()
+    while len(body) < n:
+        chunk = conn.recv(min(n - len(body), 1 << 20))
+        if not chunk:
+            raise EOFError("connection closed")
+        body += chunk
+    return json.loads(body), fds
+
+
+def _main():
+    config = json.loads(sys.argv[2])
+    ready = 3
+    # Descriptors the gateway itself inherited without close-on-exec reach
+    # the zygote; none of them is a kernel's business.
+    os.closerange(ready + 1, os.sysconf("SC_OPEN_MAX"))
+    z = _Zygote(config)
+    try:
+        z.start(config.get("preload") or [], config["socket"])
+    except BaseException as e:
+        os.write(ready, ("error %s: %s\n" % (type(e).__name__, e)).encode())
+        raise SystemExit(1)
+    os.write(ready, b"ready\n")
+    os.close(ready)
+    return z.serve()
+
+
+_child = _main()
+# From here on this is a kernel: the zygote's frames are gone.
+_module, sys.argv = _child.module, ["-m"] + _child.argv[3:]
+del _child, _main, _Zygote, Child, send_frame, recv_frame
+sys.modules["__main__"] = type(sys)("__main__")
+runpy._run_module_as_main(_module)

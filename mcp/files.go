@@ -1,0 +1,144 @@
+package mcp
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"strings"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+func (h *Handler) addFileTools(srv *sdk.Server) {
+	srv.AddTool(&sdk.Tool{
+		Name:  "write_file",
+		Title: "Write a file",
+		Description: `Write a file into a context's workspace, the kernel's working directory: code run in that context opens it by its relative path (open("data.csv")). Folders above it are made; an existing file is replaced atomically.
+path is relative to the workspace ("data/input.csv"); absolute paths and ".." are refused. Give content for text, or contentBase64 for binary data.`,
+		InputSchema: schema(`{"type":"object","properties":{
+"context":{"type":"string","description":"The context's id."},
+"path":{"type":"string","description":"Path relative to the context's workspace."},
+"content":{"type":"string","description":"The file's text (UTF-8)."},
+"contentBase64":{"type":"string","description":"The file's bytes, base64-encoded; instead of content."}},
+"required":["context","path"],"additionalProperties":false}`),
+		Annotations: &sdk.ToolAnnotations{Title: "Write a file", DestructiveHint: boolPtr(true), IdempotentHint: true, OpenWorldHint: boolPtr(false)},
+	}, h.writeFile)
+	srv.AddTool(&sdk.Tool{
+		Name:        "read_file",
+		Title:       "Read a file",
+		Description: fmt.Sprintf(`Read a file of a context's workspace (for example one the code wrote: a CSV, a saved plot). Text comes back as text, PNG, JPEG, GIF and WebP images as images, other binary data as base64. Files over %d bytes are refused: read a part of them with run_code instead.`, h.cfg.MaxReadBytes),
+		InputSchema: schema(`{"type":"object","properties":{
+"context":{"type":"string","description":"The context's id."},
+"path":{"type":"string","description":"Path relative to the context's workspace."}},
+"required":["context","path"],"additionalProperties":false}`),
+		Annotations: &sdk.ToolAnnotations{Title: "Read a file", ReadOnlyHint: true, OpenWorldHint: boolPtr(false)},
+	}, h.readFile)
+	srv.AddTool(&sdk.Tool{
+		Name:        "list_files",
+		Title:       "List files",
+		Description: `List a folder of a context's workspace (the workspace itself when path is omitted): name, path, type (file, dir or symlink), size and modification time of each entry.`,
+		InputSchema: schema(`{"type":"object","properties":{
+"context":{"type":"string","description":"The context's id."},
+"path":{"type":"string","description":"A folder relative to the workspace; omitted: the workspace."}},
+"required":["context"],"additionalProperties":false}`),
+		Annotations: &sdk.ToolAnnotations{Title: "List files", ReadOnlyHint: true, OpenWorldHint: boolPtr(false)},
+	}, h.listFiles)
+}
+
+type writeArgs struct {
+	Context       string  `json:"context"`
+	Path          string  `json:"path"`
+	Content       *string `json:"content"`
+	ContentBase64 *string `json:"contentBase64"`
+}
+
+func (h *Handler) writeFile(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+	var args writeArgs
+	if err := decodeArgs(req.Params.Arguments, &args); err != nil {
+		return h.toolError(err), nil
+	}
+	a, err := h.access(req)
+	if err != nil {
+		return h.toolError(err), nil
+	}
+	if err := h.check(a, true, args.Context); err != nil {
+		return h.toolError(err), nil
+	}
+	var data []byte
+	switch {
+	case args.Content != nil && args.ContentBase64 != nil:
+		return h.toolError(&badArgs{"give content or contentBase64, not both"}), nil
+	case args.Content != nil:
+		data = []byte(*args.Content)
+	case args.ContentBase64 != nil:
+		if data, err = base64.StdEncoding.DecodeString(strings.TrimSpace(*args.ContentBase64)); err != nil {
+			return h.toolError(&badArgs{"contentBase64 is not base64: " + err.Error()}), nil
+		}
+	default:
+		return h.toolError(&badArgs{"content or contentBase64 is required"}), nil
+	}
+	fi, err := h.cfg.Files.Write(ctx, args.Context, args.Path, bytesReader(data))
+	if err != nil {
+		return h.toolError(err), nil
+	}
+	return jsonResult(fmt.Sprintf("Wrote %s (%d bytes) in context %s.", fi.Path, fi.Size, args.Context), fi)
+}
+
+func (h *Handler) readFile(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+	var args struct {
+		Context string `json:"context"`
+		Path    string `json:"path"`
+	}
+	if err := decodeArgs(req.Params.Arguments, &args); err != nil {
+		return h.toolError(err), nil
+	}
+	a, err := h.access(req)
+	if err != nil {
+		return h.toolError(err), nil
+	}
+	if err := h.check(a, false, args.Context); err != nil {
+		return h.toolError(err), nil
+	}
+	data, fi, err := h.cfg.Files.Read(ctx, args.Context, args.Path, h.cfg.MaxReadBytes)
+	if err != nil {
+		return h.toolError(err), nil
+	}
+	c, meta := fileContent(fi.Path, data)
+	return &sdk.CallToolResult{Content: []sdk.Content{c}, StructuredContent: meta}, nil
+}
+
+func (h *Handler) listFiles(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+	var args struct {
+		Context string `json:"context"`
+		Path    string `json:"path"`
+	}
+	if err := decodeArgs(req.Params.Arguments, &args); err != nil {
+		return h.toolError(err), nil
+	}
+	a, err := h.access(req)
+	if err != nil {
+		return h.toolError(err), nil
+	}
+	if err := h.check(a, false, args.Context); err != nil {
+		return h.toolError(err), nil
+	}
+	entries, err := h.cfg.Files.List(ctx, args.Context, args.Path)
+	if err != nil {
+		return h.toolError(err), nil
+	}
+	var b strings.Builder
+	if len(entries) == 0 {
+		b.WriteString("(empty)")
+	}
+	for _, e := range entries {
+		if e.Type == "dir" {
+			fmt.Fprintf(&b, "%s/\n", e.Path)
+			continue
+		}
+		fmt.Fprintf(&b, "%s\t%d bytes\n", e.Path, e.Size)
+	}
+	if entries == nil {
+		entries = []FileInfo{}
+	}
+	return jsonResult(strings.TrimRight(b.String(), "\n"), map[string]any{"files": entries})
+}

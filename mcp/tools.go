@@ -1,0 +1,338 @@
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"mime"
+	"path"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"kernelgate/sessions"
+)
+
+func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
+
+func boolPtr(b bool) *bool { return &b }
+
+// schema is a tool's JSON Schema, written out.
+func schema(s string) json.RawMessage { return json.RawMessage(s) }
+
+func (h *Handler) addTools(srv *sdk.Server) {
+	srv.AddTool(&sdk.Tool{
+		Name:  "run_code",
+		Title: "Run code",
+		Description: `Run code in a Jupyter kernel and return its output.
+
+State persists: variables, imports, functions and files made by one call are there for the next call in the same context. Pass the id of a context made with create_context to keep your own state; without one, the code runs in the shared kernel of its language, which other callers use too.
+Languages: python (default; ipykernel with numpy, pandas and matplotlib), javascript and typescript (Deno: top-level await, npm: and jsr: imports).
+Returns stdout, stderr, the value of the last expression and anything displayed as text; matplotlib figures and other PNG or JPEG output as images; an exception as an error naming its type, with the traceback. The whole execution (every output, executionCount, process.reason) is in the structured content.
+timeout is in seconds (0 or absent: none). When it runs out the kernel is interrupted and keeps its state. Runs in one context execute one at a time, in order. Output past the gateway's per-run limit is cut, with truncated: true.`,
+		InputSchema: schema(`{"type":"object","properties":{
+"code":{"type":"string","description":"The code to run."},
+"language":{"type":"string","enum":["python","javascript","typescript"],"description":"The language; python when omitted. With context, it must be the context's language."},
+"context":{"type":"string","description":"The id of a context from create_context or list_contexts. Omitted: the shared kernel of the language."},
+"timeout":{"type":"number","minimum":0,"description":"Seconds before the run is interrupted; 0 or absent: no limit."}},
+"required":["code"],"additionalProperties":false}`),
+		Annotations: &sdk.ToolAnnotations{Title: "Run code", DestructiveHint: boolPtr(true), OpenWorldHint: boolPtr(true)},
+	}, h.runCode)
+
+	srv.AddTool(&sdk.Tool{
+		Name:  "create_context",
+		Title: "Create a context",
+		Description: `Create an interpreter context: a kernel of its own whose state persists across run_code calls until delete_context. Its working directory is its own workspace, where the file tools read and write.
+Returns the context, whose id you pass to run_code, interrupt, delete_context and the file tools. Keep the id: it stays valid for any client and across reconnections.`,
+		InputSchema: schema(`{"type":"object","properties":{
+"language":{"type":"string","enum":["python","javascript","typescript"],"description":"The language; python when omitted."},
+"id":{"type":"string","pattern":"^[A-Za-z0-9._-]{1,128}$","description":"An id of your choice; one is generated when omitted. An id in use is refused."},
+"packages":{"type":"array","items":{"type":"string"},"description":"Packages installed into this context only, before it is returned: pip requirements (\"requests==2.31\") for Python; npm:, jsr: or https: specifiers for Deno. A failed install fails the call with pip's message."}},
+"additionalProperties":false}`),
+		Annotations: &sdk.ToolAnnotations{Title: "Create a context", DestructiveHint: boolPtr(false), OpenWorldHint: boolPtr(false)},
+	}, h.createContext)
+
+	srv.AddTool(&sdk.Tool{
+		Name:        "list_contexts",
+		Title:       "List contexts",
+		Description: `List the interpreter contexts: id, language, whether its kernel is running (active; an inactive context starts a fresh kernel on its next run, without its earlier state), executionState, and when it was created and last used. The shared kernels appear as code-python, code-javascript and code-typescript once they have run code.`,
+		InputSchema: schema(`{"type":"object","properties":{},"additionalProperties":false}`),
+		Annotations: &sdk.ToolAnnotations{Title: "List contexts", ReadOnlyHint: true, OpenWorldHint: boolPtr(false)},
+	}, h.listContexts)
+
+	srv.AddTool(&sdk.Tool{
+		Name:        "delete_context",
+		Title:       "Delete a context",
+		Description: `Delete a context: its kernel is shut down and its state (variables, imports) is gone for good. A run in progress ends as lost.`,
+		InputSchema: schema(`{"type":"object","properties":{"context":{"type":"string","description":"The context's id."}},"required":["context"],"additionalProperties":false}`),
+		Annotations: &sdk.ToolAnnotations{Title: "Delete a context", DestructiveHint: boolPtr(true), IdempotentHint: true, OpenWorldHint: boolPtr(false)},
+	}, h.deleteContext)
+
+	srv.AddTool(&sdk.Tool{
+		Name:        "interrupt",
+		Title:       "Interrupt a context",
+		Description: `Interrupt the code a context is running (as Ctrl-C would: Python raises KeyboardInterrupt). The kernel and its state stay. Use it to stop a run that takes too long.`,
+		InputSchema: schema(`{"type":"object","properties":{"context":{"type":"string","description":"The context's id."}},"required":["context"],"additionalProperties":false}`),
+		Annotations: &sdk.ToolAnnotations{Title: "Interrupt a context", DestructiveHint: boolPtr(false), IdempotentHint: true, OpenWorldHint: boolPtr(false)},
+	}, h.interrupt)
+
+	if h.cfg.Files != nil {
+		h.addFileTools(srv)
+	}
+}
+
+// runArgs are run_code's arguments.
+type runArgs struct {
+	Code     *string  `json:"code"`
+	Language string   `json:"language"`
+	Context  string   `json:"context"`
+	Timeout  *float64 `json:"timeout"`
+}
+
+func (h *Handler) runCode(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+	var args runArgs
+	if err := decodeArgs(req.Params.Arguments, &args); err != nil {
+		return h.toolError(err), nil
+	}
+	if args.Code == nil {
+		return h.toolError(&badArgs{"code is required"}), nil
+	}
+	a, err := h.access(req)
+	if err != nil {
+		return h.toolError(err), nil
+	}
+	if a.Context != "" && args.Context == "" {
+		args.Context = a.Context // a context token runs in its context
+	}
+	if err := h.check(a, true, args.Context); err != nil {
+		return h.toolError(err), nil
+	}
+	var timeout time.Duration
+	if args.Timeout != nil {
+		if *args.Timeout < 0 || *args.Timeout > 365*24*3600 {
+			return h.toolError(&badArgs{"timeout is a number of seconds, 0 or more"}), nil
+		}
+		timeout = time.Duration(*args.Timeout * float64(time.Second))
+	}
+	run, err := h.mgr.Execute(ctx, sessions.ExecuteRequest{
+		Code: *args.Code, Language: args.Language, Context: args.Context, Timeout: timeout,
+	})
+	if err != nil {
+		return h.toolError(err), nil
+	}
+	select {
+	case <-run.Done():
+	case <-ctx.Done():
+		// The client cancelled the call: stop the run, keep the kernel.
+		run.Interrupt()
+		<-run.Done()
+	}
+	if f := run.Failure(); f != nil {
+		return h.toolError(f), nil
+	}
+	return executionResult(run.ExecutionJSON())
+}
+
+// executionResult turns an Execution into a tool result: text for the
+// logs, the results' text and the error; images for PNG and JPEG; the
+// Execution itself as structured content.
+func executionResult(js []byte) (*sdk.CallToolResult, error) {
+	var e sessions.Execution
+	if err := json.Unmarshal(js, &e); err != nil {
+		return nil, err
+	}
+	var content []sdk.Content
+	text := func(s string) { content = append(content, &sdk.TextContent{Text: s}) }
+	if out := strings.Join(e.Logs.Stdout, ""); out != "" {
+		text(out)
+	}
+	if out := strings.Join(e.Logs.Stderr, ""); out != "" {
+		text("stderr:\n" + out)
+	}
+	for _, r := range e.Results {
+		image := false
+		for _, img := range []struct{ b64, mime string }{{r.PNG, "image/png"}, {r.JPEG, "image/jpeg"}} {
+			if img.b64 == "" {
+				continue
+			}
+			data, err := base64.StdEncoding.DecodeString(strings.TrimSpace(img.b64))
+			if err != nil {
+				continue
+			}
+			content = append(content, &sdk.ImageContent{Data: data, MIMEType: img.mime})
+			image = true
+		}
+		if t := sessions.StripANSI(r.Text); t != "" && !(image && strings.HasPrefix(t, "<Figure")) {
+			text(t)
+		}
+	}
+	failed := false
+	if e.Error != nil {
+		failed = true
+		msg := e.Error.Name + ": " + e.Error.Value
+		if tb := strings.Join(e.Error.Traceback, "\n"); tb != "" {
+			msg += "\n" + tb
+		}
+		text(msg)
+	}
+	switch e.Process.Reason {
+	case sessions.TimedOut:
+		failed = true
+		text("The run timed out: the kernel was interrupted and keeps its state.")
+	case sessions.Lost:
+		failed = true
+		why := "The kernel stopped during the run (it died, was restarted or deleted): its state is gone, and the next run starts a fresh kernel."
+		if e.Process.Message != "" {
+			why += " " + e.Process.Message
+		}
+		text(why)
+	case sessions.Interrupted:
+		if e.Error == nil {
+			text("The run was interrupted.")
+		}
+	}
+	if e.Truncated {
+		text("Output past the per-run limit was cut (truncated: true).")
+	}
+	if len(content) == 0 {
+		text("(no output)")
+	}
+	return &sdk.CallToolResult{Content: content, StructuredContent: json.RawMessage(js), IsError: failed}, nil
+}
+
+// contextArgs are the arguments of the tools that name a context.
+type contextArgs struct {
+	Context string `json:"context"`
+}
+
+type createArgs struct {
+	Language string   `json:"language"`
+	ID       string   `json:"id"`
+	Packages []string `json:"packages"`
+}
+
+func (h *Handler) createContext(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+	var args createArgs
+	if err := decodeArgs(req.Params.Arguments, &args); err != nil {
+		return h.toolError(err), nil
+	}
+	a, err := h.access(req)
+	if err != nil {
+		return h.toolError(err), nil
+	}
+	if a.Context != "" {
+		return h.toolError(fmt.Errorf("%w: a context token may only use its context", ErrForbidden)), nil
+	}
+	if err := h.check(a, true, ""); err != nil {
+		return h.toolError(err), nil
+	}
+	c, err := h.mgr.CreateContext(ctx, sessions.ContextRequest{ID: args.ID, Language: args.Language, Packages: args.Packages})
+	if err != nil {
+		return h.toolError(err), nil
+	}
+	m := c.Model()
+	return jsonResult(fmt.Sprintf("Created context %s (%s). Pass context: %q to run_code.", m.ID, m.Language, m.ID), m)
+}
+
+func (h *Handler) listContexts(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+	var args struct{}
+	if err := decodeArgs(req.Params.Arguments, &args); err != nil {
+		return h.toolError(err), nil
+	}
+	a, err := h.access(req)
+	if err != nil {
+		return h.toolError(err), nil
+	}
+	if err := h.check(Access{Read: a.Read, Exec: a.Exec}, false, ""); err != nil {
+		return h.toolError(err), nil
+	}
+	out := []sessions.ContextModel{}
+	for _, c := range h.mgr.Contexts() {
+		if a.Context != "" && h.check(a, false, c.ID) != nil {
+			continue // a context token sees its own context only
+		}
+		out = append(out, c.Model())
+	}
+	var b strings.Builder
+	if len(out) == 0 {
+		b.WriteString("No contexts yet: create one with create_context.")
+	}
+	for _, m := range out {
+		state := "kernel running"
+		if !m.Active {
+			state = "no kernel (the next run starts a fresh one)"
+		}
+		fmt.Fprintf(&b, "%s: %s, %s, %s, last used %s\n", m.ID, m.Language, state, m.ExecutionState, m.LastActivity)
+	}
+	return jsonResult(strings.TrimRight(b.String(), "\n"), map[string]any{"contexts": out})
+}
+
+func (h *Handler) deleteContext(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+	var args contextArgs
+	if err := decodeArgs(req.Params.Arguments, &args); err != nil {
+		return h.toolError(err), nil
+	}
+	a, err := h.access(req)
+	if err != nil {
+		return h.toolError(err), nil
+	}
+	if a.Context != "" {
+		return h.toolError(fmt.Errorf("%w: a context token cannot delete its context", ErrForbidden)), nil
+	}
+	if err := h.check(a, true, args.Context); err != nil {
+		return h.toolError(err), nil
+	}
+	if err := h.mgr.DeleteContext(ctx, args.Context); err != nil {
+		return h.toolError(err), nil
+	}
+	if h.cfg.ContextDeleted != nil {
+		h.cfg.ContextDeleted(args.Context)
+	}
+	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "Deleted context " + args.Context + "."}}}, nil
+}
+
+func (h *Handler) interrupt(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+	var args contextArgs
+	if err := decodeArgs(req.Params.Arguments, &args); err != nil {
+		return h.toolError(err), nil
+	}
+	a, err := h.access(req)
+	if err != nil {
+		return h.toolError(err), nil
+	}
+	if err := h.check(a, true, args.Context); err != nil {
+		return h.toolError(err), nil
+	}
+	if err := h.mgr.InterruptContext(ctx, args.Context); err != nil {
+		return h.toolError(err), nil
+	}
+	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "Interrupted context " + args.Context + "; its state is kept."}}}, nil
+}
+
+// imageTypes are the file types read_file returns as images.
+var imageTypes = map[string]bool{"image/png": true, "image/jpeg": true, "image/gif": true, "image/webp": true}
+
+// fileContent is what read_file returns for data: text when it is UTF-8,
+// an image for the image types models read, base64 otherwise.
+func fileContent(p string, data []byte) (sdk.Content, map[string]any) {
+	typ := mime.TypeByExtension(path.Ext(p))
+	if i := strings.IndexByte(typ, ';'); i >= 0 {
+		typ = typ[:i]
+	}
+	meta := map[string]any{"path": p, "size": len(data)}
+	switch {
+	case imageTypes[typ]:
+		meta["mimeType"] = typ
+		return &sdk.ImageContent{Data: data, MIMEType: typ}, meta
+	case utf8.Valid(data) && !bytes.ContainsRune(data, 0):
+		meta["encoding"] = "utf-8"
+		return &sdk.TextContent{Text: string(data)}, meta
+	}
+	b64 := base64.StdEncoding.EncodeToString(data)
+	meta["encoding"] = "base64"
+	return &sdk.TextContent{Text: b64}, meta
+}

@@ -1,0 +1,150 @@
+package sessions
+
+import (
+	"fmt"
+	"time"
+
+	"kernelgate/jupyter"
+	"kernelgate/kernelspecs"
+)
+
+// Some kernels (Deno) publish a request's execute_result after its status:
+// idle. A Jupyter client takes the reply and the idle status for the end of
+// a request and drops what comes later, so for an execute_request from a
+// client the kernel holds that one idle status back until the request's
+// execute_result or error has been delivered (such kernels publish it
+// last), or until no message of the request came for the kernel's
+// late-output wait.
+
+// idleHold follows one client execute_request on a kernel that waits.
+type idleHold struct {
+	result bool        // its execute_result or error was delivered
+	idle   *Message    // its status: idle, held back
+	timer  *time.Timer // releases idle
+	until  time.Time   // the hold never lasts past this
+}
+
+// maxHoldWaits bounds a hold, in late-output waits after the idle status.
+const maxHoldWaits = 4
+
+// lateOutputWait says how long output of a kernel of spec may follow its
+// status: idle: metadata.kernelgate.late_output_wait (seconds, or a
+// duration such as "20ms"; 0 turns it off) when the kernelspec sets it,
+// else the manager's LateOutputWait for the kernels it names by
+// implementation (impl, from kernel_info), else none.
+func (m *Manager) lateOutputWait(spec *kernelspecs.Spec, impl string) (time.Duration, error) {
+	md, _ := spec.Metadata["kernelgate"].(map[string]any)
+	if v, ok := md["late_output_wait"]; ok {
+		switch x := v.(type) {
+		case float64:
+			if x >= 0 && x <= 60 {
+				return time.Duration(x * float64(time.Second)), nil
+			}
+		case string:
+			if d, err := time.ParseDuration(x); err == nil && d >= 0 && d <= time.Minute {
+				return d, nil
+			}
+		}
+		return 0, fmt.Errorf("kernelspec %s: metadata.kernelgate.late_output_wait: want seconds or a duration from 0 to 1m, got %v", spec.Name, v)
+	}
+	if m.cfg.LateOutputWait > 0 && contains(m.cfg.LateOutputKernels, impl) {
+		return m.cfg.LateOutputWait, nil
+	}
+	return 0, nil
+}
+
+// holdIdleFor starts following a client's execute_request, before it is
+// sent; it reports false when the kernel does not wait for late output.
+func (k *Kernel) holdIdleFor(id string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.lateWait <= 0 {
+		return false
+	}
+	if k.holds == nil {
+		k.holds = map[string]*idleHold{}
+	}
+	if len(k.holds) >= maxClientCalls {
+		// Requests the kernel never finished: forget one, holding nothing.
+		for id, h := range k.holds {
+			if h.idle == nil {
+				delete(k.holds, id)
+				break
+			}
+		}
+	}
+	k.holds[id] = &idleHold{}
+	return true
+}
+
+// unholdIdle forgets a request that could not be sent.
+func (k *Kernel) unholdIdle(id string) {
+	k.mu.Lock()
+	delete(k.holds, id)
+	k.mu.Unlock()
+}
+
+// holdLocked delivers an iopub message of a followed request, holding back
+// its idle status; it reports false for messages of other requests.
+func (k *Kernel) holdLocked(m *Message, now time.Time) (bool, []*Client) {
+	h := k.holds[m.ParentID]
+	if h == nil || m.ParentID == "" {
+		return false, nil
+	}
+	id := m.ParentID
+	switch {
+	case m.Type() == jupyter.ExecuteResult || m.Type() == jupyter.ErrorMsg:
+		h.result = true
+		slow := k.deliverLocked(Outgoing{Channel: IOPub, Msg: m})
+		if h.idle != nil {
+			slow = append(slow, k.releaseLocked(id, h)...)
+		}
+		return true, slow
+	case m.ExecutionState() == jupyter.StateIdle && h.idle == nil:
+		if h.result {
+			delete(k.holds, id)
+			return true, k.deliverLocked(Outgoing{Channel: IOPub, Msg: m})
+		}
+		h.idle = m
+		h.until = now.Add(maxHoldWaits * k.lateWait)
+		h.timer = time.AfterFunc(k.lateWait, func() { k.releaseIdle(id, h) })
+		return true, nil
+	}
+	slow := k.deliverLocked(Outgoing{Channel: IOPub, Msg: m})
+	if h.idle != nil && now.Add(k.lateWait).Before(h.until) {
+		h.timer.Reset(k.lateWait) // more output: wait for the rest
+	}
+	return true, slow
+}
+
+// releaseLocked delivers a held idle status and forgets its request.
+func (k *Kernel) releaseLocked(id string, h *idleHold) []*Client {
+	delete(k.holds, id)
+	if h.timer != nil {
+		h.timer.Stop()
+	}
+	if h.idle == nil || k.removed {
+		return nil
+	}
+	return k.deliverLocked(Outgoing{Channel: IOPub, Msg: h.idle})
+}
+
+// releaseIdle is a hold's timer: the request's output is taken to be in.
+func (k *Kernel) releaseIdle(id string, h *idleHold) {
+	k.mu.Lock()
+	var slow []*Client
+	if k.holds[id] == h {
+		slow = k.releaseLocked(id, h)
+	}
+	k.mu.Unlock()
+	cut(slow)
+}
+
+// releaseAllLocked delivers every held idle status (the process ended).
+func (k *Kernel) releaseAllLocked() []*Client {
+	var slow []*Client
+	for id, h := range k.holds {
+		slow = append(slow, k.releaseLocked(id, h)...)
+	}
+	return slow
+}

@@ -1,0 +1,129 @@
+package sessions
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"kernelgate/jupyter"
+)
+
+// lateResult answers an execute_request as Deno sometimes does: its
+// execute_result after its reply and its status: idle.
+func lateResult(r *fakeRequest) {
+	if r.Msg.Type() != jupyter.ExecuteRequest {
+		fakeAnswer(r)
+		return
+	}
+	r.Status(jupyter.StateBusy)
+	r.Stream("out\n")
+	r.Reply(map[string]any{"status": "ok"})
+	r.Status(jupyter.StateIdle)
+	if r.Code() != "nothing" {
+		r.Result("5")
+	}
+}
+
+// clientRequest sends an execute_request from a client and returns the
+// types of the iopub messages answering it, up to and including its idle
+// status.
+func clientRequest(t *testing.T, k *Kernel, code string) []string {
+	t.Helper()
+	c, err := k.Attach("s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req, _ := jupyter.NewMessage("s", jupyter.ExecuteRequest, jupyter.NewExecute(code), nil)
+	if err := c.Send(context.Background(), Shell, req); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	deadline := time.After(10 * time.Second)
+	for {
+		items, err := c.Take()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range items {
+			if o.Channel != IOPub || o.Msg.ParentID != req.Header.MsgID {
+				continue
+			}
+			got = append(got, string(o.Msg.Type())+string(o.Msg.ExecutionState()))
+			if o.Msg.ExecutionState() == jupyter.StateIdle {
+				return got
+			}
+		}
+		if len(items) == 0 {
+			select {
+			case <-c.Ready():
+			case <-deadline:
+				t.Fatalf("no idle status; got %v", got)
+			}
+		}
+	}
+}
+
+func TestIdleHeldUntilLateResult(t *testing.T) {
+	for _, tc := range []struct {
+		name, impl, metadata string
+		wait                 time.Duration
+		code                 string
+		want                 string
+	}{
+		// A Deno-like kernel (by implementation): the result comes before
+		// the idle status.
+		{"deno-like", "Deno kernel", "", time.Minute, "x", "statusbusy stream execute_result statusidle"},
+		// The kernelspec turns it off: the kernel's own order.
+		{"spec-off", "Deno kernel", `{"late_output_wait": 0}`, time.Minute, "x", "statusbusy stream statusidle"},
+		// The kernelspec turns it on for another kernel.
+		{"spec-on", "other", `{"late_output_wait": "1m"}`, 0, "x", "statusbusy stream execute_result statusidle"},
+		// Other kernels: not held.
+		{"other", "other", "", time.Minute, "x", "statusbusy stream statusidle"},
+		// No result at all: the idle status comes after the wait.
+		{"no-result", "Deno kernel", "", 20 * time.Millisecond, "nothing", "statusbusy stream statusidle"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			specs := fakeSpecs(t)
+			if tc.metadata != "" {
+				specs = fakeSpecs(t, tc.metadata)
+			}
+			m := newFakeManagerWith(t, Config{LateOutputWait: tc.wait}, &fakeKernels{script: lateResult, impl: tc.impl}, specs)
+			k, err := m.StartKernel(context.Background(), StartOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(clientRequest(t, k, tc.code), " "); got != tc.want {
+				t.Errorf("client got %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestBadLateOutputWaitRefusesTheKernel(t *testing.T) {
+	m := newFakeManagerWith(t, Config{}, &fakeKernels{}, fakeSpecs(t, `{"late_output_wait": "soon"}`))
+	if _, err := m.StartKernel(context.Background(), StartOptions{}); !errors.Is(err, ErrKernelStart) || !strings.Contains(err.Error(), "late_output_wait") {
+		t.Fatalf("got %v, want ErrKernelStart naming late_output_wait", err)
+	}
+}
+
+// A request that fails releases its held idle status with its error, not
+// after the wait.
+func TestIdleHeldUntilLateError(t *testing.T) {
+	f := &fakeKernels{impl: "Deno kernel", script: func(r *fakeRequest) {
+		r.Status(jupyter.StateBusy)
+		r.Reply(map[string]any{"status": "error", "ename": "Error", "evalue": "boom", "traceback": []string{}})
+		r.Status(jupyter.StateIdle)
+		r.Error("Error", "boom")
+	}}
+	m := newFakeManager(t, Config{LateOutputWait: time.Minute}, f)
+	k, err := m.StartKernel(context.Background(), StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(clientRequest(t, k, "throw"), " "); got != "statusbusy error statusidle" {
+		t.Errorf("client got %s", got)
+	}
+}

@@ -1,0 +1,75 @@
+package sessions
+
+import (
+	"context"
+
+	"kernelgate/jupyter"
+)
+
+// process is what sessions uses of one running kernel process. The real
+// one is a *jupyter.Kernel (through jupyterProcess); tests give a fake.
+type process interface {
+	PID() int
+	Info() jupyter.KernelInfo
+	// Done is closed when the process ended; Err then says why.
+	Done() <-chan struct{}
+	Err() error
+	NewMessage(t MsgType, content any, parent *Message) (*Message, error)
+	Send(ch Channel, m *Message) error
+	// Request sends m and routes what answers it to h (see
+	// jupyter.Kernel.Request); Forget stops that routing.
+	Request(ch Channel, m *Message, h jupyter.Handler, opts jupyter.CallOptions) (call, error)
+	Forget(c call)
+	Interrupt(ctx context.Context) error
+	Shutdown(ctx context.Context) error
+}
+
+// call is a request in flight (a *jupyter.Call).
+type call interface {
+	Done() <-chan struct{}
+	Result() (*Message, error)
+	Wait(ctx context.Context) (*Message, error)
+}
+
+// starter starts a kernel process from its configuration.
+type starter func(context.Context, jupyter.Config) (process, error)
+
+// startJupyter starts a real kernel process with prov.
+func startJupyter(prov jupyter.Provisioner) starter {
+	return func(ctx context.Context, c jupyter.Config) (process, error) {
+		jk, err := jupyter.Start(ctx, prov, c)
+		if err != nil {
+			return nil, err
+		}
+		return jupyterProcess{jk}, nil
+	}
+}
+
+// jupyterProcess adapts a *jupyter.Kernel to process.
+type jupyterProcess struct{ *jupyter.Kernel }
+
+var _ process = jupyterProcess{}
+
+func (p jupyterProcess) Request(ch Channel, m *Message, h jupyter.Handler, opts jupyter.CallOptions) (call, error) {
+	c, err := p.Kernel.Request(ch, m, h, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (p jupyterProcess) Forget(c call) {
+	if jc, ok := c.(*jupyter.Call); ok {
+		p.Kernel.Forget(jc)
+	}
+}
+
+// startExecute sends an execute_request to p; the call completes once both
+// its reply and its status: idle have arrived.
+func startExecute(p process, content jupyter.ExecuteContent, h jupyter.Handler) (call, error) {
+	m, err := p.NewMessage(jupyter.ExecuteRequest, content, nil)
+	if err != nil {
+		return nil, err
+	}
+	return p.Request(Shell, m, h, jupyter.CallOptions{IOPub: true})
+}

@@ -1,0 +1,175 @@
+package sessions
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"kernelgate/jupyter"
+)
+
+// recorded returns how many runs the manager keeps records of.
+func recorded(m *Manager) (runs, order int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.runs), len(m.runOrder)
+}
+
+// A run that never ends, at the head of the records, does not keep the
+// finished runs after it from being pruned, and is itself kept.
+func TestPruningPassesOverAnUnfinishedRun(t *testing.T) {
+	m := newFakeManager(t, Config{RunsKept: 3}, &fakeKernels{})
+	if _, err := m.CreateContext(context.Background(), ContextRequest{ID: "long"}); err != nil {
+		t.Fatal(err)
+	}
+	long, err := m.Execute(context.Background(), ExecuteRequest{Code: "sleep", Context: "long"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ {
+		run(t, m, ExecuteRequest{Code: "print x"})
+	}
+	if runs, order := recorded(m); runs > 4 || order != runs {
+		t.Errorf("%d runs recorded (%d in order), want at most 3 finished and the running one", runs, order)
+	}
+	if _, err := m.Run(long.ID); err != nil {
+		t.Errorf("the unfinished run's record was dropped: %v", err)
+	}
+}
+
+// A run refused with QUEUE_FULL leaves no record behind, ends, and does not
+// stop the pruning of later runs.
+func TestRefusedRunLeavesNoRecord(t *testing.T) {
+	m := newFakeManager(t, Config{RunsKept: 2, QueueLimit: 1}, &fakeKernels{})
+	if _, err := m.CreateContext(context.Background(), ContextRequest{ID: "q"}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := m.Execute(context.Background(), ExecuteRequest{Code: "sleep", Context: "q"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first run to start", func() bool { return first.State() == RunRunning })
+	queued, err := m.Execute(context.Background(), ExecuteRequest{Code: "print queued", Context: "q"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := recorded(m)
+	if _, err := m.Execute(context.Background(), ExecuteRequest{Code: "print refused", Context: "q"}); !errors.Is(err, ErrQueueFull) {
+		t.Fatalf("got %v, want ErrQueueFull", err)
+	}
+	if after, order := recorded(m); after != before || order != before {
+		t.Errorf("a refused run was recorded: %d runs (%d in order) after, %d before", after, order, before)
+	}
+	m.InterruptContext(context.Background(), "q")
+	within(t, "the queued run to end", 10*time.Second, func() { <-queued.Done() })
+	for i := 0; i < 6; i++ {
+		run(t, m, ExecuteRequest{Code: "print x", Context: "q"})
+	}
+	if runs, order := recorded(m); runs > 2 || order > 2 {
+		t.Errorf("%d runs recorded (%d in order), want at most 2", runs, order)
+	}
+}
+
+// Finished runs are bounded by their memory too, oldest first.
+func TestRunRecordsAreBoundedByBytes(t *testing.T) {
+	m := newFakeManager(t, Config{RunBytes: 64 << 10}, &fakeKernels{})
+	var last *Run
+	for i := 0; i < 20; i++ {
+		last, _ = run(t, m, ExecuteRequest{Code: "print " + strings.Repeat("y", 10<<10)})
+	}
+	m.mu.Lock()
+	runs, bytes := len(m.runs), m.runBytes
+	m.mu.Unlock()
+	if runs >= 20 || runs == 0 || bytes > 64<<10 {
+		t.Errorf("%d runs kept holding %d bytes, want fewer than 20 within 64 KiB", runs, bytes)
+	}
+	if _, err := m.Run(last.ID); err != nil {
+		t.Errorf("the newest run was pruned: %v", err)
+	}
+}
+
+// The run's events and its Execution share one copy of the output, and
+// say the same: the events read twice are the same bytes, their text is
+// the Execution's logs, their results its results (an updated display as
+// it first was), and a kernel with no client keeps no replay of the run.
+func TestRunHoldsOneCopyOfItsOutput(t *testing.T) {
+	big := strings.Repeat("y", 1<<20)
+	f := &fakeKernels{script: func(r *fakeRequest) {
+		if r.Msg.Type() != jupyter.ExecuteRequest || r.Code() != "show" {
+			fakeAnswer(r)
+			return
+		}
+		r.Status(jupyter.StateBusy)
+		r.Stream("a\n")
+		display := func(t MsgType, v string) {
+			r.IOPub(t, map[string]any{"data": map[string]string{"text/plain": v}, "metadata": map[string]any{}, "transient": map[string]string{"display_id": "d"}})
+		}
+		display(jupyter.DisplayData, "first")
+		display(jupyter.UpdateDisplayData, "second")
+		r.Stream(big)
+		r.Result("5")
+		r.Reply(map[string]any{"status": "ok"})
+		r.Status(jupyter.StateIdle)
+	}}
+	m := newFakeManager(t, Config{}, f)
+	r, e := run(t, m, ExecuteRequest{Code: "show"})
+
+	evs, _, done := r.Events(0)
+	again, _, _ := r.Events(0)
+	if !done || len(evs) != len(again) {
+		t.Fatalf("events: %d then %d, done %v", len(evs), len(again), done)
+	}
+	var stdout strings.Builder
+	var results []string
+	for i, ev := range evs {
+		if string(ev.JSON) != string(again[i].JSON) || ev.Seq != i+1 {
+			t.Fatalf("event %d differs between reads or has seq %d", i, ev.Seq)
+		}
+		var p struct {
+			Text string `json:"text"`
+		}
+		json.Unmarshal(ev.JSON, &p)
+		switch ev.Type {
+		case "stdout":
+			stdout.WriteString(p.Text)
+		case "result":
+			results = append(results, p.Text)
+		}
+	}
+	if got := strings.Join(e.Logs.Stdout, ""); stdout.String() != got || got != "a\n"+big {
+		t.Errorf("stdout events (%d bytes) and Execution logs (%d bytes) differ", stdout.Len(), len(got))
+	}
+	if strings.Join(results, ",") != "first,5" {
+		t.Errorf("result events %v, want first,5", results)
+	}
+	if len(e.Results) != 2 || e.Results[0].Text != "second" || e.Results[1].Text != "5" || !e.Results[1].IsMainResult {
+		t.Errorf("Execution results %+v", e.Results)
+	}
+	if kept := r.memory(); kept > 1<<20+64<<10 {
+		t.Errorf("the run's record holds %d bytes for 1 MiB of output", kept)
+	}
+	k, err := m.Kernel(mustContext(t, m, "code-python").KernelID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.mu.Lock()
+	replayed := k.offline.bytes
+	k.mu.Unlock()
+	if replayed > 64<<10 {
+		t.Errorf("the replay buffer keeps %d bytes of the run's output", replayed)
+	}
+}
+
+func mustContext(t *testing.T, m *Manager, id string) *Context {
+	t.Helper()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := m.contexts[id]
+	if c == nil {
+		t.Fatalf("no context %s", id)
+	}
+	return c
+}
