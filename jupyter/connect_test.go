@@ -315,3 +315,97 @@ func TestReconnectSandboxed(t *testing.T) {
 	k3.Shutdown(context.Background())
 	checkNoLeaks(t, before)
 }
+
+// gatewayHelperEnv makes TestHelperGateway a gateway that starts a
+// detached kernel in the runtime directory it names, prints the kernel's
+// provisioner info and dies by SIGKILL.
+const gatewayHelperEnv = "KERNELGATE_TEST_GATEWAY_RUNTIME"
+
+func TestHelperGateway(t *testing.T) {
+	dir := os.Getenv(gatewayHelperEnv)
+	if dir == "" {
+		t.Skip("run by TestReconnectAfterGatewayDied")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p := &LocalProvisioner{RuntimeDir: dir, Detached: true}
+	k, err := Start(ctx, p, Config{Spec: testkernels.Spec(t, "python3")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resultText(t, k, "z = 7; print('to stdout of the kernel'); z"); got != "7" {
+		t.Fatalf("z = %q", got)
+	}
+	info, err := k.ProvisionerInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := info.Marshal()
+	os.Stdout.Write(append(b, '\n'))
+	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+}
+
+// TestReconnectAfterGatewayDied: a gateway process starts a detached
+// kernel and is killed; the kernel lives on, no longer a child of anyone
+// here, and a client made from the saved info alone finds its state and
+// learns of its death.
+func TestReconnectAfterGatewayDied(t *testing.T) {
+	before := settledSnapshot(t)
+	runtime := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperGateway$")
+	cmd.Env = append(os.Environ(), gatewayHelperEnv+"="+runtime)
+	out, _ := cmd.Output()
+	var saved string
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "{") {
+			saved = line
+		}
+	}
+	if saved == "" {
+		t.Fatalf("the gateway printed no provisioner info:\n%s", out)
+	}
+	info, err := UnmarshalProvisionerInfo([]byte(saved))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := info.Local.PID
+	t.Cleanup(func() { syscall.Kill(-pid, syscall.SIGKILL) }) // if the test fails half way
+	if s, err := processStart(pid); err != nil || s != info.Local.StartTime {
+		t.Fatalf("the kernel did not outlive its gateway: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p := &LocalProvisioner{RuntimeDir: runtime, Detached: true}
+	k, err := Reconnect(ctx, p, info, Config{Spec: testkernels.Spec(t, "python3")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Shutdown(context.Background())
+	if got := resultText(t, k, "z * 6"); got != "42" {
+		t.Errorf("z * 6 = %q after the gateway died", got)
+	}
+	if ppid, err := parentOf(pid); err != nil || ppid == os.Getpid() {
+		t.Errorf("the kernel's parent is %d (%v): it should not be this process", ppid, err)
+	}
+	ppid, _ := parentOf(pid)
+	t.Logf("kernel %d, parent %d, output: %q", pid, ppid, k.Output())
+	syscall.Kill(pid, syscall.SIGKILL)
+	select {
+	case <-k.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the death of a kernel that is not our child went unnoticed")
+	}
+	var died *DiedError
+	if !errors.As(k.Err(), &died) || died.Status != ExitUnknown {
+		t.Errorf("died with %v, want status %q", k.Err(), ExitUnknown)
+	}
+	k.Shutdown(context.Background())
+	if _, err := os.Stat(info.Local.RuntimeDir); !os.IsNotExist(err) {
+		t.Errorf("the kernel's directory is still there: %v", err)
+	}
+	waitFor(t, 10*time.Second, "the watchdog is stopped", func() bool {
+		s, err := processStart(info.Local.WatchdogPID)
+		return err != nil || s != info.Local.WatchdogStart
+	})
+	checkNoLeaks(t, before)
+}
