@@ -3,7 +3,9 @@ package state
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -18,10 +20,57 @@ import (
 // crashEnv makes the test binary the writer of TestCrashDurability.
 const crashEnv = "KERNELGATE_STATE_CRASH_WRITER"
 
+// holderEnv makes the test binary a process that holds a store open
+// until its stdin closes.
+const holderEnv = "KERNELGATE_STATE_HOLDER"
+
+func holdStore(path string) {
+	b, err := Open(path, Options{})
+	if err != nil {
+		fmt.Println("open:", err)
+		os.Exit(2)
+	}
+	fmt.Println("open")
+	io.Copy(io.Discard, os.Stdin)
+	b.Close()
+}
+
+// TestBoltLockedByAnotherProcess: while another process holds the store,
+// Open fails with ErrLocked naming that process, within its lock timeout;
+// once it has gone, the store opens with what it wrote.
+func TestBoltLockedByAnotherProcess(t *testing.T) {
+	path := filepath.Join(t.TempDir(), FileName)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), holderEnv+"="+path)
+	stdin, err := cmd.StdinPipe()
+	must(t, err)
+	stdout, err := cmd.StdoutPipe()
+	must(t, err)
+	must(t, cmd.Start())
+	defer cmd.Wait()
+	defer stdin.Close()
+	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	if line != "open\n" {
+		t.Fatalf("holder: %q", line)
+	}
+	_, err = Open(path, Options{LockTimeout: 200 * time.Millisecond})
+	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "process "+strconv.Itoa(cmd.Process.Pid)) {
+		t.Fatalf("open while another process holds it: %v, want ErrLocked naming process %d", err, cmd.Process.Pid)
+	}
+	stdin.Close()
+	must(t, cmd.Wait())
+	b := openBolt(t, path, nil)
+	must(t, b.Close())
+}
+
 // TestMain runs the crash writer when asked to, before any test.
 func TestMain(m *testing.M) {
 	if path := os.Getenv(crashEnv); path != "" {
 		crashWriter(path)
+		return
+	}
+	if path := os.Getenv(holderEnv); path != "" {
+		holdStore(path)
 		return
 	}
 	os.Exit(m.Run())
