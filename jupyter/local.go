@@ -112,6 +112,7 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	}
 	lp := &localProcess{dir: dir, done: make(chan struct{}), tail: tailbuf.New(p.OutputTail), sandboxed: iso.sandbox != nil}
 	fail := func(err error) (Process, error) {
+		lp.closeOutput()
 		lp.cg.remove()
 		os.RemoveAll(dir)
 		return nil, err

@@ -128,10 +128,12 @@ type Store interface {
 	DeleteSession(ctx context.Context, id string) error
 
 	// PutRun replaces a run's data, AppendRunEvents adds events to it
-	// and DeleteRun removes it with its events. They queue the write and
-	// return at once (waiting only while more than a bounded amount is
-	// queued); the write is durable within the store's flush delay, and
-	// in call order with every other write.
+	// (an event of a seq already there replaces it) and DeleteRun removes
+	// it with its events. They queue the write and return at once
+	// (waiting only while more than a bounded amount is queued); the
+	// write is durable within the store's flush delay, and in call order
+	// with every other write. The store may hold on to data until it is
+	// written: the caller must not change it after the call.
 	PutRun(id string, data []byte) error
 	AppendRunEvents(id string, events ...Event) error
 	DeleteRun(id string) error
