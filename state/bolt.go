@@ -150,6 +150,8 @@ func Open(path string, opts Options) (*Bolt, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A new file's name is durable only once its directory is synced.
+	syncDir(filepath.Dir(path))
 	b := &Bolt{db: db, path: path, log: log, opts: opts,
 		room: make(chan struct{}), wake: make(chan struct{}, 1), stopped: make(chan struct{})}
 	go b.writer()
