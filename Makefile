@@ -62,11 +62,13 @@ fuzz:
 	$(GO) test ./kernelspecs -run '^$$' -fuzz '^FuzzResourcePath$$' -fuzztime 130000x
 
 # Benchmarks (docs/benchmarks.md): the kernel client against internal/directclient (Go
-# benchmarks, about 1 minute), then bench/, kernelgate side by side with the direct client and
+# benchmarks, about 1 minute), the state store's durable writes and run-record throughput
+# (about 15 seconds), then bench/, kernelgate side by side with the direct client and
 # Debian's Jupyter Server (about 6 minutes), which writes its table into docs/benchmarks.md.
 bench: kernels build
 	@bench/install-jupyter-server.sh
 	$(GO) test ./jupyter -run '^$$' -bench . -benchtime 1x -timeout 20m
+	$(GO) test ./state -run '^$$' -bench . -benchtime 2s
 	$(GO) run ./bench -write docs/benchmarks.md
 
 clean:

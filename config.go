@@ -68,6 +68,31 @@ type config struct {
 	PipIndexURL    string
 	PipFindLinks   []string
 	PipNoIndex     bool
+
+	// StateDir is --state-dir as given; StateDirSet says it was given
+	// (state.ResolveDir applies the default). It takes effect once
+	// sessions keeps its records in a state.Store.
+	StateDir    string
+	StateDirSet bool
+}
+
+// optionalString is a string flag that remembers whether it was set, so
+// that an empty value can mean something else than the default.
+type optionalString struct {
+	v   *string
+	set *bool
+}
+
+func (o optionalString) String() string {
+	if o.v == nil {
+		return ""
+	}
+	return *o.v
+}
+
+func (o optionalString) Set(s string) error {
+	*o.v, *o.set = s, true
+	return nil
 }
 
 // listFlag is a repeatable flag; the environment gives it comma-separated.
@@ -161,6 +186,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("env-allow")
 	fs.StringVar(&c.BaseURL, "base-url", "/", "path prefix kernelgate is served under")
 	add("base-url")
+	fs.Var(optionalString{&c.StateDir, &c.StateDirSet}, "state-dir", "directory of the state store, which keeps kernels, contexts, sessions and runs across restarts (default $XDG_STATE_HOME/kernelgate, else ~/.local/state/kernelgate); an empty value keeps them in memory only")
+	add("state-dir")
 	fs.StringVar(&c.RuntimeDir, "runtime-dir", "", "directory for kernels' connection files (default: $TMPDIR/kernelgate-<uid>)")
 	add("runtime-dir")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")

@@ -108,6 +108,38 @@ func TestGatewayProcs(t *testing.T) {
 	}
 }
 
+func TestConfigStateDir(t *testing.T) {
+	none := func(string) string { return "" }
+	for _, tc := range []struct {
+		args    []string
+		env     string
+		dir     string
+		wantSet bool
+	}{
+		{nil, "", "", false},
+		{[]string{"--state-dir", ""}, "", "", true},
+		{[]string{"--state-dir", "/srv/kg"}, "/env", "/srv/kg", true},
+		{nil, "/env", "/env", true},
+	} {
+		getenv := none
+		if tc.env != "" {
+			getenv = func(k string) string {
+				if k == "KERNELGATE_STATE_DIR" {
+					return tc.env
+				}
+				return ""
+			}
+		}
+		c, err := parseConfig(tc.args, getenv, &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.StateDir != tc.dir || c.StateDirSet != tc.wantSet {
+			t.Errorf("%v env %q: state dir %q set %v, want %q %v", tc.args, tc.env, c.StateDir, c.StateDirSet, tc.dir, tc.wantSet)
+		}
+	}
+}
+
 func TestTokenFile(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "token")

@@ -158,6 +158,7 @@ type Kernel struct {
 	recent     [recentCalls]*Call
 	recentNext int
 	closing    bool
+	detached   bool // Detach: the process is left running
 	dead       error
 	done       chan struct{}
 
@@ -222,56 +223,7 @@ func start(ctx context.Context, p Provisioner, cfg Config) (*Kernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	ci := proc.ConnInfo()
-	signer, err := NewSigner(ci.SignatureScheme, []byte(ci.Key), 0)
-	if err != nil {
-		abandon(proc)
-		return nil, fmt.Errorf("%w: %w", ErrStartFailed, err)
-	}
-	k := &Kernel{
-		cfg: cfg, prov: p, proc: proc, signer: signer,
-		session: uuid.NewString(),
-		log:     logger.With("kernel", cfg.ID),
-		started: t0,
-		hbReq:   make(chan chan error),
-		pending: make(map[string]*Call),
-		done:    make(chan struct{}),
-	}
-	k.subs.Store(&[]*subscriber{})
-	if cfg.IOPub != nil {
-		k.Subscribe(cfg.IOPub)
-	}
-	k.ctx, k.cancel = context.WithCancel(context.Background())
-
-	// The dial retries until the kernel binds; give up when the process
-	// dies or ctx ends.
-	dialing := make(chan struct{})
-	go func() {
-		select {
-		case <-proc.Done():
-			k.cancel()
-		case <-ctx.Done():
-			k.cancel()
-		case <-dialing:
-		}
-	}()
-	k.ch, err = dialChannels(k.ctx, &ci, k.session, cfg.MaxFrame)
-	close(dialing)
-	if err != nil {
-		return nil, k.failStart(ctx, err)
-	}
-	for _, c := range []Channel{Shell, Control, Stdin, IOPub} {
-		k.wg.Add(1)
-		go k.read(c, k.ch.socket(c))
-	}
-	k.wg.Add(2)
-	go k.watch()
-	go k.heartbeat()
-	if err := k.ready(ctx); err != nil {
-		return nil, k.failStart(ctx, err)
-	}
-	k.log.Debug("kernel ready", "spec", cfg.Spec.Name, "pid", proc.PID(), "took", time.Since(t0))
-	return k, nil
+	return attach(ctx, p, proc, cfg, logger, t0, false)
 }
 
 // abandon kills a process that never got a client and cleans up after it.
@@ -817,9 +769,10 @@ func (k *Kernel) die(err error) {
 		k.mu.Unlock()
 		return
 	}
-	if k.closing {
+	if k.closing && !k.detached {
 		err = ErrKernelShutdown
 	}
+	detached := k.detached
 	k.dead = err
 	calls := k.pending
 	k.pending = nil
@@ -834,6 +787,9 @@ func (k *Kernel) die(err error) {
 	k.cancel()
 	if k.ch != nil {
 		k.ch.close()
+	}
+	if detached {
+		return
 	}
 	select {
 	case <-k.proc.Done():

@@ -50,6 +50,14 @@ type LocalProvisioner struct {
 	// HomeSeed, when it exists, is copied into every new kernel's HOME
 	// (see PrepareHomeSeed).
 	HomeSeed string
+	// Detached launches kernels that outlive the gateway (see
+	// localinfo.go): kernelgate with a state directory sets it, so a
+	// restarted gateway can adopt them again.
+	Detached bool
+	// OrphanTimeout is how long a detached kernel lives on once no
+	// gateway renews its lease (orphan.go); 0 means
+	// DefaultOrphanTimeout.
+	OrphanTimeout time.Duration
 	// PythonLauncher is LauncherFork (the default when empty: Python
 	// kernels are forked from a zygote where they can be, zygote.go) or
 	// LauncherExec (every kernel is a new process).
@@ -104,6 +112,7 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	}
 	lp := &localProcess{dir: dir, done: make(chan struct{}), tail: tailbuf.New(p.OutputTail), sandboxed: iso.sandbox != nil}
 	fail := func(err error) (Process, error) {
+		lp.closeOutput()
 		lp.cg.remove()
 		os.RemoveAll(dir)
 		return nil, err
@@ -158,7 +167,7 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	}
 	// ipykernel exits when this process goes away; in a sandbox its
 	// parent is the sandbox's init (pid 1), and --die-with-parent does it.
-	if iso.sandbox == nil {
+	if iso.sandbox == nil && !p.Detached {
 		env["JPY_PARENT_PID"] = strconv.Itoa(os.Getpid())
 	}
 	cwd, startDir := req.Cwd, req.Cwd
@@ -190,6 +199,12 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	cmd.Dir = startDir
 	cmd.Stdout, cmd.Stderr = lp.tail, lp.tail
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if p.Detached {
+		if err := lp.detach(cmd, iso.sandbox != nil); err != nil {
+			gate.Close()
+			return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
+		}
+	}
 	if iso.sandbox != nil {
 		cmd.SysProcAttr.Credential = iso.user.credential()
 	}
@@ -202,6 +217,7 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	}
 	err = startOnParentThread(cmd) // its Pdeathsig follows that thread (zygote.go)
 	closeChildEnds(cmd)
+	lp.closeOutput()
 	if err != nil {
 		gate.Close()
 		info.Close()
@@ -211,6 +227,12 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	if err := lp.setup(iso, gate, info, kernelCI); err != nil {
 		lp.killGroup()
 		return fail(fmt.Errorf("%w: %v%s", ErrStartFailed, err, outputSuffix(lp.Output())))
+	}
+	if lp.detached {
+		if err := lp.guardOrphan(p.guardTimeout()); err != nil {
+			lp.killGroup()
+			return fail(fmt.Errorf("%w: orphan watchdog: %v", ErrStartFailed, err))
+		}
 	}
 	go lp.wait()
 	return lp, nil
@@ -237,6 +259,12 @@ type localProcess struct {
 	bridge    *netBridge    // nil unless a sandbox bridges tcp
 	sandboxed bool
 
+	// set for a detached kernel (localinfo.go)
+	detached bool
+	outFile  string   // its stdout and stderr
+	outF     *os.File // this process's copy, until the child started
+	guard    *orphanGuard
+
 	done   chan struct{}
 	status string // set before done is closed
 	reason string // set before done is closed
@@ -245,7 +273,12 @@ type localProcess struct {
 func (lp *localProcess) ConnInfo() ConnInfo    { return lp.ci }
 func (lp *localProcess) PID() int              { return lp.cmd.Process.Pid }
 func (lp *localProcess) Done() <-chan struct{} { return lp.done }
-func (lp *localProcess) Output() string        { return lp.tail.String() }
+func (lp *localProcess) Output() string {
+	if lp.outFile != "" {
+		return fileTail(lp.outFile, outputTailDefault)
+	}
+	return lp.tail.String()
+}
 
 func (lp *localProcess) ExitStatus() string {
 	select {
@@ -286,5 +319,6 @@ func (lp *localProcess) Signal(sig syscall.Signal) error {
 }
 
 func (lp *localProcess) Cleanup() error {
+	lp.guard.end()
 	return errors.Join(lp.cg.remove(), os.RemoveAll(lp.dir))
 }

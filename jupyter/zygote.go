@@ -147,7 +147,9 @@ func (p *LocalProvisioner) zygotePlan(req LaunchRequest, iso isolation, argv []s
 	if err != nil {
 		return zygotePlan{}, false, err
 	}
-	if launcher == LauncherExec || p.PythonLauncher == LauncherExec || iso.sandbox != nil ||
+	// A detached kernel (localinfo.go) is exec'd: a forked one writes
+	// into the gateway's pipe and is not adopted again.
+	if launcher == LauncherExec || p.PythonLauncher == LauncherExec || iso.sandbox != nil || p.Detached ||
 		len(argv) < 3 || argv[1] != "-m" || !zygoteModules[argv[2]] {
 		return zygotePlan{}, false, nil
 	}

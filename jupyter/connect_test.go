@@ -1,0 +1,411 @@
+package jupyter
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"kernelgate/internal/testkernels"
+)
+
+// settledSnapshot counts resources once the process-wide launch thread
+// (zygote.go), which lives as long as the process, exists.
+func settledSnapshot(t *testing.T) resources {
+	startOnParentThread(exec.Command("/nonexistent/kernelgate-warm-up")) // fails to start: no process
+	return snapshot(t)
+}
+
+// resultText runs code and returns the text/plain of its execute_result.
+func resultText(t *testing.T, k *Kernel, code string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := newCollector()
+	if _, err := k.Execute(ctx, code, c.handle); err != nil {
+		t.Fatalf("execute %q: %v", code, err)
+	}
+	res := c.ofType(ExecuteResult)
+	if len(res) != 1 {
+		t.Fatalf("execute %q: %d results", code, len(res))
+	}
+	var content struct {
+		Data map[string]string `json:"data"`
+	}
+	if err := res[0].DecodeContent(&content); err != nil {
+		t.Fatal(err)
+	}
+	return content.Data["text/plain"]
+}
+
+// TestReconnect is a gateway restart in one process: a detached python
+// kernel is started, its provisioner info saved and its client dropped
+// without stopping it; a new client built from the saved info alone finds
+// its state. Info that names another process (start time) or another key
+// is refused and leaves the kernel alone. Killed, the adopted kernel (not
+// a child of its client) is seen to die.
+func TestReconnect(t *testing.T) {
+	before := settledSnapshot(t)
+	spec := testkernels.Spec(t, "python3")
+	p := &LocalProvisioner{RuntimeDir: t.TempDir(), Detached: true}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	k1, err := Start(ctx, p, Config{Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := k1.PID()
+	if got := resultText(t, k1, "x = 41; x"); got != "41" {
+		t.Fatalf("x = %q", got)
+	}
+	info, err := k1.ProvisionerInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved, err := info.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not tied to this process: no parent poller, a session of its own.
+	environ, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if strings.Contains(string(environ), "JPY_PARENT_PID=") {
+		t.Error("a detached kernel has JPY_PARENT_PID")
+	}
+	if sid, _ := unix.Getsid(pid); sid != pid {
+		t.Errorf("kernel session %d, want its own (%d)", sid, pid)
+	}
+	k1.Detach()
+	if !errors.Is(k1.Err(), ErrKernelDetached) {
+		t.Errorf("the dropped client ended with %v", k1.Err())
+	}
+	if syscall.Kill(pid, 0) != nil {
+		t.Fatal("dropping the client ended the kernel")
+	}
+
+	loaded, err := UnmarshalProvisionerInfo(saved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A process that is not the kernel's (another start time) is refused.
+	wrong := loaded
+	wrongLocal := *loaded.Local
+	wrongLocal.StartTime++
+	wrong.Local = &wrongLocal
+	if _, err := Reconnect(ctx, p, wrong, Config{ID: k1.ID(), Spec: spec}); !errors.Is(err, ErrNotAdoptable) {
+		t.Errorf("another start time: %v, want ErrNotAdoptable", err)
+	}
+	// A kernel that does not sign with the stored key never answers.
+	badKey := loaded
+	badKey.Connection.Key = NewKey()
+	short, cancelShort := context.WithTimeout(ctx, 3*time.Second)
+	_, err = Reconnect(short, p, badKey, Config{ID: k1.ID(), Spec: spec})
+	cancelShort()
+	if !errors.Is(err, ErrConnectFailed) {
+		t.Errorf("another key: %v, want ErrConnectFailed", err)
+	}
+	if syscall.Kill(pid, 0) != nil {
+		t.Fatal("a refused adoption ended the kernel")
+	}
+
+	k2, err := Reconnect(ctx, p, loaded, Config{ID: k1.ID(), Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k2.Shutdown(context.Background())
+	if k2.PID() != pid {
+		t.Errorf("reconnected to pid %d, want %d", k2.PID(), pid)
+	}
+	if got := resultText(t, k2, "x + 1"); got != "42" {
+		t.Errorf("the kernel's state after reconnecting: x + 1 = %q, want 42", got)
+	}
+
+	// The adopted kernel is not our client's child: its death is learnt
+	// from its pidfd.
+	syscall.Kill(pid, syscall.SIGKILL)
+	select {
+	case <-k2.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the adopted kernel's death went unnoticed")
+	}
+	var died *DiedError
+	if !errors.As(k2.Err(), &died) || died.Status != ExitUnknown {
+		t.Errorf("died with %v, want a DiedError of status %q", k2.Err(), ExitUnknown)
+	}
+	k2.Shutdown(context.Background())
+	if _, err := os.Stat(loaded.Local.RuntimeDir); !os.IsNotExist(err) {
+		t.Errorf("the kernel's directory is still there: %v", err)
+	}
+	checkNoLeaks(t, before)
+}
+
+// TestAdoptRefusesReusedPid: a pid whose process is another one now (a
+// start time that differs) is never adopted.
+func TestAdoptRefusesReusedPid(t *testing.T) {
+	self, err := processStart(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &LocalProvisioner{}
+	info := ProvisionerInfo{Provisioner: "local", Local: &LocalInfo{PID: os.Getpid(), PGID: os.Getpid(), StartTime: self + 1, BootID: bootID()}}
+	if _, err := p.Adopt(context.Background(), info); !errors.Is(err, ErrNotAdoptable) {
+		t.Errorf("a mismatching start time: %v, want ErrNotAdoptable", err)
+	}
+	info.Local.StartTime = self
+	info.Local.BootID = "another-boot"
+	if _, err := p.Adopt(context.Background(), info); !errors.Is(err, ErrNotAdoptable) {
+		t.Errorf("another boot: %v, want ErrNotAdoptable", err)
+	}
+	info.Local.PID = 1 << 22 // above pid_max
+	info.Local.BootID = ""
+	if _, err := p.Adopt(context.Background(), info); !errors.Is(err, ErrNotAdoptable) {
+		t.Errorf("no such process: %v, want ErrNotAdoptable", err)
+	}
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, within)
+		}
+		<-tick.C
+	}
+}
+
+func leaseUntil(t *testing.T, info ProvisionerInfo) int64 {
+	b, err := os.ReadFile(info.Local.Lease)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return n
+}
+
+// TestOrphanWatchdog: a detached kernel whose client is dropped and that
+// no gateway adopts again is stopped by its watchdog once its lease runs
+// out, its directory removed; one adopted again in time (a rolling
+// restart) lives on past its first lease.
+func TestOrphanWatchdog(t *testing.T) {
+	before := settledSnapshot(t)
+	spec := testkernels.Spec(t, "python3")
+	p := &LocalProvisioner{RuntimeDir: t.TempDir(), Detached: true, OrphanTimeout: 2 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	start := func() (*Kernel, ProvisionerInfo) {
+		k, err := Start(ctx, p, Config{Spec: spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := k.ProvisionerInfo()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Local.Lease == "" || info.Local.WatchdogPID == 0 || leaseUntil(t, info) < time.Now().Unix() {
+			t.Fatalf("no lease or watchdog: %+v", info.Local)
+		}
+		return k, info
+	}
+
+	// Rolling restart: dropped, then adopted again at once.
+	kept, keptInfo := start()
+	firstLease := leaseUntil(t, keptInfo)
+	kept.Detach()
+	k2, err := Reconnect(ctx, p, keptInfo, Config{ID: kept.ID(), Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k2.Shutdown(context.Background())
+
+	// Orphan: dropped for good.
+	orphan, orphanInfo := start()
+	orphanLease := leaseUntil(t, orphanInfo)
+	orphan.Detach()
+	pid := orphanInfo.Local.PID
+	waitFor(t, 30*time.Second, "the orphan is stopped", func() bool {
+		s, err := processStart(pid)
+		return err != nil || s != orphanInfo.Local.StartTime
+	})
+	waitFor(t, 10*time.Second, "the orphan's directory is removed", func() bool {
+		_, err := os.Stat(orphanInfo.Local.RuntimeDir)
+		return os.IsNotExist(err)
+	})
+	if time.Now().Unix() <= orphanLease {
+		t.Fatalf("the orphan was stopped before its lease ran out")
+	}
+	// By now the kept kernel's first lease has run out too.
+	waitFor(t, 10*time.Second, "the kept kernel's first lease ran out", func() bool { return time.Now().Unix() > firstLease+1 })
+	if got := resultText(t, k2, "1 + 1"); got != "2" {
+		t.Errorf("the adopted kernel after its first lease: %q", got)
+	}
+	if leaseUntil(t, keptInfo) <= firstLease {
+		t.Error("the adopting gateway did not renew the lease")
+	}
+	k2.Shutdown(context.Background())
+	checkNoLeaks(t, before)
+}
+
+// TestReconnectSandboxed: a detached kernel in bubblewrap (ipc transport)
+// is not tied to the gateway either (no --die-with-parent), and is
+// reconnected with its state; a sandbox bridged over tcp, whose bridge
+// lives in the gateway, is refused without being touched.
+func TestReconnectSandboxed(t *testing.T) {
+	needSandbox(t)
+	before := settledSnapshot(t)
+	spec := testkernels.Spec(t, "python3")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+
+	p := &LocalProvisioner{RuntimeDir: sandboxRuntime(t), Transport: "ipc", Sandbox: &SandboxConfig{}, Detached: true}
+	k1, err := Start(ctx, p, Config{Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resultText(t, k1, "y = 5; y"); got != "5" {
+		t.Fatalf("y = %q", got)
+	}
+	cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(k1.PID()) + "/cmdline")
+	if strings.Contains(string(cmdline), "--die-with-parent") {
+		t.Error("a detached sandbox dies with its parent")
+	}
+	info, err := k1.ProvisionerInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k1.Detach()
+	k2, err := Reconnect(ctx, p, info, Config{ID: k1.ID(), Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resultText(t, k2, "y * 2"); got != "10" {
+		t.Errorf("y * 2 = %q after reconnecting", got)
+	}
+	if !interruptsByMessage(k2.proc) {
+		t.Error("an adopted sandbox would be interrupted by a signal to bwrap")
+	}
+	k2.Shutdown(context.Background())
+
+	bridged := &LocalProvisioner{RuntimeDir: sandboxRuntime(t), Sandbox: &SandboxConfig{}, Detached: true}
+	k3, err := Start(ctx, bridged, Config{Spec: spec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k3.Shutdown(context.Background())
+	info3, err := k3.ProvisionerInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bridged.Adopt(ctx, info3); !errors.Is(err, ErrNotAdoptable) {
+		t.Errorf("a bridged sandbox: %v, want ErrNotAdoptable", err)
+	}
+	if got := resultText(t, k3, "1 + 2"); got != "3" {
+		t.Errorf("the refused kernel is hurt: %q", got)
+	}
+	k3.Shutdown(context.Background())
+	checkNoLeaks(t, before)
+}
+
+// gatewayHelperEnv makes TestHelperGateway a gateway that starts a
+// detached kernel in the runtime directory it names, prints the kernel's
+// provisioner info and dies by SIGKILL.
+const gatewayHelperEnv = "KERNELGATE_TEST_GATEWAY_RUNTIME"
+
+func TestHelperGateway(t *testing.T) {
+	dir := os.Getenv(gatewayHelperEnv)
+	if dir == "" {
+		t.Skip("run by TestReconnectAfterGatewayDied")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p := &LocalProvisioner{RuntimeDir: dir, Detached: true}
+	k, err := Start(ctx, p, Config{Spec: testkernels.Spec(t, "python3")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resultText(t, k, "z = 7; print('to stdout of the kernel'); z"); got != "7" {
+		t.Fatalf("z = %q", got)
+	}
+	info, err := k.ProvisionerInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := info.Marshal()
+	os.Stdout.Write(append(b, '\n'))
+	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+}
+
+// TestReconnectAfterGatewayDied: a gateway process starts a detached
+// kernel and is killed; the kernel lives on, no longer a child of anyone
+// here, and a client made from the saved info alone finds its state and
+// learns of its death.
+func TestReconnectAfterGatewayDied(t *testing.T) {
+	before := settledSnapshot(t)
+	runtime := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperGateway$")
+	cmd.Env = append(os.Environ(), gatewayHelperEnv+"="+runtime)
+	out, _ := cmd.Output()
+	var saved string
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "{") {
+			saved = line
+		}
+	}
+	if saved == "" {
+		t.Fatalf("the gateway printed no provisioner info:\n%s", out)
+	}
+	info, err := UnmarshalProvisionerInfo([]byte(saved))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := info.Local.PID
+	t.Cleanup(func() { syscall.Kill(-pid, syscall.SIGKILL) }) // if the test fails half way
+	if s, err := processStart(pid); err != nil || s != info.Local.StartTime {
+		t.Fatalf("the kernel did not outlive its gateway: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p := &LocalProvisioner{RuntimeDir: runtime, Detached: true}
+	k, err := Reconnect(ctx, p, info, Config{Spec: testkernels.Spec(t, "python3")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Shutdown(context.Background())
+	if got := resultText(t, k, "z * 6"); got != "42" {
+		t.Errorf("z * 6 = %q after the gateway died", got)
+	}
+	if ppid, err := parentOf(pid); err != nil || ppid == os.Getpid() {
+		t.Errorf("the kernel's parent is %d (%v): it should not be this process", ppid, err)
+	}
+	ppid, _ := parentOf(pid)
+	t.Logf("kernel %d, parent %d, output: %q", pid, ppid, k.Output())
+	syscall.Kill(pid, syscall.SIGKILL)
+	select {
+	case <-k.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the death of a kernel that is not our child went unnoticed")
+	}
+	var died *DiedError
+	if !errors.As(k.Err(), &died) || died.Status != ExitUnknown {
+		t.Errorf("died with %v, want status %q", k.Err(), ExitUnknown)
+	}
+	k.Shutdown(context.Background())
+	if _, err := os.Stat(info.Local.RuntimeDir); !os.IsNotExist(err) {
+		t.Errorf("the kernel's directory is still there: %v", err)
+	}
+	waitFor(t, 10*time.Second, "the watchdog is stopped", func() bool {
+		s, err := processStart(info.Local.WatchdogPID)
+		return err != nil || s != info.Local.WatchdogStart
+	})
+	checkNoLeaks(t, before)
+}

@@ -1,0 +1,37 @@
+package jupyter
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// processStart returns field 22 of /proc/<pid>/stat: when the process
+// started, in clock ticks since boot.
+func processStart(pid int) (uint64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command (field 2) is in parentheses and may hold anything;
+	// the fields after its last ')' start with field 3.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command field", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
+	}
+	if f[0] == "Z" || f[0] == "X" {
+		return 0, fmt.Errorf("process %d has ended", pid)
+	}
+	return strconv.ParseUint(f[19], 10, 64)
+}
+
+// bootID names this boot of the machine.
+func bootID() string {
+	b, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	return strings.TrimSpace(string(b))
+}

@@ -1,0 +1,147 @@
+// Package state keeps what kernelgate must not lose when it restarts: its
+// kernels (and how to reach them again), contexts, Jupyter sessions and
+// run records.
+//
+// A Store is the one interface the rest of kernelgate sees. Two
+// implementations live here: Memory, which keeps everything in this
+// process (an empty --state-dir), and Bolt, one file under the state directory in
+// go.etcd.io/bbolt. Another store (shared by several gateway replicas, or
+// kept by the Kubernetes provisioner) implements the same interface.
+//
+// Two kinds of write:
+//   - Records the API acknowledges (kernels, contexts, sessions, created
+//     or deleted) are durable when the call returns: a 201 survives a
+//     crash right after it.
+//   - Run records and their events are written at the rate runs finish
+//     (hundreds a second). Those calls only queue the write and return;
+//     a writer commits what is queued at most FlushDelay later, one fsync
+//     for the lot. A crash loses at most the run writes of that last
+//     FlushDelay. Flush waits for them.
+//
+// The package knows nothing of kernels or HTTP: run data and provisioner
+// information are bytes that their owners encode.
+package state
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Sentinel errors.
+var (
+	// ErrLocked: another live process holds the store file.
+	ErrLocked = errors.New("state: store is in use by another process")
+	// ErrClosed: the store was closed.
+	ErrClosed = errors.New("state: store is closed")
+	// ErrUnsafe: the state directory or file cannot be made private
+	// (owned by someone else, not a directory, a symbolic link).
+	ErrUnsafe = errors.New("state: state directory is not private")
+	// ErrInvalid: a record misses its id.
+	ErrInvalid = errors.New("state: invalid record")
+)
+
+// Kernel is a kernel kernelgate started.
+type Kernel struct {
+	ID string `json:"id"`
+	// Spec is the kernelspec's name.
+	Spec string `json:"spec"`
+	// Provisioner names the provisioner that launched it ("local").
+	Provisioner string `json:"provisioner"`
+	// ProvisionerInfo is what the provisioner needs to reach and control
+	// the kernel again, as it serialised it. For a local kernel it holds
+	// the connection info with its key, the pid and the process start
+	// time (jupyter.ProvisionerInfo).
+	ProvisionerInfo json.RawMessage `json:"provisionerInfo,omitempty"`
+	Cwd             string          `json:"cwd,omitempty"`
+	// EnvNames are the names of the variables the kernel was given (not
+	// their values).
+	EnvNames     []string  `json:"envNames,omitempty"`
+	Created      time.Time `json:"created"`
+	LastActivity time.Time `json:"lastActivity,omitzero"`
+	// Extra holds the owner's fields this package does not name.
+	Extra json.RawMessage `json:"extra,omitempty"`
+}
+
+// TokenHash is a context token as kept: its SHA-256 and its expiry.
+type TokenHash struct {
+	Hash    [32]byte  `json:"hash"`
+	Expires time.Time `json:"expires"`
+}
+
+// Context is a code-interpreter context.
+type Context struct {
+	ID       string            `json:"id"`
+	Language string            `json:"language"`
+	Cwd      string            `json:"cwd,omitempty"`
+	Env      map[string]string `json:"env,omitempty"`
+	// KernelID is the kernel holding its state, "" when it has none.
+	KernelID string          `json:"kernelId,omitempty"`
+	Tokens   []TokenHash     `json:"tokens,omitempty"`
+	Created  time.Time       `json:"created"`
+	Extra    json.RawMessage `json:"extra,omitempty"`
+}
+
+// Session is a Jupyter session.
+type Session struct {
+	ID       string          `json:"id"`
+	Path     string          `json:"path"`
+	Name     string          `json:"name"`
+	Type     string          `json:"type"`
+	KernelID string          `json:"kernelId"`
+	Created  time.Time       `json:"created"`
+	Extra    json.RawMessage `json:"extra,omitempty"`
+}
+
+// Event is one event of a run, as its owner encoded it.
+type Event struct {
+	Seq  uint64
+	Data []byte
+}
+
+// Run is a run record: its Execution and state, as its owner encoded
+// them, and the events kept within the run limits.
+type Run struct {
+	ID     string
+	Data   []byte
+	Events []Event // in Seq order; filled by Load
+}
+
+// Snapshot is everything a store holds, as Load returns it.
+type Snapshot struct {
+	Kernels  []Kernel
+	Contexts []Context
+	Sessions []Session
+	Runs     []Run
+}
+
+// Store keeps kernelgate's records. It is safe for concurrent use.
+type Store interface {
+	// Put and Delete of kernels, contexts and sessions return once the
+	// change is durable. Deleting what is not there is no error.
+	PutKernel(ctx context.Context, k Kernel) error
+	DeleteKernel(ctx context.Context, id string) error
+	PutContext(ctx context.Context, c Context) error
+	DeleteContext(ctx context.Context, id string) error
+	PutSession(ctx context.Context, s Session) error
+	DeleteSession(ctx context.Context, id string) error
+
+	// PutRun replaces a run's data, AppendRunEvents adds events to it
+	// (an event of a seq already there replaces it) and DeleteRun removes
+	// it with its events. They queue the write and return at once
+	// (waiting only while more than a bounded amount is queued); the
+	// write is durable within the store's flush delay, and in call order
+	// with every other write. The store may hold on to data until it is
+	// written: the caller must not change it after the call.
+	PutRun(id string, data []byte) error
+	AppendRunEvents(id string, events ...Event) error
+	DeleteRun(id string) error
+	// Flush returns once every write queued before it is durable.
+	Flush(ctx context.Context) error
+
+	// Load returns every record, runs with their events.
+	Load(ctx context.Context) (*Snapshot, error)
+	// Close flushes what is queued and releases the store.
+	Close() error
+}
