@@ -161,10 +161,18 @@ func (c *Client) answer(ch Channel, m *Message) {
 			}
 		}
 		if to == nil {
+			var slow []*Client
 			if len(c.k.clients) == 0 {
 				c.k.offline.push(o)
+			} else if m.Type().IsReply() {
+				// Clients of other sessions attached after this one left:
+				// the reply is theirs as the run's iopub output is (had it
+				// come a moment earlier, the replay would have given it).
+				// An input request is not: it would prompt another user.
+				slow = c.k.deliverLocked(o)
 			}
 			c.k.mu.Unlock()
+			cut(slow)
 			return
 		}
 	}

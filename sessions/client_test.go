@@ -114,3 +114,64 @@ func TestSlowClientIsCutWithoutDeadlock(t *testing.T) {
 		t.Errorf("reading client ended with %v", err)
 	}
 }
+
+// The reply of a request whose client left reaches a client of another
+// session that attached before the reply came (ZeroMQ may deliver the
+// kernel's idle status before its shell reply), as the run's output did.
+func TestLateReplyOfGoneClientReachesTheNextClient(t *testing.T) {
+	idle, release := make(chan struct{}), make(chan struct{})
+	f := &fakeKernels{script: func(r *fakeRequest) {
+		if r.Msg.Type() != jupyter.ExecuteRequest {
+			fakeAnswer(r)
+			return
+		}
+		r.Status(jupyter.StateBusy)
+		r.Stream("out\n")
+		r.Status(jupyter.StateIdle)
+		close(idle)
+		select {
+		case <-release:
+		case <-r.k.done:
+			return
+		}
+		r.Reply(map[string]any{"status": "ok"})
+	}}
+	m := newFakeManager(t, Config{}, f)
+	k, err := m.StartKernel(context.Background(), StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := k.Attach("first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := jupyter.NewMessage("first", jupyter.ExecuteRequest, jupyter.NewExecute("run"), nil)
+	if err := first.Send(context.Background(), Shell, req); err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+	<-idle
+	next, err := k.Attach("next")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	close(release)
+	deadline := time.After(10 * time.Second)
+	for {
+		items, err := next.Take()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range items {
+			if o.Msg.Type() == jupyter.ExecuteReply && o.Msg.ParentID == req.Header.MsgID {
+				return
+			}
+		}
+		select {
+		case <-next.Ready():
+		case <-deadline:
+			t.Fatal("the reply never reached the client attached after the first left")
+		}
+	}
+}
