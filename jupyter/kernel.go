@@ -579,30 +579,40 @@ func (k *Kernel) Shutdown(ctx context.Context) error {
 }
 
 // escalate waits for the process to exit, signalling harder each time.
+// Once ctx ends it sends SIGTERM and SIGKILL at once; the wait after
+// SIGKILL is bounded by killWait whatever ctx says, so it always returns.
 func (k *Kernel) escalate(ctx context.Context) {
-	steps := []struct {
-		sig  syscall.Signal
-		wait time.Duration
-	}{{0, politeWait}, {syscall.SIGTERM, termWait}, {syscall.SIGKILL, killWait}}
-	for _, s := range steps {
-		if s.sig != 0 {
-			k.proc.Signal(s.sig)
-		}
-		t := time.NewTimer(s.wait)
-		select {
-		case <-k.proc.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			if s.sig != syscall.SIGKILL {
-				continue
-			}
-			<-t.C
-		}
+	if k.exited(politeWait, ctx.Done()) {
+		return
+	}
+	k.proc.Signal(syscall.SIGTERM)
+	if ctx.Err() == nil && k.exited(termWait, ctx.Done()) {
+		return
+	}
+	k.proc.Signal(syscall.SIGKILL)
+	if k.exited(killWait, nil) {
+		return
 	}
 	k.log.Warn("kernel process did not exit after SIGKILL", "pid", k.proc.PID())
+}
+
+// exited waits up to d for the process to exit, or until hurry is
+// closed, and reports whether it exited.
+func (k *Kernel) exited(d time.Duration, hurry <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-k.proc.Done():
+		return true
+	case <-t.C:
+	case <-hurry:
+	}
+	select {
+	case <-k.proc.Done():
+		return true
+	default:
+		return false
+	}
 }
 
 // Restart shuts the kernel down and starts a new one with the same
