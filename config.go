@@ -48,6 +48,7 @@ type config struct {
 	InterruptGrace time.Duration
 	LateOutputWait time.Duration
 	Procs          int
+	ShutdownGrace  time.Duration
 
 	APIKeysFile string
 	APIKeys     string
@@ -222,6 +223,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("interrupt-grace")
 	fs.DurationVar(&c.LateOutputWait, "late-output-wait", 5*time.Millisecond, "quiet period before a Deno run without a result ends, for output Deno publishes after its idle status (negative: none)")
 	add("late-output-wait")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "at SIGTERM or SIGINT, how long requests in flight may take to finish before the kernels are stopped (their runs end lost); the process exits at most "+shutdownStop.String()+" later whatever the kernels do, and at once on a second signal")
+	add("shutdown-grace")
 	fs.IntVar(&c.Procs, "procs", 0, "threads that run the gateway's own code at once (GOMAXPROCS); 0: half the CPUs it may use, at least 1, so the kernels keep the rest (or GOMAXPROCS from the environment, when set)")
 	add("procs")
 
@@ -273,6 +276,9 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	}
 	if c.PythonLauncher != "fork" && c.PythonLauncher != "exec" {
 		return nil, fmt.Errorf("--python-launcher %q: want fork or exec", c.PythonLauncher)
+	}
+	if c.ShutdownGrace < 0 {
+		return nil, fmt.Errorf("--shutdown-grace must be 0 or more")
 	}
 	if c.Port < 0 || c.Port > 65535 {
 		return nil, fmt.Errorf("--port %d out of range", c.Port)

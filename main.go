@@ -254,21 +254,52 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 
 	select {
 	case <-ctx.Done():
-		log.Info("shutting down")
+		log.Info("shutting down", "grace", cfg.ShutdownGrace)
 	case err := <-served:
 		if err != nil {
 			log.Error("server stopped", "err", err)
 		}
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	srv.Shutdown(sctx)
+	// From here a second SIGINT or SIGTERM ends the process at once.
 	stop()
-	<-warmed
-	mgr.Close(sctx)
-	jupyter.StopZygotes()
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		shutdown(srv, mgr, cfg.ShutdownGrace)
+		<-warmed
+		jupyter.StopZygotes()
+	}()
+	bound := time.NewTimer(cfg.ShutdownGrace + shutdownStop)
+	defer bound.Stop()
+	select {
+	case <-finished:
+	case <-bound.C:
+		// Kernels die with the process (their parent-death signal); the
+		// next start removes what they leave (LocalProvisioner.Sweep).
+		return fmt.Errorf("shutdown did not finish within --shutdown-grace %v plus %v: exiting anyway", cfg.ShutdownGrace, shutdownStop)
+	}
 	log.Info("stopped")
 	return nil
+}
+
+// shutdownStop bounds what a shutdown takes after its grace: stopping the
+// kernels (shutdown_request, SIGTERM, SIGKILL) and ending the requests
+// left.
+const shutdownStop = 15 * time.Second
+
+// shutdown refuses new requests and lets those in flight finish within
+// grace, then stops the kernels, which ends the runs still going (lost),
+// and closes the connections still open once their requests have ended.
+func shutdown(srv *gateway.Server, mgr *sessions.Manager, grace time.Duration) {
+	gctx, cancel := context.WithTimeout(context.Background(), grace)
+	srv.Shutdown(gctx)
+	cancel()
+	kctx, cancel := context.WithTimeout(context.Background(), shutdownStop*2/3)
+	mgr.Close(kctx)
+	cancel()
+	cctx, cancel := context.WithTimeout(context.Background(), shutdownStop/6)
+	srv.Close(cctx)
+	cancel()
 }
 
 // loadKeys reads the API keys of --api-keys-file and --api-keys.

@@ -167,6 +167,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
+// Close ends what Shutdown left in flight: it waits up to ctx for the
+// requests still running (those whose kernels have been stopped since end
+// soon), then closes their connections.
+func (s *Server) Close(ctx context.Context) error {
+	if err := s.http.Shutdown(ctx); err != nil {
+		return s.http.Close()
+	}
+	return nil
+}
+
 func (s *Server) path(p string) string { return s.cfg.BaseURL + strings.TrimPrefix(p, "/") }
 
 // tag marks the routes of a group with their error surface.

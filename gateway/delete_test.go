@@ -1,0 +1,136 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"kernelgate/jupyter"
+)
+
+// A DELETE /api/kernels/{id} whose client goes away while the kernel
+// ignores SIGTERM still ends: the kernel is killed, its cgroup and its
+// directory are removed, and the gateway shuts down afterwards.
+func TestDeleteWhoseClientLeavesFinishes(t *testing.T) {
+	g := newGateway(t)
+	model := g.startKernel("python3")
+	ws := g.mustDial(model.ID, true)
+	ws.execute("import os, signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint(os.environ['HOME'], flush=True)\nwhile True: time.sleep(.5)", false)
+	var home string
+	ws.until(30*time.Second, func(m wsMsg) bool {
+		if m.Header.MsgType == jupyter.StreamMsg {
+			home = strings.TrimSpace(m.text(t))
+			return true
+		}
+		return false
+	})
+	k, err := g.mgr.Kernel(model.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := k.PID()
+	kernelDir := filepath.Dir(filepath.Dir(home)) // <runtime>/kernel-*/kernel/home
+	cgroups := kernelCgroups(t, pid)
+	if _, err := os.Stat(kernelDir); err != nil {
+		t.Fatalf("kernel directory %s: %v", kernelDir, err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "DELETE", g.url+"/api/kernels/"+model.ID, nil)
+	req.Header.Set("Authorization", "token "+g.token)
+	sent := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		sent <- err
+	}()
+	// The kernel leaves the list once its deletion has begun: then the
+	// client goes away.
+	waitFor(t, 30*time.Second, "the kernel to leave the list", func() bool {
+		status, _ := g.do("GET", "/api/kernels/"+model.ID, nil)
+		return status == http.StatusNotFound
+	})
+	cancel()
+	<-sent
+
+	waitFor(t, 30*time.Second, "the kernel process to end", func() bool { return syscall.Kill(pid, 0) != nil })
+	waitFor(t, 30*time.Second, "the kernel's directory and cgroups to be removed", func() bool {
+		for _, dir := range append(cgroups, kernelDir) {
+			if _, err := os.Stat(dir); err == nil {
+				return false
+			}
+		}
+		return true
+	})
+
+	closed := make(chan struct{})
+	go func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
+		g.srv.Shutdown(sctx)
+		g.mgr.Close(sctx)
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(40 * time.Second):
+		t.Fatal("the gateway did not shut down after the deletion")
+	}
+}
+
+// kernelCgroups lists the cgroup directories kernelgate made for process
+// pid (none where cgroups are unavailable).
+func kernelCgroups(t *testing.T, pid int) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 || !strings.Contains(parts[2], "/kernelgate/") {
+			continue
+		}
+		var candidates []string
+		if parts[1] == "" {
+			candidates = []string{"/sys/fs/cgroup" + parts[2], "/sys/fs/cgroup/unified" + parts[2]}
+		} else {
+			candidates = []string{"/sys/fs/cgroup/" + strings.Split(parts[1], ",")[0] + parts[2], "/sys/fs/cgroup/" + parts[1] + parts[2]}
+		}
+		for _, c := range candidates {
+			if fi, err := os.Stat(c); err == nil && fi.IsDir() {
+				out = append(out, c)
+				break
+			}
+		}
+	}
+	if len(out) == 0 {
+		t.Logf("process %d is in no cgroup of kernelgate: cgroups unavailable here", pid)
+	}
+	return out
+}
+
+// waitFor polls cond until it holds, failing the test after d.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			t.Fatalf("waited %v for %s", d, what)
+		}
+	}
+}
