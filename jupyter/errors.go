@@ -20,6 +20,10 @@ var (
 	ErrStartTimeout       = errors.New("jupyter: kernel did not become ready in time")
 	ErrChannelUnsupported = errors.New("jupyter: channel cannot carry requests")
 	ErrDuplicateRequest   = errors.New("jupyter: duplicate request")
+	// ErrRequestDropped: the kernel went idle after a request without
+	// ever answering it, and answered a later one; it is alive and keeps
+	// its state.
+	ErrRequestDropped = errors.New("jupyter: the kernel went idle without answering the request")
 	// ErrEnvNotAllowed: a launch asked for an environment variable the
 	// gateway does not pass to kernels; see ValidateEnv and EnvError.
 	ErrEnvNotAllowed = errors.New("jupyter: environment variable not allowed")

@@ -38,6 +38,14 @@ const (
 	// waits for its reply: a SIGINT that lands before the code runs makes
 	// ipykernel drop the reply.
 	noReplyWait = 500 * time.Millisecond
+	// halfDoneWait is how long a request that has its idle status but no
+	// reply (or its reply but no idle status) waits for the other before
+	// the kernel is probed with a kernel_info_request: a kernel answers
+	// shell requests in order and publishes a request's idle status
+	// before it takes the next one, so once the probe is answered what
+	// the request still lacks is never coming (ipykernel drops an
+	// execute_request whose code holds a NUL; a status can be lost).
+	halfDoneWait = time.Second
 )
 
 // Config describes a kernel to start.
@@ -91,7 +99,10 @@ type Call struct {
 	idle       bool
 	finished   bool
 	err        error
-	interrupts uint64 // the kernel's interrupt count when the call began
+	interrupts uint64      // the kernel's interrupt count when the call began
+	check      *time.Timer // set while it waits for its reply or idle (halfDoneWait)
+	probe      *Call       // the kernel_info_request sent on its behalf
+	probing    bool        // it is such a request
 
 	done chan struct{}
 }
@@ -678,25 +689,103 @@ func (k *Kernel) dispatch(ch Channel, m *Message) {
 			idle := isIdle(m)
 			if idle && !c.idle && c.reply == nil && k.interrupts > c.interrupts {
 				time.AfterFunc(noReplyWait, func() { k.replyLost(c) })
+			} else if idle && !c.idle && c.reply == nil && c.check == nil && !c.probing {
+				c.check = time.AfterFunc(halfDoneWait, func() { k.probeFor(c) })
 			}
 			c.idle = c.idle || idle
 		case (ch == Shell || ch == Control) && m.Header.MsgType.IsReply():
 			c.reply = m
+			if c.opts.IOPub && !c.idle && c.check == nil && !c.probing {
+				c.check = time.AfterFunc(halfDoneWait, func() { k.probeFor(c) })
+			}
 		}
 		if c.reply != nil && (c.idle || !c.opts.IOPub) {
 			finish = true
-			c.finished = true
-			delete(k.pending, c.ID)
-			if c.opts.IOPub {
-				k.recent[k.recentNext] = c
-				k.recentNext = (k.recentNext + 1) % recentCalls
-			}
+			k.finishLocked(c, nil)
 		}
 	}
 	k.mu.Unlock()
 	if finish {
 		close(c.done)
 	}
+}
+
+// finishLocked ends c with err (nil: it has its reply and idle status);
+// the caller holds k.mu and closes c.done after releasing it.
+func (k *Kernel) finishLocked(c *Call, err error) {
+	c.err, c.finished = err, true
+	delete(k.pending, c.ID)
+	if c.check != nil {
+		c.check.Stop()
+	}
+	if c.probe != nil && k.pending[c.probe.ID] == c.probe {
+		delete(k.pending, c.probe.ID)
+	}
+	if c.opts.IOPub && !c.probing {
+		k.recent[k.recentNext] = c
+		k.recentNext = (k.recentNext + 1) % recentCalls
+	}
+}
+
+// probeFor sends a kernel_info_request on behalf of c, which has had its
+// idle status without a reply, or its reply without an idle status, for
+// halfDoneWait. What the kernel does for the probe after c tells whether
+// the rest of c is still coming: its reply comes after c's reply, its
+// idle status after c's idle status. A request the kernel dropped fails
+// with ErrRequestDropped; one whose idle status was lost ends with its
+// reply. The kernel and its state are kept.
+func (k *Kernel) probeFor(c *Call) {
+	k.mu.Lock()
+	if k.pending[c.ID] != c || c.probe != nil {
+		k.mu.Unlock()
+		return
+	}
+	k.mu.Unlock()
+	m, err := k.NewMessage(KernelInfoRequest, nil, nil)
+	if err != nil {
+		return
+	}
+	probe := &Call{ID: m.Header.MsgID, opts: CallOptions{IOPub: true}, probing: true, done: make(chan struct{})}
+	probe.handler = func(ch Channel, pm *Message) { k.probed(c, ch, pm) }
+	k.mu.Lock()
+	if k.dead != nil || k.pending[c.ID] != c {
+		k.mu.Unlock()
+		return
+	}
+	c.probe = probe
+	probe.interrupts = k.interrupts
+	k.pending[probe.ID] = probe
+	k.mu.Unlock()
+	if err := k.Send(Shell, m); err != nil {
+		k.Forget(probe)
+	}
+}
+
+// probed handles what answers c's probe.
+func (k *Kernel) probed(c *Call, ch Channel, m *Message) {
+	answered := (ch == Shell && m.Header.MsgType.IsReply()) || (ch == IOPub && m.Header.MsgType == StatusMsg && isIdle(m))
+	if !answered {
+		return
+	}
+	k.mu.Lock()
+	if k.pending[c.ID] != c {
+		k.mu.Unlock()
+		return
+	}
+	switch {
+	case c.reply == nil && ch == Shell:
+		k.finishLocked(c, fmt.Errorf("%w (request %s): it answered a kernel_info_request sent %v after", ErrRequestDropped, c.ID, halfDoneWait))
+		k.log.Warn("the kernel went idle without answering a request; the request fails, the kernel keeps running", "msg_id", c.ID)
+	case c.reply != nil && !c.idle && ch == IOPub:
+		c.idle = true
+		k.finishLocked(c, nil)
+		k.log.Info("a request's idle status never came; it ends with its reply", "msg_id", c.ID)
+	default:
+		k.mu.Unlock()
+		return
+	}
+	k.mu.Unlock()
+	close(c.done)
 }
 
 // replyLost finishes a call that went idle after an interrupt without a

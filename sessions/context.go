@@ -395,7 +395,12 @@ func (c *Context) execute(r *Run) {
 	for {
 		select {
 		case <-call.Done():
-			if _, err := call.Result(); err != nil {
+			if _, err := call.Result(); errors.Is(err, jupyter.ErrRequestDropped) {
+				// The kernel runs on with its state: the queue moves on.
+				c.m.log.Warn("the kernel went idle without answering a run; the run ends with an error, the kernel is kept", "context", c.ID, "run", r.ID)
+				r.drop()
+				return
+			} else if err != nil {
 				c.m.log.Info("run lost its kernel", "context", c.ID, "run", r.ID, "err", err)
 				c.lose(r, lostMessage(err))
 				return

@@ -287,6 +287,21 @@ func (r *Run) end(reason Reason, failure error) bool {
 	return r.endWith(reason, failure, "")
 }
 
+// RequestDropped is the error name of a run its kernel never answered.
+const RequestDropped = "RequestDropped"
+
+// drop ends a run its kernel went idle for without answering it, while
+// answering later requests: the code did not run as asked (ipykernel drops
+// some requests whole), and the kernel keeps its state.
+func (r *Run) drop() {
+	r.mu.Lock()
+	if r.state != RunDone {
+		r.b.setError(errorContent{EName: RequestDropped, EValue: "the kernel went idle without answering this run, so its code did not run (or its answer was lost); the kernel and its state are kept", Traceback: []string{}})
+	}
+	r.mu.Unlock()
+	r.end(Errored, nil)
+}
+
 // lose ends a run whose kernel went away, saying why.
 func (r *Run) lose(why string) { r.endWith(Lost, nil, why) }
 
