@@ -177,6 +177,15 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	}
 	seed := filepath.Join(runtimeDir, "home-seed")
 	prov := &jupyter.LocalProvisioner{RuntimeDir: runtimeDir, Logger: log, HomeSeed: seed, PythonLauncher: cfg.PythonLauncher}
+	// What gateway processes that died left behind goes first: processes
+	// their kernels started, kernel directories with keys, cgroups.
+	swept, err := prov.Sweep(nil)
+	if swept != (jupyter.Swept{}) {
+		log.Info("removed what earlier gateway processes left", "kernel_dirs", swept.Dirs, "cgroups", swept.Cgroups, "processes_killed", swept.Processes)
+	}
+	if err != nil {
+		log.Warn("could not remove all that earlier gateway processes left", "err", err)
+	}
 	mgr := sessions.New(sessions.Config{
 		DefaultKernel:   cfg.DefaultKernel,
 		MaxKernels:      cfg.MaxKernels,

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -94,4 +95,96 @@ func alive(pid int) bool {
 func readStat(pid int) (string, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	return string(b), err
+}
+
+// A gateway killed with SIGKILL leaves the processes its kernels started,
+// its kernels' directories (connection files with keys) and cgroups; the
+// next start removes them.
+func TestStartAfterCrashRemovesWhatWasLeft(t *testing.T) {
+	bin := buildBinary(t)
+	runtime := t.TempDir()
+	args := []string{"--runtime-dir", runtime, "--state-dir=", "--pool-size", "0"}
+	gw := startGateway(t, bin, args...)
+	resp, err := http.Post(gw.url+"api/execute", "application/json",
+		strings.NewReader(`{"code": "import subprocess\np = subprocess.Popen(['sleep', '314'])\nprint(p.pid)"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var exec struct {
+		Logs struct{ Stdout []string } `json:"logs"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&exec)
+	resp.Body.Close()
+	if err != nil || len(exec.Logs.Stdout) == 0 {
+		t.Fatalf("run: %v %+v", err, exec)
+	}
+	child, err := strconv.Atoi(strings.TrimSpace(strings.Join(exec.Logs.Stdout, "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs, _ := filepath.Glob(filepath.Join(runtime, "kernel-*"))
+	cgroups := cgroupsOf(t, child)
+	if len(dirs) == 0 {
+		t.Fatalf("no kernel directory in %s", runtime)
+	}
+
+	gw.cmd.Process.Kill()
+	<-gw.done
+	if !alive(child) {
+		t.Fatalf("the kernel's child %d did not outlive the killed gateway: nothing to test", child)
+	}
+
+	startGateway(t, bin, args...)
+	if !until(20*time.Second, func() bool { return !alive(child) }) {
+		t.Errorf("process %d, started by a kernel of the killed gateway, still runs after the next start", child)
+	}
+	for _, p := range append(dirs, cgroups...) {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s is still there after the next start", p)
+		}
+	}
+}
+
+// cgroupsOf lists the cgroup directories kernelgate made that hold pid.
+func cgroupsOf(t *testing.T, pid int) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 || !strings.Contains(parts[2], "/kernelgate/") {
+			continue
+		}
+		candidates := []string{"/sys/fs/cgroup" + parts[2], "/sys/fs/cgroup/unified" + parts[2]}
+		if parts[1] != "" {
+			candidates = []string{"/sys/fs/cgroup/" + strings.Split(parts[1], ",")[0] + parts[2]}
+		}
+		for _, c := range candidates {
+			if fi, err := os.Stat(c); err == nil && fi.IsDir() {
+				out = append(out, c)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// until polls cond until it holds or d has passed, and reports whether it
+// held.
+func until(d time.Duration, cond func() bool) bool {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			return cond()
+		}
+	}
+	return true
 }

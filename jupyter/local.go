@@ -117,6 +117,11 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 		os.RemoveAll(dir)
 		return nil, err
 	}
+	// The directory says which gateway process made it, so that the next
+	// gateway removes it should this one die without doing so (sweep.go).
+	if err := writeOwner(dir, req.KernelID, 0, nil); err != nil {
+		return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
+	}
 	// The kernel's own directories (its sandbox user's, sandboxuser.go);
 	// dir itself stays the gateway's.
 	kd, err := newKernelDirs(filepath.Join(dir, "kernel"))
@@ -186,6 +191,7 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 		if err != nil {
 			return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
 		}
+		p.recordOwner(dir, req.KernelID, fp.PID(), lp.cg)
 		return fp, nil
 	}
 	if argv, err = iso.command(argv, env["PATH"], root, kd, cwd, startDir, transport); err != nil {
@@ -234,8 +240,18 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 			return fail(fmt.Errorf("%w: orphan watchdog: %v", ErrStartFailed, err))
 		}
 	}
+	p.recordOwner(dir, req.KernelID, cmd.Process.Pid, lp.cg)
 	go lp.wait()
 	return lp, nil
+}
+
+// recordOwner adds the kernel's process and cgroups to its directory's
+// owner record; without them a sweep still removes the directory and the
+// cgroups, but cannot find the processes of a kernel without cgroups.
+func (p *LocalProvisioner) recordOwner(dir, id string, pid int, cg *kernelCgroup) {
+	if err := writeOwner(dir, id, pid, cg); err != nil {
+		p.logger().Warn("kernel directory: owner record not updated", "kernel", id, "err", err)
+	}
 }
 
 func envList(env map[string]string) []string {

@@ -133,7 +133,7 @@ func (g *orphanGuard) release() {
 // its cgroup directories.
 func (g *orphanGuard) startWatchdog(pid int, start uint64, dir string, cgroups []string) error {
 	every := int(min(max(g.timeout/4, time.Second), 30*time.Second) / time.Second)
-	args := []string{"-c", watchdogScript, "kernelgate-watchdog", strconv.Itoa(pid), strconv.FormatUint(start, 10),
+	args := []string{"-c", watchdogScript, watchdogName, strconv.Itoa(pid), strconv.FormatUint(start, 10),
 		g.lease, dir, strconv.Itoa(every), strconv.Itoa(orphanGrace)}
 	cmd := exec.Command(gateShell, append(args, cgroups...)...)
 	cmd.Dir = "/"

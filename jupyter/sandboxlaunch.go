@@ -108,20 +108,15 @@ func (iso isolation) cgroup(log *slog.Logger, kernelID string) (*kernelCgroup, e
 
 // cgroupName is the kernel id made safe for a directory name, plus a
 // random suffix, so a restarted kernel never meets its predecessor's
-// cgroup.
+// cgroup, and the mark of this gateway process (sweep.go).
 func cgroupName(kernelID string) string {
-	clean := strings.Map(func(r rune) rune {
-		if r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' {
-			return r
-		}
-		return -1
-	}, kernelID)
-	if len(clean) > 64 {
-		clean = clean[:64]
-	}
 	b := make([]byte, 4)
 	rand.Read(b)
-	return "k-" + clean + "-" + hex.EncodeToString(b)
+	name := "k-" + cleanID(kernelID) + "-" + hex.EncodeToString(b)
+	if g, ok := thisGateway(); ok {
+		name += "." + g.tag()
+	}
+	return name
 }
 
 // command resolves argv[0] with the kernel's PATH and, for a sandbox,
