@@ -2,7 +2,6 @@ package jupyter
 
 import (
 	"context"
-	"errors"
 	"os"
 	"syscall"
 	"testing"
@@ -46,39 +45,5 @@ func TestShutdownWithCancelledContextEnds(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(runtime); len(left) > 0 {
 		t.Errorf("Shutdown left %d entries in the runtime directory, e.g. %s", len(left), left[0].Name())
-	}
-}
-
-// ipykernel never answers an execute_request whose code holds a NUL: it
-// goes idle for it and waits for the next request. The request fails
-// with ErrRequestDropped within seconds, and the kernel runs on with its
-// state.
-func TestDroppedRequestFailsKeepingTheKernel(t *testing.T) {
-	k := startKernel(t, "python3")
-	if reply, _ := execute(t, k, "x = 41"); replyOf(t, reply).Status != "ok" {
-		t.Fatalf("x = 41: %+v", replyOf(t, reply))
-	}
-	col := newCollector()
-	c, err := k.StartExecute(NewExecute("y = \"a\x00b\""), col.handle)
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-c.Done():
-	case <-time.After(30 * time.Second):
-		t.Fatal("a request the kernel dropped never ended")
-	}
-	if _, err := c.Result(); !errors.Is(err, ErrRequestDropped) {
-		t.Fatalf("dropped request: err %v, want ErrRequestDropped", err)
-	}
-	reply, out := execute(t, k, "print(x + 1)")
-	if replyOf(t, reply).Status != "ok" {
-		t.Fatalf("the kernel after the dropped request: %+v", replyOf(t, reply))
-	}
-	if s := contentOf(t, out.await(t, StreamMsg, time.Second)); s.Text != "42\n" {
-		t.Errorf("the kernel lost its state: printed %q, want 42", s.Text)
-	}
-	if k.Err() != nil {
-		t.Errorf("the kernel ended: %v", k.Err())
 	}
 }

@@ -1,0 +1,76 @@
+package jupyter
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// ipykernel never answers an execute_request whose code holds a NUL: it
+// goes idle for it and waits for the next request. The request fails
+// with ErrRequestDropped within seconds, and the kernel runs on with its
+// state.
+func TestDroppedRequestFailsKeepingTheKernel(t *testing.T) {
+	k := startKernel(t, "python3")
+	if reply, _ := execute(t, k, "x = 41"); replyOf(t, reply).Status != "ok" {
+		t.Fatalf("x = 41: %+v", replyOf(t, reply))
+	}
+	col := newCollector()
+	c, err := k.StartExecute(NewExecute("y = \"a\x00b\""), col.handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("a request the kernel dropped never ended")
+	}
+	if _, err := c.Result(); !errors.Is(err, ErrRequestDropped) {
+		t.Fatalf("dropped request: err %v, want ErrRequestDropped", err)
+	}
+	reply, out := execute(t, k, "print(x + 1)")
+	if replyOf(t, reply).Status != "ok" {
+		t.Fatalf("the kernel after the dropped request: %+v", replyOf(t, reply))
+	}
+	if s := contentOf(t, out.await(t, StreamMsg, time.Second)); s.Text != "42\n" {
+		t.Errorf("the kernel lost its state: printed %q, want 42", s.Text)
+	}
+	if k.Err() != nil {
+		t.Errorf("the kernel ended: %v", k.Err())
+	}
+}
+
+// A request whose idle status never comes (here ipykernel is made to skip
+// publishing it once) ends with its reply once a later request shows the
+// kernel has moved on, instead of waiting for ever.
+func TestLostIdleStatusEndsTheRequest(t *testing.T) {
+	k := startKernel(t, "python3")
+	skipIdle := `k = get_ipython().kernel
+publish = k._publish_status
+def skip_idle_once(status, channel, parent=None):
+    if status == "idle":
+        del k._publish_status
+        return
+    publish(status, channel, parent)
+k._publish_status = skip_idle_once
+x = 41`
+	c, err := k.StartExecute(NewExecute(skipIdle), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("a request whose idle status was lost never ended")
+	}
+	reply, err := c.Result()
+	if err != nil {
+		t.Fatalf("request without idle status: %v", err)
+	}
+	if replyOf(t, reply).Status != "ok" {
+		t.Fatalf("reply %+v", replyOf(t, reply))
+	}
+	if reply, _ := execute(t, k, "x + 1"); replyOf(t, reply).Status != "ok" {
+		t.Errorf("the kernel after the lost idle status: %+v", replyOf(t, reply))
+	}
+}
