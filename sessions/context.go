@@ -266,7 +266,7 @@ func (c *Context) runQueue(justOne bool) {
 			if c.pool != nil {
 				c.pool.refill()
 			}
-			c.m.deleteContext(c)
+			c.m.deleteContext(context.Background(), c)
 		}
 	}
 }

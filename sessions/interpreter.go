@@ -143,11 +143,11 @@ func (m *Manager) CreateContext(ctx context.Context, req ContextRequest) (*Conte
 		return nil, err
 	}
 	if _, _, err := c.ensureKernel(ctx); err != nil {
-		m.deleteContext(c)
+		m.deleteContext(context.Background(), c)
 		return nil, err
 	}
 	if err := c.installPackages(ctx, req.Packages); err != nil {
-		m.deleteContext(c)
+		m.deleteContext(context.Background(), c)
 		return nil, err
 	}
 	return c, nil
@@ -198,11 +198,13 @@ func (m *Manager) DeleteContext(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	m.deleteContext(c)
+	m.deleteContext(ctx, c)
 	return nil
 }
 
-func (m *Manager) deleteContext(c *Context) {
+// deleteContext forgets c and shuts its kernel down (at once once ctx
+// ends).
+func (m *Manager) deleteContext(ctx context.Context, c *Context) {
 	m.mu.Lock()
 	if m.contexts[c.ID] == c {
 		delete(m.contexts, c.ID)
@@ -226,7 +228,7 @@ func (m *Manager) deleteContext(c *Context) {
 	}
 	if k != nil {
 		m.forget(k)
-		k.shutdown(context.Background())
+		k.shutdown(ctx)
 	}
 	if !already {
 		m.deleteWorkspace(c)
@@ -451,7 +453,7 @@ func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*Run
 	r := m.newRunWithID(runID, c, req)
 	if err := c.enqueue(r); err != nil {
 		m.dropRun(r, err)
-		m.deleteContext(c)
+		m.deleteContext(context.Background(), c)
 		return nil, err
 	}
 	return r, nil

@@ -498,13 +498,23 @@ func (m *Manager) Close(ctx context.Context) error {
 		pools := m.pools
 		m.mu.Unlock()
 		close(m.closing)
+		// Every kernel stops at once, in parallel: each shutdown is
+		// bounded, so the whole is.
+		var wg sync.WaitGroup
 		for _, c := range ctxs {
-			m.deleteContext(c)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				m.deleteContext(ctx, c)
+			}()
 		}
 		for _, p := range pools {
-			p.drain(ctx)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				p.drain(ctx)
+			}()
 		}
-		var wg sync.WaitGroup
 		for _, k := range ks {
 			wg.Add(1)
 			go func() {

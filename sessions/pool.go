@@ -92,9 +92,19 @@ func (p *pool) startOne() {
 		p.m.log.Warn("warm pool: kernel not started", "spec", p.spec.Name, "err", err)
 		return
 	}
+	// A start still going when the manager closes is abandoned.
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { // ends with cancel below at the latest
+		select {
+		case <-p.m.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	k.life.Lock()
-	err = k.launch(context.Background())
+	err = k.launch(ctx)
 	k.life.Unlock()
+	cancel()
 	p.mu.Lock()
 	p.starting--
 	closed := false
@@ -109,7 +119,7 @@ func (p *pool) startOne() {
 		return
 	}
 	p.mu.Unlock()
-	if err != nil {
+	if err != nil && !closed {
 		p.m.log.Warn("warm pool: kernel failed to start", "spec", p.spec.Name, "err", err)
 	}
 	k.shutdown(context.Background())
