@@ -772,20 +772,25 @@ func (k *Kernel) probed(c *Call, ch Channel, m *Message) {
 		k.mu.Unlock()
 		return
 	}
+	dropped := false
 	switch {
 	case c.reply == nil && ch == Shell:
+		dropped = true
 		k.finishLocked(c, fmt.Errorf("%w (request %s): it answered a kernel_info_request sent %v after", ErrRequestDropped, c.ID, halfDoneWait))
-		k.log.Warn("the kernel went idle without answering a request; the request fails, the kernel keeps running", "msg_id", c.ID)
 	case c.reply != nil && !c.idle && ch == IOPub:
 		c.idle = true
 		k.finishLocked(c, nil)
-		k.log.Info("a request's idle status never came; it ends with its reply", "msg_id", c.ID)
 	default:
 		k.mu.Unlock()
 		return
 	}
 	k.mu.Unlock()
 	close(c.done)
+	if dropped {
+		k.log.Warn("the kernel went idle without answering a request; the request fails, the kernel keeps running", "msg_id", c.ID)
+	} else {
+		k.log.Info("a request's idle status never came; it ends with its reply", "msg_id", c.ID)
+	}
 }
 
 // replyLost finishes a call that went idle after an interrupt without a
