@@ -1,7 +1,9 @@
 package jupyter
 
 import (
+	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 )
@@ -73,4 +75,52 @@ x = 41`
 	if reply, _ := execute(t, k, "x + 1"); replyOf(t, reply).Status != "ok" {
 		t.Errorf("the kernel after the lost idle status: %+v", replyOf(t, reply))
 	}
+}
+
+// A reply that comes a moment after the request's idle status (as Deno's
+// can) still ends the request: the probe waits for it first. Here
+// ipykernel is made to send one execute_reply 300 ms late.
+func TestLateReplyAfterIdleStillWins(t *testing.T) {
+	k := startKernel(t, "python3")
+	lateReply := `import threading
+k = get_ipython().kernel
+send = k.session.send
+def late(stream, msg_or_type, *args, **kwargs):
+    if msg_or_type != "execute_reply":
+        return send(stream, msg_or_type, *args, **kwargs)
+    k.session.send = send
+    threading.Timer(0.3, send, (stream, msg_or_type) + args, kwargs).start()
+    return {"content": {"status": "ok"}}
+k.session.send = late
+x = 41`
+	var mu sync.Mutex
+	var order []MsgType
+	c, err := k.StartExecute(NewExecute(lateReply), func(ch Channel, m *Message) {
+		if m.Header.MsgType == ExecuteReply || (m.Header.MsgType == StatusMsg && isIdle(m)) {
+			mu.Lock()
+			order = append(order, m.Header.MsgType)
+			mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply, err := c.Wait(testContext(t, 30*time.Second))
+	if err != nil {
+		t.Fatalf("a late reply: %v", err)
+	}
+	if replyOf(t, reply).Status != "ok" {
+		t.Fatalf("reply %+v", replyOf(t, reply))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(order) != 2 || order[0] != StatusMsg {
+		t.Errorf("messages %v: want the idle status before the reply", order)
+	}
+}
+
+func testContext(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
 }
