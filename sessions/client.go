@@ -1,8 +1,10 @@
 package sessions
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"sync"
 
 	"kernelgate/jupyter"
@@ -99,6 +101,10 @@ func (c *Client) Ready() <-chan struct{} { return c.wake }
 func (c *Client) Send(ctx context.Context, ch Channel, m *Message) error {
 	if ch != Shell && ch != Control && ch != Stdin {
 		return ErrBadChannel
+	}
+	if ch == Shell && m.Type() == jupyter.ExecuteRequest && holdsNUL(m) {
+		c.refuse(m, nulInCode)
+		return nil
 	}
 	jk, err := c.k.ensure(ctx)
 	if err != nil {
@@ -209,5 +215,46 @@ func (c *Client) closeWith(err error) {
 	select {
 	case c.wake <- struct{}{}:
 	default:
+	}
+}
+
+// nulInCode says why code holding a NUL is refused.
+const nulInCode = "code contains a NUL character (U+0000), which a kernel drops without an answer: remove it"
+
+// holdsNUL reports whether the code of execute_request m holds a NUL
+// (ipykernel never answers such a request). Content without an escaped
+// or raw NUL is not decoded.
+func holdsNUL(m *Message) bool {
+	if !bytes.Contains(m.RawContent, []byte(`\u0000`)) && bytes.IndexByte(m.RawContent, 0) < 0 {
+		return false
+	}
+	var content struct {
+		Code string `json:"code"`
+	}
+	return m.DecodeContent(&content) == nil && strings.ContainsRune(content.Code, 0)
+}
+
+// refuse answers an execute_request the kernel cannot take as a kernel
+// answers code that fails, without sending it to the kernel: status busy,
+// an error, an execute_reply with status error, status idle, to this
+// client only.
+func (c *Client) refuse(req *Message, why string) {
+	failure := map[string]any{"ename": "BadRequest", "evalue": why, "traceback": []string{"BadRequest: " + why}}
+	reply := map[string]any{"status": "error", "ename": "BadRequest", "evalue": why, "traceback": []string{}, "execution_count": nil}
+	for _, step := range []struct {
+		ch      Channel
+		t       MsgType
+		content any
+	}{
+		{IOPub, jupyter.StatusMsg, map[string]string{"execution_state": "busy"}},
+		{IOPub, jupyter.ErrorMsg, failure},
+		{Shell, jupyter.ExecuteReply, reply},
+		{IOPub, jupyter.StatusMsg, map[string]string{"execution_state": "idle"}},
+	} {
+		m, err := jupyter.NewMessage(c.k.m.session, step.t, step.content, req)
+		if err != nil {
+			return
+		}
+		c.answer(step.ch, m)
 	}
 }

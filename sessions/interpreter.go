@@ -282,7 +282,7 @@ func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*Run, error)
 		return nil, errorf(ErrBadRequest, "env applies when a kernel starts: set it when creating the context")
 	}
 	if strings.ContainsRune(req.Code, 0) {
-		return nil, errorf(ErrBadRequest, "code contains a NUL character (U+0000), which a kernel drops without an answer: remove it")
+		return nil, errorf(ErrBadRequest, nulInCode)
 	}
 	if err := checkEnv(req.Env); err != nil {
 		return nil, err
