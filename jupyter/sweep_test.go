@@ -2,6 +2,7 @@ package jupyter
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -171,5 +172,48 @@ func TestSweepKeepsKeptAndLiveOwners(t *testing.T) {
 	}
 	if swept.Dirs != 1 || swept.Processes < 2 {
 		t.Errorf("Sweep reported %+v; want 1 directory and at least 2 processes", swept)
+	}
+}
+
+// Where there are no cgroups a left kernel's processes are found by its
+// process group: once the kernel (the group's leader) has died, its
+// children still in the group are killed.
+func TestKillGroupOfAGoneLeader(t *testing.T) {
+	leader := exec.Command("sh", "-c", "sleep 300 & echo $!; wait")
+	leader.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := leader.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := leader.Start(); err != nil {
+		t.Fatal(err)
+	}
+	start, err := processStart(leader.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var child int
+	if _, err := fmt.Fscan(out, &child); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(child, syscall.SIGKILL) })
+	leader.Process.Kill()
+	leader.Wait()
+
+	if _, err := processStart(child); err != nil {
+		t.Fatalf("the child %d died with its leader: nothing to test", child)
+	}
+	if n := killGroup(leader.Process.Pid, start); n != 1 {
+		t.Errorf("killGroup killed %d processes, want the one child", n)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := processStart(child); err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("child %d of the gone leader still runs", child)
+		}
+		<-time.After(10 * time.Millisecond)
 	}
 }
