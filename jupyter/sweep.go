@@ -21,7 +21,8 @@ import (
 // marked with the gateway process that made it (pid, start time, boot),
 // and Sweep, run when a gateway starts, removes what was made by gateway
 // processes that no longer run. It never touches what a live gateway
-// made, a kernel it is told to keep (one a state store still records), a
+// made (or one in another pid namespace, where its pid says nothing), a
+// kernel it is told to keep (one a state store still records), a
 // detached kernel whose lease runs or whose watchdog lives (orphan.go),
 // nor anything without a mark.
 
@@ -45,6 +46,23 @@ type gatewayID struct {
 	PID    int    `json:"pid"`
 	Start  uint64 `json:"start"`
 	BootID string `json:"boot_id"`
+	// PidNS is the inode of its pid namespace: a pid means something
+	// only in the namespace it was read in (gateways in containers of
+	// their own may share a cgroup hierarchy or a directory).
+	PidNS uint64 `json:"pid_ns"`
+}
+
+// pidNamespace is the inode of this process's pid namespace, or 0.
+func pidNamespace() uint64 {
+	link, err := os.Readlink("/proc/self/ns/pid")
+	if err != nil {
+		return 0
+	}
+	ino, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(link, "pid:["), "]"), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return ino
 }
 
 // thisGateway is the identity of this process; ok is false where it
@@ -55,13 +73,21 @@ var thisGateway = sync.OnceValues(func() (gatewayID, bool) {
 	if err != nil {
 		return gatewayID{}, false
 	}
-	return gatewayID{PID: pid, Start: start, BootID: bootID()}, true
+	ns := pidNamespace()
+	if ns == 0 {
+		return gatewayID{}, false
+	}
+	return gatewayID{PID: pid, Start: start, BootID: bootID(), PidNS: ns}, true
 })
 
-// alive reports whether the gateway process g still runs.
-func (g gatewayID) alive() bool {
+// mayRun reports whether the gateway process g may still run: it does,
+// or it ran in another pid namespace, where this process cannot tell.
+func (g gatewayID) mayRun() bool {
 	if g.BootID != "" && g.BootID != bootID() {
 		return false
+	}
+	if self, _ := thisGateway(); g.PidNS != self.PidNS {
+		return true
 	}
 	start, err := processStart(g.PID)
 	return err == nil && start == g.Start
@@ -69,7 +95,7 @@ func (g gatewayID) alive() bool {
 
 // tag is how g is written into a cgroup's name.
 func (g gatewayID) tag() string {
-	return "g" + strconv.Itoa(g.PID) + "-" + strconv.FormatUint(g.Start, 10)
+	return "g" + strconv.Itoa(g.PID) + "-" + strconv.FormatUint(g.Start, 10) + "-" + strconv.FormatUint(g.PidNS, 10)
 }
 
 // cgroupOwner reads the gateway tag at the end of a kernel cgroup's name
@@ -79,14 +105,15 @@ func cgroupOwner(name string) (g gatewayID, ok bool) {
 	if i < 0 || !strings.HasPrefix(name[i+1:], "g") {
 		return g, false
 	}
-	pid, start, found := strings.Cut(name[i+2:], "-")
-	if !found {
+	f := strings.Split(name[i+2:], "-")
+	if len(f) != 3 {
 		return g, false
 	}
-	var err1, err2 error
-	g.PID, err1 = strconv.Atoi(pid)
-	g.Start, err2 = strconv.ParseUint(start, 10, 64)
-	return g, err1 == nil && err2 == nil && g.PID > 0
+	var err1, err2, err3 error
+	g.PID, err1 = strconv.Atoi(f[0])
+	g.Start, err2 = strconv.ParseUint(f[1], 10, 64)
+	g.PidNS, err3 = strconv.ParseUint(f[2], 10, 64)
+	return g, err1 == nil && err2 == nil && err3 == nil && g.PID > 0
 }
 
 // cgroupKernel is the (cleaned) kernel id in a kernel cgroup's name.
@@ -193,7 +220,7 @@ func (p *LocalProvisioner) Sweep(keep []string) (Swept, error) {
 		if err != nil {
 			continue // unmarked: not known to be left
 		}
-		if rec.Gateway.alive() || kept[rec.KernelID] || watched[dir] || leaseRuns(dir) {
+		if rec.Gateway.mayRun() || kept[rec.KernelID] || watched[dir] || leaseRuns(dir) {
 			for _, c := range rec.Cgroups {
 				protected[c] = true
 			}
@@ -243,7 +270,7 @@ func (p *LocalProvisioner) Sweep(keep []string) (Swept, error) {
 				}
 				continue
 			}
-			if g.alive() || kept[cgroupKernel(e.Name())] || protected[dir] || watched[dir] {
+			if g.mayRun() || kept[cgroupKernel(e.Name())] || protected[dir] || watched[dir] {
 				continue
 			}
 			n, err := removeLeftCgroup(dir)

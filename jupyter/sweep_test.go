@@ -139,7 +139,10 @@ func TestSweepKeepsKeptAndLiveOwners(t *testing.T) {
 	}
 	gone.Process.Kill()
 	gone.Wait()
-	dead := gatewayID{PID: gone.Process.Pid, Start: start, BootID: bootID()}
+	dead := gatewayID{PID: gone.Process.Pid, Start: start, BootID: bootID(), PidNS: self.PidNS}
+	// The same dead gateway seen from another pid namespace.
+	elsewhere := dead
+	elsewhere.PidNS++
 
 	root := t.TempDir()
 	left := leave(t, host, root, "left-1111", dead, true, false)
@@ -147,6 +150,7 @@ func TestSweepKeepsKeptAndLiveOwners(t *testing.T) {
 	kept := leave(t, host, root, "kept-3333", dead, true, false)
 	live := leave(t, host, root, "live-4444", self, true, false)
 	leased := leave(t, host, root, "lease-5555", dead, true, true)
+	foreign := leave(t, host, root, "ns-6666", elsewhere, true, false)
 	unmarked := filepath.Join(root, "kernel-unmarked")
 	if err := os.MkdirAll(filepath.Join(unmarked, "kernel"), 0o700); err != nil {
 		t.Fatal(err)
@@ -162,7 +166,7 @@ func TestSweepKeepsKeptAndLiveOwners(t *testing.T) {
 	if !cgroupOnly.gone(t) {
 		t.Errorf("a dead gateway's cgroup without a directory was not swept")
 	}
-	for name, l := range map[string]*leftKernel{"a kept kernel": kept, "a live gateway's kernel": live, "a detached kernel with a running lease": leased} {
+	for name, l := range map[string]*leftKernel{"a kept kernel": kept, "a live gateway's kernel": live, "a detached kernel with a running lease": leased, "a kernel of another pid namespace": foreign} {
 		if !l.untouched() {
 			t.Errorf("the sweep touched %s", name)
 		}
