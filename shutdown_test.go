@@ -77,22 +77,22 @@ func TestSIGTERMWhileRunStreamsExits(t *testing.T) {
 		t.Errorf("end event %v: want reason lost", end)
 	}
 	for _, pid := range kids {
-		if alive(pid) {
+		if processAlive(pid) {
 			t.Errorf("process %d outlived kernelgate", pid)
 		}
 	}
 }
 
-// alive reports whether pid exists and is not a zombie.
-func alive(pid int) bool {
+// processAlive reports whether pid exists and is not a zombie.
+func processAlive(pid int) bool {
 	if syscall.Kill(pid, 0) != nil {
 		return false
 	}
-	st, err := readStat(pid)
+	st, err := procStat(pid)
 	return err == nil && !strings.Contains(st, ") Z ")
 }
 
-func readStat(pid int) (string, error) {
+func procStat(pid int) (string, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	return string(b), err
 }
@@ -123,19 +123,19 @@ func TestStartAfterCrashRemovesWhatWasLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	dirs, _ := filepath.Glob(filepath.Join(runtime, "kernel-*"))
-	cgroups := cgroupsOf(t, child)
+	cgroups := kernelgateCgroupsOf(t, child)
 	if len(dirs) == 0 {
 		t.Fatalf("no kernel directory in %s", runtime)
 	}
 
 	gw.cmd.Process.Kill()
 	<-gw.done
-	if !alive(child) {
+	if !processAlive(child) {
 		t.Fatalf("the kernel's child %d did not outlive the killed gateway: nothing to test", child)
 	}
 
 	startGateway(t, bin, args...)
-	if !until(20*time.Second, func() bool { return !alive(child) }) {
+	if !pollUntil(20*time.Second, func() bool { return !processAlive(child) }) {
 		t.Errorf("process %d, started by a kernel of the killed gateway, still runs after the next start", child)
 	}
 	for _, p := range append(dirs, cgroups...) {
@@ -145,8 +145,8 @@ func TestStartAfterCrashRemovesWhatWasLeft(t *testing.T) {
 	}
 }
 
-// cgroupsOf lists the cgroup directories kernelgate made that hold pid.
-func cgroupsOf(t *testing.T, pid int) []string {
+// kernelgateCgroupsOf lists the cgroup directories kernelgate made that hold pid.
+func kernelgateCgroupsOf(t *testing.T, pid int) []string {
 	t.Helper()
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
 	if err != nil {
@@ -172,9 +172,9 @@ func cgroupsOf(t *testing.T, pid int) []string {
 	return out
 }
 
-// until polls cond until it holds or d has passed, and reports whether it
+// pollUntil polls cond until it holds or d has passed, and reports whether it
 // held.
-func until(d time.Duration, cond func() bool) bool {
+func pollUntil(d time.Duration, cond func() bool) bool {
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
 	tick := time.NewTicker(20 * time.Millisecond)

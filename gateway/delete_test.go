@@ -36,7 +36,7 @@ func TestDeleteWhoseClientLeavesFinishes(t *testing.T) {
 	}
 	pid := k.PID()
 	kernelDir := filepath.Dir(filepath.Dir(home)) // <runtime>/kernel-*/kernel/home
-	cgroups := kernelCgroups(t, pid)
+	cgroups := cgroupDirsOf(t, pid)
 	if _, err := os.Stat(kernelDir); err != nil {
 		t.Fatalf("kernel directory %s: %v", kernelDir, err)
 	}
@@ -54,15 +54,15 @@ func TestDeleteWhoseClientLeavesFinishes(t *testing.T) {
 	}()
 	// The kernel leaves the list once its deletion has begun: then the
 	// client goes away.
-	waitFor(t, 30*time.Second, "the kernel to leave the list", func() bool {
+	pollUntil(t, 30*time.Second, "the kernel to leave the list", func() bool {
 		status, _ := g.do("GET", "/api/kernels/"+model.ID, nil)
 		return status == http.StatusNotFound
 	})
 	cancel()
 	<-sent
 
-	waitFor(t, 30*time.Second, "the kernel process to end", func() bool { return syscall.Kill(pid, 0) != nil })
-	waitFor(t, 30*time.Second, "the kernel's directory and cgroups to be removed", func() bool {
+	pollUntil(t, 30*time.Second, "the kernel process to end", func() bool { return syscall.Kill(pid, 0) != nil })
+	pollUntil(t, 30*time.Second, "the kernel's directory and cgroups to be removed", func() bool {
 		for _, dir := range append(cgroups, kernelDir) {
 			if _, err := os.Stat(dir); err == nil {
 				return false
@@ -86,9 +86,9 @@ func TestDeleteWhoseClientLeavesFinishes(t *testing.T) {
 	}
 }
 
-// kernelCgroups lists the cgroup directories kernelgate made for process
+// cgroupDirsOf lists the cgroup directories kernelgate made for process
 // pid (none where cgroups are unavailable).
-func kernelCgroups(t *testing.T, pid int) []string {
+func cgroupDirsOf(t *testing.T, pid int) []string {
 	t.Helper()
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
 	if err != nil {
@@ -119,8 +119,8 @@ func kernelCgroups(t *testing.T, pid int) []string {
 	return out
 }
 
-// waitFor polls cond until it holds, failing the test after d.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+// pollUntil polls cond until it holds, failing the test after d.
+func pollUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()

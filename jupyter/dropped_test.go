@@ -105,7 +105,7 @@ x = 41`
 	if err != nil {
 		t.Fatal(err)
 	}
-	reply, err := c.Wait(testContext(t, 30*time.Second))
+	reply, err := c.Wait(deadlineContext(t, 30*time.Second))
 	if err != nil {
 		t.Fatalf("a late reply: %v", err)
 	}
@@ -119,7 +119,7 @@ x = 41`
 	}
 }
 
-func testContext(t *testing.T, d time.Duration) context.Context {
+func deadlineContext(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
