@@ -121,8 +121,25 @@ type readLimits struct {
 	// keep, when set, is what is kept of an output message larger than
 	// it: the message is cut as it is read (see readCut) and its
 	// signature checked with signer as its bytes pass.
-	keep   uint64
-	signer *Signer
+	keep        uint64
+	keepResults uint64 // keep for display_data and execute_result, when set
+	signer      *Signer
+}
+
+// keepOf is what is kept of an output message of type typ.
+func (l *readLimits) keepOf(typ MsgType) uint64 {
+	if typ != StreamMsg && l.keepResults > 0 {
+		return l.keepResults
+	}
+	return l.keep
+}
+
+// cutAbove is the size over which an output message may be cut.
+func (l *readLimits) cutAbove() uint64 {
+	if l.keepResults > 0 {
+		return min(l.keep, l.keepResults)
+	}
+	return l.keep
 }
 
 // fill puts the defaults in place of unset limits.
@@ -297,7 +314,7 @@ func (s *socket) readMessage() (frames [][]byte, command bool, cut *cutInfo, err
 		}
 		total += size
 		over := total > s.lim.message || total < size || len(frames) >= s.lim.frames
-		if s.lim.keep > 0 && flag&flagCommand == 0 && (over || total > s.lim.keep) {
+		if s.lim.keep > 0 && flag&flagCommand == 0 && (over || total > s.lim.cutAbove()) {
 			if t := cuttable(frames); t != "" {
 				cut, err := s.readCut(frames, t, flag, size)
 				return cut.frames, false, cut, err

@@ -85,6 +85,7 @@ func (s *socket) readCut(frames [][]byte, typ MsgType, flag byte, size uint64) (
 			h.Write(p)
 		}
 	}
+	keep := s.lim.keepOf(typ)
 	var kept uint64
 	for _, f := range frames {
 		kept += uint64(len(f))
@@ -93,7 +94,7 @@ func (s *socket) readCut(frames [][]byte, typ MsgType, flag byte, size uint64) (
 	for {
 		switch {
 		case len(frames) == d+5: // the content
-			budget := s.lim.keep - min(kept, s.lim.keep)
+			budget := keep - min(kept, keep)
 			content, dropped, err := s.cutContent(size, budget, typ, h)
 			if err != nil {
 				return c, err
@@ -101,7 +102,7 @@ func (s *socket) readCut(frames [][]byte, typ MsgType, flag byte, size uint64) (
 			frames = append(frames, content)
 			kept += uint64(len(content))
 			c.dropped += dropped
-		case size <= s.lim.keep && kept <= s.lim.keep-size && len(frames) < s.lim.frames: // a buffer that fits
+		case size <= keep && kept <= keep-size && len(frames) < s.lim.frames: // a buffer that fits
 			body := make([]byte, size)
 			if _, err := io.ReadFull(s.conn, body); err != nil {
 				return c, err

@@ -74,6 +74,9 @@ type Config struct {
 	// and its content cut to a head and a tail with a marker between them
 	// (Message.Cut says how many bytes were dropped). The kernel is kept.
 	KeepOutput int64
+	// KeepResults, when set, is KeepOutput for display_data and
+	// execute_result.
+	KeepResults int64
 }
 
 // Handler receives the messages that answer one request. It is called from
