@@ -755,7 +755,7 @@ func (k *Kernel) lost(ch Channel, err error) {
 	}
 	k.log.Debug("kernel socket closed", "channel", ch.String(), "err", err)
 	if errors.Is(err, ErrMessageTooLarge) {
-		k.log.Warn("stopping a kernel that sent a frame over the limit", "err", err)
+		k.log.Warn("stopping a kernel that sent a message over the limit", "err", err)
 		k.die(&DiedError{Status: "stopped by kernelgate", Reason: err.Error(), Output: k.proc.Output()})
 		return
 	}
