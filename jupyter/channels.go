@@ -303,7 +303,7 @@ func (s *socket) readFrameHeader() (flag byte, size uint64, err error) {
 // readMessage reads the frames of one message. A message over the limits
 // (its frames together, their number) is refused before the frame past
 // them is allocated, unless it is output (stream, display_data,
-// execute_result) that can be cut: that one is read on as it arrives,
+// update_display_data, execute_result) that can be cut: that one is read on as it arrives,
 // keeping what lim.keep allows (readCut).
 func (s *socket) readMessage() (frames [][]byte, command bool, cut *cutInfo, err error) {
 	var total uint64

@@ -52,7 +52,7 @@ func cuttable(frames [][]byte) MsgType {
 		return ""
 	}
 	switch h.MsgType {
-	case StreamMsg, DisplayData, ExecuteResult:
+	case StreamMsg, DisplayData, UpdateDisplayData, ExecuteResult:
 		return h.MsgType
 	}
 	return ""

@@ -68,14 +68,15 @@ type Config struct {
 	// output is taken for broken and stopped.
 	MaxFrame  int64
 	MaxFrames int
-	// KeepOutput, when set, is what is kept of an output message (stream,
-	// display_data, execute_result) larger than it, whatever its size:
-	// it is read as it arrives, its signature checked as its bytes pass,
-	// and its content cut to a head and a tail with a marker between them
-	// (Message.Cut says how many bytes were dropped). The kernel is kept.
+	// KeepOutput, when set, is what is kept of an output message
+	// (stream, display_data, update_display_data, execute_result) larger
+	// than it, whatever its size: it is read as it arrives, its signature
+	// checked as its bytes pass, and its content cut to a head and a tail
+	// with a marker between them (Message.Cut says how many bytes were
+	// dropped). The kernel is kept.
 	KeepOutput int64
-	// KeepResults, when set, is KeepOutput for display_data and
-	// execute_result.
+	// KeepResults, when set, is KeepOutput for the output other than
+	// stream.
 	KeepResults int64
 }
 

@@ -304,6 +304,10 @@ func (b *builder) message(ch jupyter.Channel, m *jupyter.Message) {
 		b.exec.Results = append(b.exec.Results, r)
 		b.emit("result", r)
 	case jupyter.UpdateDisplayData:
+		if m.Cut > 0 {
+			b.droppedData += int(m.Cut)
+			b.noteTruncation()
+		}
 		var c displayContent
 		if m.DecodeContent(&c) != nil || c.Transient.DisplayID == "" {
 			return
