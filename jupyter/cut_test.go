@@ -316,3 +316,42 @@ func TestCutMessageSignatureCoversDroppedBytes(t *testing.T) {
 		}
 	}
 }
+
+// Deno's kernel writes its JSON compactly and in its own order: its
+// oversized output is cut the same way.
+func TestOversizedDenoOutputIsCut(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	k, err := Start(ctx, &LocalProvisioner{RuntimeDir: t.TempDir()}, Config{Spec: testkernels.Spec(t, "deno"), MaxFrame: 16 << 20, KeepOutput: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Shutdown(context.Background())
+	if _, err := k.Execute(ctx, "globalThis.survivor = 5", nil); err != nil {
+		t.Fatal(err)
+	}
+	c := newCollector()
+	if _, err := k.Execute(ctx, "console.log('start' + 'y'.repeat(50_000_000) + 'end')", c.handle); err != nil {
+		t.Fatal(err)
+	}
+	// Deno may publish its output after its idle status.
+	deadline := time.After(30 * time.Second)
+	for len(c.ofType(StreamMsg)) == 0 {
+		select {
+		case <-c.more:
+		case <-deadline:
+			t.Fatal("no stream message")
+		}
+	}
+	text, cut := streamText(t, c)
+	if !strings.HasPrefix(text, "startyyy") || !strings.HasSuffix(text, "yyyend\n") || !strings.Contains(text, TruncationMarker(cut)) || cut < 48_000_000 {
+		t.Fatalf("kept %d bytes, cut %d: %.20q … %q", len(text), cut, text, text[max(0, len(text)-20):])
+	}
+	c = newCollector()
+	if _, err := k.Execute(ctx, "console.log(survivor)", c.handle); err != nil {
+		t.Fatal(err)
+	}
+	if text, _ := streamText(t, c); text != "5\n" {
+		t.Fatalf("state after the big output: %q", text)
+	}
+}
