@@ -110,7 +110,7 @@ func (s *socket) readCut(frames [][]byte, typ MsgType, flag byte, size uint64) (
 			frames = append(frames, body)
 			kept += size
 		default: // a buffer that does not
-			if scratch == nil {
+			if uint64(len(scratch)) < min(size, cutScratch) {
 				scratch = make([]byte, min(size, cutScratch))
 			}
 			if err := s.discard(size, scratch, nil); err != nil {
@@ -166,6 +166,7 @@ func (s *socket) cutContent(size, budget uint64, typ MsgType, h hash.Hash) ([]by
 			h.Write(b)
 		}
 	}
+	budget = max(budget, minCutContent)
 	if size <= budget {
 		body := make([]byte, size)
 		if _, err := io.ReadFull(s.conn, body); err != nil {
@@ -174,7 +175,6 @@ func (s *socket) cutContent(size, budget uint64, typ MsgType, h hash.Hash) ([]by
 		write(body)
 		return body, 0, nil
 	}
-	budget = max(budget, minCutContent)
 	head := budget / 2
 	tail := budget - head
 	out := make([]byte, head+markerRoom+tail)

@@ -355,3 +355,14 @@ func TestOversizedDenoOutputIsCut(t *testing.T) {
 		t.Fatalf("state after the big output: %q", text)
 	}
 }
+
+// A content a little over a budget below the least cut is kept whole: the
+// cut never reads past the frame.
+func TestCutContentSmallBudget(t *testing.T) {
+	content := []byte(`{"name": "stdout", "text": "` + strings.Repeat("y", 3000) + `"}`)
+	s := &socket{conn: fakeConn{bytes.NewReader(append(bytes.Clone(content), "next"...))}}
+	got, dropped, err := s.cutContent(uint64(len(content)), 100, StreamMsg, nil)
+	if err != nil || dropped != 0 || !bytes.Equal(got, content) {
+		t.Fatalf("kept %d of %d bytes, dropped %d, err %v", len(got), len(content), dropped, err)
+	}
+}
