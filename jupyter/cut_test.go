@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -364,5 +365,29 @@ func TestCutContentSmallBudget(t *testing.T) {
 	got, dropped, err := s.cutContent(uint64(len(content)), 100, StreamMsg, nil)
 	if err != nil || dropped != 0 || !bytes.Equal(got, content) {
 		t.Fatalf("kept %d of %d bytes, dropped %d, err %v", len(got), len(content), dropped, err)
+	}
+}
+
+// Buffers past the limit are dropped, an empty frame kept in their place,
+// whatever their order.
+func TestCutDropsBuffersPastTheLimit(t *testing.T) {
+	signer, _ := NewSigner("hmac-sha256", []byte("key"), 0)
+	m, _ := NewMessage("s", DisplayData, map[string]any{"data": map[string]string{"text/plain": "x"}, "metadata": map[string]any{}}, nil)
+	m.Buffers = [][]byte{{}, bytes.Repeat([]byte{1}, 100<<10), {2}, bytes.Repeat([]byte{3}, 10<<10)}
+	s := &socket{conn: fakeConn{bytes.NewReader(zmtpMessage(Encode(m, signer)))}, lim: readLimits{keep: 64 << 10, signer: signer}.fill()}
+	frames, cut, err := s.recvCut()
+	if err != nil || cut == nil {
+		t.Fatalf("cut %v, err %v", cut, err)
+	}
+	got, err := decodeCut(frames, cut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sizes := []int{}
+	for _, b := range got.Buffers {
+		sizes = append(sizes, len(b))
+	}
+	if fmt.Sprint(sizes) != "[0 0 1 10240]" || got.Cut != 100<<10 {
+		t.Fatalf("buffers %v, cut %d", sizes, got.Cut)
 	}
 }
