@@ -153,7 +153,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("kernel-pids")
 	fs.Uint64Var(&c.KernelNoFile, "kernel-nofile", 4096, "open files per kernel process (RLIMIT_NOFILE); 0 leaves it as inherited")
 	add("kernel-nofile")
-	fs.StringVar(&c.MaxKernelFrame, "max-kernel-message", "256MiB", "largest message frame a kernel may send; a kernel sending more is stopped")
+	fs.StringVar(&c.MaxKernelFrame, "max-kernel-message", "256MiB", "largest message a kernel may send, all its frames together; larger output is cut to the run's limits, a kernel sending any other larger message is stopped")
 	add("max-kernel-message")
 	fs.StringVar(&c.WorkspaceRoot, "workspace-root", "", "directory holding each context's workspace (its kernel's working directory, its files and packages) and every working directory a Jupyter client chooses; empty: a temporary directory removed at exit")
 	add("workspace-root")

@@ -34,10 +34,7 @@ type channels struct {
 // execute_request), a SUB for iopub subscribed to everything and a REQ for
 // the heartbeat. It returns once every socket is connected or ctx ends;
 // closing the channels is the only way to stop them after that.
-func dialChannels(ctx context.Context, ci *ConnInfo, identity string, maxFrame int64) (*channels, error) {
-	if maxFrame <= 0 {
-		maxFrame = DefaultMaxFrame
-	}
+func dialChannels(ctx context.Context, ci *ConnInfo, identity string, lim readLimits) (*channels, error) {
 	ch := &channels{}
 	// iopub first, so the subscription is in place before the first request.
 	dials := []struct {
@@ -53,7 +50,7 @@ func dialChannels(ctx context.Context, ci *ConnInfo, identity string, maxFrame i
 		{&ch.hb, Heartbeat, zmq4.Req, ""},
 	}
 	for _, d := range dials {
-		s, err := dialSocket(ctx, ci.Endpoint(d.ch), d.typ, d.id, uint64(maxFrame))
+		s, err := dialSocket(ctx, ci.Endpoint(d.ch), d.typ, d.id, lim)
 		if err != nil {
 			ch.close()
 			if ctx.Err() != nil {
@@ -112,12 +109,55 @@ type socket struct {
 	bufs net.Buffers // its headers and frames, for one writev
 
 	rhdr [9]byte
+	lim  readLimits
+}
+
+// readLimits bound what a socket reads of one message.
+type readLimits struct {
+	// message bounds all frames of a message together, frames their
+	// number.
+	message uint64
+	frames  int
+	// keep, when set, is what is kept of an output message larger than
+	// it: the message is cut as it is read (see readCut) and its
+	// signature checked with signer as its bytes pass.
+	keep        uint64
+	keepResults uint64 // keep for display_data and execute_result, when set
+	signer      *Signer
+}
+
+// keepOf is what is kept of an output message of type typ.
+func (l *readLimits) keepOf(typ MsgType) uint64 {
+	if typ != StreamMsg && l.keepResults > 0 {
+		return l.keepResults
+	}
+	return l.keep
+}
+
+// cutAbove is the size over which an output message may be cut.
+func (l *readLimits) cutAbove() uint64 {
+	if l.keepResults > 0 {
+		return min(l.keep, l.keepResults)
+	}
+	return l.keep
+}
+
+// fill puts the defaults in place of unset limits.
+func (l readLimits) fill() readLimits {
+	if l.message == 0 {
+		l.message = DefaultMaxFrame
+	}
+	if l.frames <= 0 {
+		l.frames = DefaultMaxFrames
+	}
+	return l
 }
 
 // dialSocket dials endpoint until it accepts a connection or ctx ends,
 // then opens a ZMTP connection of type typ and identity id over it. Every
-// frame read is refused over max bytes before it is allocated.
-func dialSocket(ctx context.Context, endpoint string, typ zmq4.SocketType, id string, max uint64) (*socket, error) {
+// message read is bounded by lim before it is allocated.
+func dialSocket(ctx context.Context, endpoint string, typ zmq4.SocketType, id string, lim readLimits) (*socket, error) {
+	lim = lim.fill()
 	network, addr, ok := strings.Cut(endpoint, "://")
 	if !ok {
 		return nil, fmt.Errorf("jupyter: bad endpoint %q", endpoint)
@@ -149,7 +189,7 @@ func dialSocket(ctx context.Context, endpoint string, typ zmq4.SocketType, id st
 		nc.Close()
 		return nil, fmt.Errorf("jupyter: %s connection of type %T", network, nc)
 	}
-	conn := limitConn(raw, max)
+	conn := limitConn(raw, lim.message)
 	// The handshake reads from the kernel: closing the connection is what
 	// stops it when ctx ends first.
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
@@ -161,7 +201,8 @@ func dialSocket(ctx context.Context, endpoint string, typ zmq4.SocketType, id st
 		}
 		return nil, err
 	}
-	return &socket{conn: conn, raw: raw, req: typ == zmq4.Req}, nil
+	conn.(*limitedConn).opened()
+	return &socket{conn: conn, raw: raw, req: typ == zmq4.Req, lim: lim}, nil
 }
 
 // ZMTP 3.0 frame flags.
@@ -216,47 +257,81 @@ func appendFrameHeader(hdr []byte, flag byte, size int) []byte {
 // recv reads the next message. A PING command is answered; other commands
 // are skipped.
 func (s *socket) recv() ([][]byte, error) {
+	frames, _, err := s.recvCut()
+	return frames, err
+}
+
+// recvCut is recv that also says what was cut of an oversized output
+// message: nil when the message came whole, or the cut, whose frames carry
+// the kept part and whose signature was checked as the bytes passed.
+func (s *socket) recvCut() ([][]byte, *cutInfo, error) {
 	for {
-		frames, command, err := s.readMessage()
+		frames, command, cut, err := s.readMessage()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if command {
 			if err := s.command(frames[0]); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			continue
 		}
 		if s.req && len(frames) > 1 && len(frames[0]) == 0 {
 			frames = frames[1:]
 		}
-		return frames, nil
+		return frames, cut, nil
 	}
 }
 
-func (s *socket) readMessage() (frames [][]byte, command bool, err error) {
+// readFrameHeader reads a frame's flags and size.
+func (s *socket) readFrameHeader() (flag byte, size uint64, err error) {
+	h := s.rhdr[:2]
+	if _, err := io.ReadFull(s.conn, h); err != nil {
+		return 0, 0, err
+	}
+	flag, size = h[0], uint64(h[1])
+	if flag&flagLong != 0 {
+		// An 8-byte size: its first byte is h[1].
+		if _, err := io.ReadFull(s.conn, s.rhdr[2:9]); err != nil {
+			return 0, 0, err
+		}
+		size = binary.BigEndian.Uint64(s.rhdr[1:9])
+	}
+	return flag, size, nil
+}
+
+// readMessage reads the frames of one message. A message over the limits
+// (its frames together, their number) is refused before the frame past
+// them is allocated, unless it is output (stream, display_data,
+// update_display_data, execute_result) that can be cut: that one is read on as it arrives,
+// keeping what lim.keep allows (readCut).
+func (s *socket) readMessage() (frames [][]byte, command bool, cut *cutInfo, err error) {
+	var total uint64
 	for {
-		h := s.rhdr[:2]
-		if _, err := io.ReadFull(s.conn, h); err != nil {
-			return nil, false, err
+		flag, size, err := s.readFrameHeader()
+		if err != nil {
+			return nil, false, nil, err
 		}
-		flag, size := h[0], uint64(h[1])
-		if flag&flagLong != 0 {
-			// An 8-byte size: its first byte is h[1].
-			if _, err := io.ReadFull(s.conn, s.rhdr[2:9]); err != nil {
-				return nil, false, err
+		total += size
+		over := total > s.lim.message || total < size || len(frames) >= s.lim.frames
+		if s.lim.keep > 0 && flag&flagCommand == 0 && (over || total > s.lim.cutAbove()) {
+			if t := cuttable(frames); t != "" {
+				cut, err := s.readCut(frames, t, flag, size)
+				return cut.frames, false, cut, err
 			}
-			size = binary.BigEndian.Uint64(s.rhdr[1:9])
 		}
-		// The frame limiter refused a size over the limit already.
+		if over {
+			return nil, false, nil, fmt.Errorf("%w: more than %d bytes or %d frames, the limits are %d bytes and %d frames",
+				ErrMessageTooLarge, total-size, len(frames), s.lim.message, s.lim.frames)
+		}
 		body := make([]byte, size)
 		if _, err := io.ReadFull(s.conn, body); err != nil {
-			return nil, false, err
+			return nil, false, nil, err
 		}
 		frames = append(frames, body)
 		command = command || flag&flagCommand != 0
 		if flag&flagMore == 0 || flag&flagCommand != 0 {
-			return frames, command, nil
+			return frames, command, nil, nil
 		}
 	}
 }

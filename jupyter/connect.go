@@ -98,7 +98,8 @@ func attach(ctx context.Context, p Provisioner, proc Process, cfg Config, logger
 		case <-dialing:
 		}
 	}()
-	k.ch, err = dialChannels(k.ctx, &ci, k.session, cfg.MaxFrame)
+	k.ch, err = dialChannels(k.ctx, &ci, k.session, readLimits{
+		message: uint64(max(cfg.MaxFrame, 0)), frames: cfg.MaxFrames, keep: uint64(max(cfg.KeepOutput, 0)), keepResults: uint64(max(cfg.KeepResults, 0)), signer: signer})
 	close(dialing)
 	if err != nil {
 		return nil, fail(ctx, err)

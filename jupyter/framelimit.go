@@ -8,17 +8,27 @@ import (
 	"net"
 )
 
-// ErrMessageTooLarge: a kernel announced a frame over the size limit. A
-// frame is allocated whole as soon as its size is read, so a kernel (or
-// code in it) could otherwise make the gateway allocate any amount.
-var ErrMessageTooLarge = errors.New("jupyter: kernel sent a frame over the size limit")
+// ErrMessageTooLarge: a kernel sent a message over the size limits (all
+// its frames together, or too many frames), other than output, which is
+// cut instead (see Config.KeepOutput). A frame is allocated whole as soon
+// as its size is read, so a kernel (or code in it) could otherwise make
+// the gateway allocate any amount.
+var ErrMessageTooLarge = errors.New("jupyter: kernel sent a message over the size limit")
 
-// DefaultMaxFrame bounds a frame from a kernel when Config names no limit.
+// DefaultMaxFrame bounds a message from a kernel, all its frames
+// together, when Config names no limit.
 const DefaultMaxFrame = 256 << 20
 
+// DefaultMaxFrames bounds the frames of one message from a kernel when
+// Config names no limit: identities, delimiter, signature, four parts and
+// the buffers.
+const DefaultMaxFrames = 1024
+
 // limitConn wraps a kernel connection with a reader that follows the ZMTP
-// framing as it passes (the greeting and handshake included) and refuses a
-// frame over max bytes before anything allocates it.
+// framing as it passes during the handshake (zmq4 reads it and allocates
+// what it reads) and refuses a frame over max bytes before anything
+// allocates it. Once the connection is open (opened), the socket reads the
+// frames itself and bounds them (socket.readMessage).
 func limitConn(c net.Conn, max uint64) net.Conn {
 	return &limitedConn{Conn: c, frameLimiter: frameLimiter{max: max, greeting: zmtpGreeting, br: bufio.NewReaderSize(c, readBuffer)}}
 }
@@ -34,11 +44,15 @@ type limitedConn struct {
 
 func (c *limitedConn) Read(p []byte) (int, error) { return c.read(c.Conn, p) }
 
+// opened ends the scan: the handshake is over.
+func (c *limitedConn) opened() { c.open = true }
+
 // frameLimiter follows the ZMTP framing of what is read: after the
 // greeting, frames of a flags byte, a 1- or 8-byte size and a body.
 type frameLimiter struct {
 	max      uint64
 	greeting int
+	open     bool // past the handshake: reads are no longer scanned
 
 	inHeader bool // reading a frame's size
 	size     [8]byte
@@ -62,6 +76,9 @@ func (c *frameLimiter) read(conn net.Conn, p []byte) (int, error) {
 		return 0, c.err
 	}
 	n, err := c.br.Read(p)
+	if c.open {
+		return n, err
+	}
 	if serr := c.scan(p[:n]); serr != nil {
 		c.err = serr
 		conn.Close()

@@ -2,15 +2,10 @@ package jupyter
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"errors"
 	"net"
-	"strings"
 	"testing"
-	"time"
-
-	"kernelgate/internal/testkernels"
 )
 
 // zmtpStream is a greeting followed by frames of the given sizes.
@@ -58,27 +53,4 @@ func TestFrameLimit(t *testing.T) {
 		t.Errorf("err = %v", err)
 	}
 	var _ net.Conn = (*limitedConn)(nil)
-}
-
-func TestKernelOverTheFrameLimitIsStopped(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	k, err := Start(ctx, &LocalProvisioner{RuntimeDir: t.TempDir()}, Config{Spec: testkernels.Spec(t, "python3"), MaxFrame: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Shutdown(context.Background())
-	if _, err := k.Execute(ctx, "print('small')", nil); err != nil {
-		t.Fatal(err)
-	}
-	_, err = k.Execute(ctx, "print('x' * (2 << 20))", nil)
-	var died *DiedError
-	if !errors.As(err, &died) || !strings.Contains(died.Reason, "over the size limit") {
-		t.Fatalf("err = %v, want a death over the frame limit", err)
-	}
-	select {
-	case <-k.Done():
-	case <-ctx.Done():
-		t.Fatal("kernel not stopped")
-	}
 }

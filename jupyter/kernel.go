@@ -70,9 +70,22 @@ type Config struct {
 	// IOPub, when set, is subscribed before the kernel is dialled, so it
 	// sees every iopub message of the process, those of start-up included.
 	IOPub func(*Message)
-	// MaxFrame bounds one frame the kernel sends (0: DefaultMaxFrame); a
-	// kernel that sends a larger one is taken for broken and stopped.
-	MaxFrame int64
+	// MaxFrame bounds one message the kernel sends, all its frames
+	// together (0: DefaultMaxFrame), and MaxFrames their number (0:
+	// DefaultMaxFrames). A kernel that sends a larger message other than
+	// output is taken for broken and stopped.
+	MaxFrame  int64
+	MaxFrames int
+	// KeepOutput, when set, is what is kept of an output message
+	// (stream, display_data, update_display_data, execute_result) larger
+	// than it, whatever its size: it is read as it arrives, its signature
+	// checked as its bytes pass, and its content cut to a head and a tail
+	// with a marker between them (Message.Cut says how many bytes were
+	// dropped). The kernel is kept.
+	KeepOutput int64
+	// KeepResults, when set, is KeepOutput for the output other than
+	// stream.
+	KeepResults int64
 }
 
 // Handler receives the messages that answer one request. It is called from
@@ -637,12 +650,17 @@ func (k *Kernel) Restart(ctx context.Context) (*Kernel, error) {
 func (k *Kernel) read(ch Channel, s *socket) {
 	defer k.wg.Done()
 	for {
-		frames, err := s.recv()
+		frames, cut, err := s.recvCut()
 		if err != nil {
 			k.lost(ch, err)
 			return
 		}
-		m, err := Decode(frames, k.signer)
+		var m *Message
+		if cut != nil {
+			m, err = decodeCut(frames, cut)
+		} else {
+			m, err = Decode(frames, k.signer)
+		}
 		if err != nil {
 			k.log.Warn("dropped a message from the kernel", "channel", ch.String(), "err", err)
 			continue
@@ -842,7 +860,7 @@ func (k *Kernel) lost(ch Channel, err error) {
 	}
 	k.log.Debug("kernel socket closed", "channel", ch.String(), "err", err)
 	if errors.Is(err, ErrMessageTooLarge) {
-		k.log.Warn("stopping a kernel that sent a frame over the limit", "err", err)
+		k.log.Warn("stopping a kernel that sent a message over the limit", "err", err)
 		k.die(&DiedError{Status: "stopped by kernelgate", Reason: err.Error(), Output: k.proc.Output()})
 		return
 	}

@@ -121,6 +121,11 @@ type Message struct {
 	RawContent  []byte
 	Buffers     [][]byte
 
+	// Cut is how many bytes of the kernel's message were dropped as it
+	// was read: output over Config.KeepOutput keeps its head and tail
+	// with a marker between them in its content, or only the marker.
+	Cut int64
+
 	// state is a status message's execution_state, read once by Decode:
 	// the kernel client and the sessions above both look at it.
 	state ExecutionState

@@ -100,7 +100,22 @@ func (s *Signer) Verify(sig []byte, parts *[4][]byte) error {
 	if !s.Signed() {
 		return nil
 	}
-	want := s.digest(parts)
+	return s.check(sig, s.digest(parts))
+}
+
+// hasher returns a fresh HMAC of the connection's key, for a message whose
+// parts are hashed as they are read (check then verifies it); nil when
+// unsigned.
+func (s *Signer) hasher() hash.Hash {
+	if !s.Signed() {
+		return nil
+	}
+	return hmac.New(s.newHash, s.key)
+}
+
+// check verifies sig against the digest want of a message's parts and
+// rejects a signature seen before.
+func (s *Signer) check(sig, want []byte) error {
 	if len(sig) != hex.EncodedLen(len(want)) {
 		return ErrInvalidSignature
 	}

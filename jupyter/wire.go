@@ -17,7 +17,10 @@ const MaxIdentities = 64
 //
 // verifying the signature with s. Frames are not copied: the message
 // refers to them. Malformed input is an error, never a panic.
-func Decode(frames [][]byte, s *Signer) (*Message, error) {
+func Decode(frames [][]byte, s *Signer) (*Message, error) { return decode(frames, s) }
+
+// decode is Decode; a nil s checks no signature.
+func decode(frames [][]byte, s *Signer) (*Message, error) {
 	i := 0
 	for ; i < len(frames) && !bytes.Equal(frames[i], delimiter); i++ {
 		if i >= MaxIdentities {
@@ -31,8 +34,10 @@ func Decode(frames [][]byte, s *Signer) (*Message, error) {
 		return nil, fmt.Errorf("%w: %d frames after the delimiter, want at least 5", ErrMalformed, len(frames)-i-1)
 	}
 	parts := [4][]byte{frames[i+2], frames[i+3], frames[i+4], frames[i+5]}
-	if err := s.Verify(frames[i+1], &parts); err != nil {
-		return nil, err
+	if s != nil {
+		if err := s.Verify(frames[i+1], &parts); err != nil {
+			return nil, err
+		}
 	}
 	m := &Message{
 		RawHeader:   parts[0],
@@ -55,6 +60,20 @@ func Decode(frames [][]byte, s *Signer) (*Message, error) {
 	if m.Header.MsgType == StatusMsg {
 		m.state = readState(m.RawContent)
 	}
+	return m, nil
+}
+
+// decodeCut parses the frames of a message readCut cut, whose signature
+// it checked as the bytes passed.
+func decodeCut(frames [][]byte, cut *cutInfo) (*Message, error) {
+	if cut.err != nil {
+		return nil, cut.err
+	}
+	m, err := decode(frames, nil)
+	if err != nil {
+		return nil, err
+	}
+	m.Cut = cut.dropped
 	return m, nil
 }
 

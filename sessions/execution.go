@@ -2,9 +2,9 @@ package sessions
 
 import (
 	"encoding/json"
-	"fmt"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 
 	"kernelgate/jupyter"
 )
@@ -175,18 +175,39 @@ type builder struct {
 	limits Limits
 	emit   func(typ string, payload any)
 
-	logBytes, resultBytes   int
-	droppedLog, droppedData int
-	clearPending            bool
-	sawMain                 bool
-	started                 bool   // the code was sent to the kernel
-	replyStatus             string // of the execute_reply, once it came
+	resultBytes int
+	droppedData int
+	// The logs keep a head and a tail within LogBytes: the head takes
+	// output as it comes, up to half the limit, and is streamed live;
+	// past it the newest output is kept in tail (tail[tailStart:]), within
+	// the rest of the limit, and streamed when the run ends, after a
+	// marker saying how many bytes were dropped from each stream.
+	headBytes, tailBytes int
+	headClosed           bool
+	tail                 []logChunk
+	tailStart            int
+	droppedLog           [2]int // stdout, stderr
+	clearPending         bool
+	sawMain              bool
+	started              bool   // the code was sent to the kernel
+	replyStatus          string // of the execute_reply, once it came
 	// replyError is the error an execute_reply reported, kept until the
 	// run ends: the kernel's error message, richer, may come after it.
 	replyError *errorContent
 }
 
-func (b *builder) truncatedNow() bool { return b.droppedLog > 0 || b.droppedData > 0 }
+// logChunk is a piece of a stream's text.
+type logChunk struct {
+	name string
+	text string
+}
+
+func streamIndex(name string) int {
+	if name == "stderr" {
+		return 1
+	}
+	return 0
+}
 
 // applyClear performs a clear_output that waited for the next output.
 func (b *builder) applyClear() {
@@ -199,7 +220,9 @@ func (b *builder) applyClear() {
 func (b *builder) clear() {
 	b.exec.Logs = Logs{Stdout: []string{}, Stderr: []string{}}
 	b.exec.Results = []*Result{}
-	b.logBytes, b.resultBytes = 0, 0
+	b.headBytes, b.tailBytes, b.resultBytes = 0, 0, 0
+	b.headClosed, b.tail, b.tailStart = false, nil, 0
+	b.droppedLog = [2]int{}
 }
 
 type streamContent struct {
@@ -226,24 +249,29 @@ type errorContent struct {
 func (b *builder) message(ch jupyter.Channel, m *jupyter.Message) {
 	switch m.Type() {
 	case jupyter.StreamMsg:
-		room := b.limits.LogBytes - b.logBytes
-		if len(m.RawContent) > room+64<<10 {
-			// Far past the limit: read only what is kept.
-			if name, prefix, total, ok := streamPrefix(m.RawContent, max(room, 0)); ok {
-				b.applyClear()
-				b.stream(name, prefix)
-				b.droppedLog += total - len(prefix)
-				b.noteTruncation()
-				return
-			}
-		}
 		var c streamContent
 		if m.DecodeContent(&c) != nil || (c.Name != "stdout" && c.Name != "stderr") {
 			return
 		}
 		b.applyClear()
-		b.stream(c.Name, c.Text)
+		if m.Cut == 0 {
+			b.stream(c.Name, c.Text)
+			return
+		}
+		// Cut as it was read: its head, the marker, its tail; or the
+		// marker alone.
+		head, tail, _ := strings.Cut(c.Text, jupyter.TruncationMarker(m.Cut))
+		if head == c.Text {
+			tail = ""
+		}
+		b.stream(c.Name, head)
+		b.dropLog(c.Name, int(m.Cut))
+		b.stream(c.Name, tail)
 	case jupyter.DisplayData, jupyter.ExecuteResult:
+		if m.Cut > 0 {
+			b.droppedData += int(m.Cut)
+			b.noteTruncation()
+		}
 		if b.resultBytes+len(m.RawContent) > b.limits.ResultBytes+64<<10 {
 			// Past the limit whatever it holds: drop it undecoded.
 			b.applyClear()
@@ -276,6 +304,10 @@ func (b *builder) message(ch jupyter.Channel, m *jupyter.Message) {
 		b.exec.Results = append(b.exec.Results, r)
 		b.emit("result", r)
 	case jupyter.UpdateDisplayData:
+		if m.Cut > 0 {
+			b.droppedData += int(m.Cut)
+			b.noteTruncation()
+		}
 		var c displayContent
 		if m.DecodeContent(&c) != nil || c.Transient.DisplayID == "" {
 			return
@@ -377,20 +409,29 @@ func (b *builder) reply(m *jupyter.Message) {
 	}
 }
 
-// stream appends text to a log, within the limit.
+// stream adds text to a log: to the head while it has room, else to the
+// tail.
 func (b *builder) stream(name, text string) {
-	room := b.limits.LogBytes - b.logBytes
-	if room <= 0 {
-		b.droppedLog += len(text)
-		b.noteTruncation()
+	if text == "" {
 		return
 	}
-	if len(text) > room {
-		b.droppedLog += len(text) - room
-		text = strings.Clone(text[:room]) // do not keep the whole message alive
-		b.noteTruncation()
+	if !b.headClosed {
+		room := b.limits.LogBytes/2 - b.headBytes
+		if len(text) <= room {
+			b.appendHead(name, text)
+			return
+		}
+		if k := runeStart(text, max(room, 0)); k > 0 {
+			b.appendHead(name, strings.Clone(text[:k])) // not the whole message
+			text = text[k:]
+		}
+		b.headClosed = true
 	}
-	b.logBytes += len(text)
+	b.appendTail(name, text)
+}
+
+func (b *builder) appendHead(name, text string) {
+	b.headBytes += len(text)
 	if name == "stdout" {
 		b.exec.Logs.Stdout = append(b.exec.Logs.Stdout, text)
 	} else {
@@ -399,13 +440,99 @@ func (b *builder) stream(name, text string) {
 	b.emit(name, map[string]string{"text": text})
 }
 
-// noteTruncation marks the run truncated; the stream learns it once.
-func (b *builder) noteTruncation() {
-	if b.exec.Truncated {
+// appendTail keeps text as the newest output, dropping the oldest of the
+// tail past the limit.
+func (b *builder) appendTail(name, text string) {
+	limit := b.limits.LogBytes - b.headBytes
+	if len(text) > limit {
+		k := nextRuneStart(text, len(text)-limit)
+		b.dropLog(name, k)
+		text = strings.Clone(text[k:])
+	}
+	b.tail = append(b.tail, logChunk{name, text})
+	b.tailBytes += len(text)
+	for b.tailBytes > limit {
+		c := &b.tail[b.tailStart]
+		over := b.tailBytes - limit
+		if over >= len(c.text) {
+			b.dropLog(c.name, len(c.text))
+			b.tailBytes -= len(c.text)
+			*c = logChunk{}
+			b.tailStart++
+			continue
+		}
+		k := nextRuneStart(c.text, over)
+		b.dropLog(c.name, k)
+		b.tailBytes -= k
+		c.text = c.text[k:]
+		if len(c.text) < k { // not the whole message for a little of it
+			c.text = strings.Clone(c.text)
+		}
+	}
+	if b.tailStart > 64 && b.tailStart > len(b.tail)/2 {
+		n := copy(b.tail, b.tail[b.tailStart:])
+		clear(b.tail[n:])
+		b.tail, b.tailStart = b.tail[:n], 0
+	}
+}
+
+// dropLog counts n bytes of stream name dropped: the head ends here.
+func (b *builder) dropLog(name string, n int) {
+	if n <= 0 {
 		return
 	}
-	b.exec.Truncated = true
-	b.emit("stderr", map[string]string{"text": "\n[kernelgate] output limit reached: further output of this run is dropped\n"})
+	b.headClosed = true
+	b.droppedLog[streamIndex(name)] += n
+	b.noteTruncation()
+}
+
+// runeStart is the start of the UTF-8 sequence at i of s, or at the last
+// complete one before it: s[:runeStart(s, i)] ends on a whole character.
+func runeStart(s string, i int) int {
+	if i >= len(s) {
+		return len(s)
+	}
+	for j := i; j > max(i-utf8.UTFMax, 0); j-- {
+		if utf8.RuneStart(s[j]) {
+			return j
+		}
+	}
+	return max(i-utf8.UTFMax, 0)
+}
+
+// nextRuneStart is the start of the first UTF-8 sequence at or after i.
+func nextRuneStart(s string, i int) int {
+	for i < len(s) && !utf8.RuneStart(s[i]) {
+		i++
+	}
+	return i
+}
+
+// noteTruncation marks the run truncated.
+func (b *builder) noteTruncation() { b.exec.Truncated = true }
+
+// flushTail ends the logs: the marker of each stream that lost bytes, then
+// the tail, in the Execution and as events.
+func (b *builder) flushTail() {
+	for i, name := range [2]string{"stdout", "stderr"} {
+		if n := b.droppedLog[i]; n > 0 {
+			b.appendLog(name, jupyter.TruncationMarker(int64(n)))
+		}
+	}
+	for _, c := range b.tail[b.tailStart:] {
+		b.appendLog(c.name, c.text)
+	}
+	b.tail, b.tailStart, b.tailBytes = nil, 0, 0
+	b.droppedLog = [2]int{}
+}
+
+func (b *builder) appendLog(name, text string) {
+	if name == "stdout" {
+		b.exec.Logs.Stdout = append(b.exec.Logs.Stdout, text)
+	} else {
+		b.exec.Logs.Stderr = append(b.exec.Logs.Stderr, text)
+	}
+	b.emit(name, map[string]string{"text": text})
 }
 
 // finish closes the Execution with how the run ended.
@@ -416,9 +543,9 @@ func (b *builder) finish(reason Reason) {
 		// interrupted runs, aborted runs).
 		b.setError(*b.replyError)
 	}
-	if b.truncatedNow() {
-		marker := fmt.Sprintf("\n[kernelgate] output truncated: %d bytes dropped\n", b.droppedLog+b.droppedData)
-		b.exec.Logs.Stderr = append(b.exec.Logs.Stderr, marker)
+	b.flushTail()
+	if b.droppedData > 0 {
+		b.appendLog("stderr", jupyter.TruncationMarker(int64(b.droppedData)))
 	}
 	b.exec.Process.Reason = reason
 	var code *int

@@ -142,7 +142,11 @@ func (k *Kernel) config() jupyter.Config {
 		cwd = k.ws.Dir()
 	}
 	return jupyter.Config{ID: k.id, Spec: k.spec, Env: k.env, DirEnv: dirEnv(k.ws), Cwd: cwd, StartFresh: k.chdirCode() != "",
-		Logger: k.m.log, IOPub: k.onIOPub, Limits: k.limits, Sandbox: k.sandbox, MaxFrame: k.m.cfg.MaxKernelFrame}
+		Logger: k.m.log, IOPub: k.onIOPub, Limits: k.limits, Sandbox: k.sandbox, MaxFrame: k.m.cfg.MaxKernelFrame,
+		// Output larger than what a run or the replay buffer keeps is cut
+		// as it is read: nothing would keep more of it.
+		KeepOutput:  int64(max(k.m.cfg.RunLimits.LogBytes, k.m.cfg.ReplayBytes)),
+		KeepResults: int64(max(k.m.cfg.RunLimits.ResultBytes, k.m.cfg.ReplayBytes))}
 }
 
 // chdirCode is the code that moves a kernel started in a fresh directory

@@ -88,8 +88,9 @@ type Config struct {
 	PipIndexURL  string
 	PipFindLinks []string
 	PipNoIndex   bool
-	// MaxKernelFrame bounds one frame a kernel sends (0: the jupyter
-	// package's default); a kernel sending more is stopped.
+	// MaxKernelFrame bounds one message a kernel sends, all its frames
+	// together (0: the jupyter package's default); a kernel sending a
+	// larger one, other than output (which is cut), is stopped.
 	MaxKernelFrame int64
 }
 

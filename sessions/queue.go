@@ -13,19 +13,26 @@ type Outgoing struct {
 }
 
 // queue holds messages for a client, or for the next client while none is
-// connected. Past its limits it drops output messages (stream, display and
-// results) and keeps the ones the protocol needs (status, replies, errors);
-// a marker on stderr says what was dropped. Past twice the limits it is
-// over: the holder decides (a client is disconnected, the replay buffer
-// drops everything).
+// connected. Past its limits it keeps a head and a tail of the output
+// messages (stream, display and results): the head is what came first,
+// within half the limits, the tail the newest output within the rest, and
+// a marker on stderr between them says what was dropped. Messages the
+// protocol needs (status, replies, errors) are always kept. Past twice the
+// limits it is over: the holder decides (a client is disconnected, the
+// replay buffer drops everything).
 type queue struct {
 	maxMsgs, maxBytes int
-	items             []Outgoing
+	items             []Outgoing // the head, and all while nothing was dropped
 	bytes             int
 
-	dropped, droppedBytes int
-	dropParent            *Message
-	dropAt                int // where the marker goes: where dropping began
+	// Once output was dropped, the newest is kept in tail[tailStart:].
+	tail       []Outgoing
+	tailStart  int
+	tailBytes  int
+	dropping   bool
+	dropped    int
+	dropBytes  int
+	dropParent *Message
 }
 
 func newQueue(maxMsgs, maxBytes int) queue { return queue{maxMsgs: maxMsgs, maxBytes: maxBytes} }
@@ -42,60 +49,105 @@ func droppable(o Outgoing) bool {
 	return false
 }
 
-// push adds o unless the queue is full; it reports false when the queue is
-// over its hard limit and o was not kept.
+// push adds o, dropping older output past the limits; it reports false
+// when the queue is over its hard limit and o was not kept.
 func (q *queue) push(o Outgoing) bool {
 	size := o.Msg.Size()
-	full := len(q.items) >= q.maxMsgs || q.bytes+size > q.maxBytes
-	if full && droppable(o) {
-		q.drop(o, size)
-		return true
-	}
-	if len(q.items) >= 2*q.maxMsgs || q.bytes+size > 2*q.maxBytes {
-		q.drop(o, size)
+	n, bytes := q.len(), q.bytes+q.tailBytes
+	if n >= 2*q.maxMsgs || bytes+size > 2*q.maxBytes {
+		q.drop(o.Msg, size)
 		return false
 	}
-	if q.dropped > 0 && !full {
-		q.appendMarker()
+	if !q.dropping {
+		if n < q.maxMsgs && bytes+size <= q.maxBytes || !droppable(o) {
+			q.items = append(q.items, o)
+			q.bytes += size
+			return true
+		}
+		q.startDropping()
 	}
-	q.items = append(q.items, o)
-	q.bytes += size
+	q.tail = append(q.tail, o)
+	q.tailBytes += size
+	// Drop the oldest output of the tail past the limits.
+	for q.tailStart < len(q.tail) && (q.len() > q.maxMsgs || q.bytes+q.tailBytes > q.maxBytes) {
+		old := q.tail[q.tailStart]
+		q.tail[q.tailStart] = Outgoing{}
+		q.tailStart++
+		size := old.Msg.Size()
+		q.tailBytes -= size
+		if droppable(old) {
+			q.drop(old.Msg, size)
+		} else {
+			// Kept, before the marker: nothing between them was kept.
+			q.items = append(q.items, old)
+			q.bytes += size
+		}
+	}
+	if q.tailStart > 64 && q.tailStart > len(q.tail)/2 {
+		k := copy(q.tail, q.tail[q.tailStart:])
+		clear(q.tail[k:])
+		q.tail, q.tailStart = q.tail[:k], 0
+	}
 	return true
 }
 
-func (q *queue) drop(o Outgoing, size int) {
+// startDropping ends the head: its newest output is dropped down to half
+// the limits, leaving the other half to the tail.
+func (q *queue) startDropping() {
+	q.dropping = true
+	keep := q.items[:0]
+	var bytes int
+	// The head keeps its first messages within half the limits, and
+	// whatever the protocol needs after them.
+	full := false
+	for _, o := range q.items {
+		size := o.Msg.Size()
+		if !full && (len(keep) >= q.maxMsgs/2 || bytes+size > q.maxBytes/2) && droppable(o) {
+			full = true
+		}
+		if full && droppable(o) {
+			q.drop(o.Msg, size)
+			continue
+		}
+		keep = append(keep, o)
+		bytes += size
+	}
+	clear(q.items[len(keep):])
+	q.items, q.bytes = keep, bytes
+}
+
+func (q *queue) drop(m *Message, size int) {
 	q.dropped++
-	q.droppedBytes += size
+	q.dropBytes += size
 	if q.dropParent == nil {
-		q.dropParent = o.Msg
-		q.dropAt = len(q.items)
+		q.dropParent = m
 	}
 }
 
-// take removes and returns everything queued, with the marker of what was
-// dropped where dropping began.
+// take removes and returns everything queued: the head, the marker of what
+// was dropped, the tail.
 func (q *queue) take() []Outgoing {
-	if q.dropped > 0 {
-		q.appendMarker()
-	}
 	items := q.items
-	q.items, q.bytes = nil, 0
+	if q.dropped > 0 {
+		if m := q.marker(); m != nil {
+			items = append(items, Outgoing{Channel: IOPub, Msg: m})
+		}
+	}
+	items = append(items, q.tail[q.tailStart:]...)
+	*q = queue{maxMsgs: q.maxMsgs, maxBytes: q.maxBytes}
 	return items
 }
 
-func (q *queue) len() int { return len(q.items) }
+func (q *queue) len() int { return len(q.items) + len(q.tail) - q.tailStart }
 
-func (q *queue) appendMarker() {
+// marker is the stream message that stands where output was dropped.
+func (q *queue) marker() *Message {
 	text := fmt.Sprintf("[kernelgate] %d output messages (%d bytes) were dropped here: the client could not keep up or was away too long.\n",
-		q.dropped, q.droppedBytes)
+		q.dropped, q.dropBytes)
 	m, err := jupyter.NewMessage("kernelgate", jupyter.StreamMsg, map[string]string{"name": "stderr", "text": text}, nil)
-	if err == nil {
-		m.RawParent, m.ParentID, m.ParentType = q.dropParent.RawParent, q.dropParent.ParentID, q.dropParent.ParentType
-		at := min(q.dropAt, len(q.items))
-		q.items = append(q.items, Outgoing{})
-		copy(q.items[at+1:], q.items[at:])
-		q.items[at] = Outgoing{Channel: IOPub, Msg: m}
-		q.bytes += m.Size()
+	if err != nil {
+		return nil
 	}
-	q.dropped, q.droppedBytes, q.dropParent = 0, 0, nil
+	m.RawParent, m.ParentID, m.ParentType = q.dropParent.RawParent, q.dropParent.ParentID, q.dropParent.ParentType
+	return m
 }

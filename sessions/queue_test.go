@@ -1,6 +1,7 @@
 package sessions
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -16,37 +17,48 @@ func msg(t *testing.T, typ jupyter.MsgType, text string) *Message {
 	return m
 }
 
-func TestQueueDropsOutputPastItsLimitsWithAMarker(t *testing.T) {
-	q := newQueue(3, 1<<20)
+func TestQueueKeepsHeadAndTailOfOutputWithAMarker(t *testing.T) {
+	q := newQueue(4, 1<<20)
 	parent := msg(t, jupyter.ExecuteRequest, "")
 	for i := 0; i < 10; i++ {
-		m := msg(t, jupyter.StreamMsg, "line")
+		m := msg(t, jupyter.StreamMsg, fmt.Sprintf("line %d", i))
 		m.RawParent, m.ParentID = parent.RawHeader, parent.Header.MsgID
 		if !q.push(Outgoing{Channel: IOPub, Msg: m}) {
 			t.Fatalf("push %d refused", i)
 		}
 	}
-	// Status and replies are kept past the soft limit.
-	if !q.push(Outgoing{Channel: IOPub, Msg: msg(t, jupyter.StatusMsg, "")}) || !q.push(Outgoing{Channel: Shell, Msg: msg(t, jupyter.ExecuteReply, "")}) {
-		t.Fatal("protocol messages refused")
+	var got []string
+	for _, o := range q.take() {
+		var c struct{ Text string }
+		o.Msg.DecodeContent(&c)
+		got = append(got, c.Text)
+		if o.Msg.ParentID != parent.Header.MsgID {
+			t.Errorf("%q has parent %q", c.Text, o.Msg.ParentID)
+		}
 	}
-	items := q.take()
-	var types []string
-	for _, o := range items {
-		types = append(types, string(o.Msg.Type()))
-	}
-	if got := strings.Join(types, ","); got != "stream,stream,stream,stream,status,execute_reply" {
-		t.Fatalf("queue gave %s", got)
-	}
-	marker := items[3].Msg // where dropping began
-	if !strings.Contains(string(marker.RawContent), "7 output messages") || marker.ParentID != parent.Header.MsgID {
-		t.Errorf("marker %s with parent %q", marker.RawContent, marker.ParentID)
+	if len(got) != 5 || got[0] != "line 0" || got[1] != "line 1" || !strings.Contains(got[2], "6 output messages") || got[3] != "line 8" || got[4] != "line 9" {
+		t.Fatalf("queue gave %q, want the head, the marker, the tail", got)
 	}
 	if q.len() != 0 || q.dropped != 0 {
 		t.Errorf("queue not empty after take")
 	}
-	// Past twice the limits even protocol messages are refused.
+
+	// Status and replies are kept past the soft limit, before the marker.
 	for i := 0; i < 6; i++ {
+		q.push(Outgoing{Channel: IOPub, Msg: msg(t, jupyter.StreamMsg, "x")})
+	}
+	if !q.push(Outgoing{Channel: IOPub, Msg: msg(t, jupyter.StatusMsg, "")}) || !q.push(Outgoing{Channel: Shell, Msg: msg(t, jupyter.ExecuteReply, "")}) {
+		t.Fatal("protocol messages refused")
+	}
+	var types []string
+	for _, o := range q.take() {
+		types = append(types, string(o.Msg.Type()))
+	}
+	if got := strings.Join(types, ","); got != "stream,stream,stream,status,execute_reply" { // head, marker, the protocol
+		t.Fatalf("queue gave %s", got)
+	}
+	// Past twice the limits even protocol messages are refused.
+	for i := 0; i < 8; i++ {
 		q.push(Outgoing{Channel: IOPub, Msg: msg(t, jupyter.StatusMsg, "")})
 	}
 	if q.push(Outgoing{Channel: IOPub, Msg: msg(t, jupyter.StatusMsg, "")}) {
