@@ -243,15 +243,29 @@ func (e *kubeEnv) kernelPods(t *testing.T, id string) ([]corev1.Pod, int) {
 	return pods.Items, len(secrets.Items)
 }
 
-// waitFor polls what the API server says until ok, for a minute.
-func waitFor(t *testing.T, what string, ok func() bool) {
+// waitFor waits until ok holds, checking it again at each change of a
+// pod or Secret of the namespace (a watch of each), for a minute.
+func (e *kubeEnv) waitFor(t *testing.T, what string, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pods, err := e.cp.Client.CoreV1().Pods(kubeNS).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pods.Stop()
+	secrets, err := e.cp.Client.CoreV1().Secrets(kubeNS).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer secrets.Stop()
 	for !ok() {
-		if time.Now().After(deadline) {
+		select {
+		case <-pods.ResultChan():
+		case <-secrets.ResultChan():
+		case <-ctx.Done():
 			t.Fatalf("gave up waiting for %s", what)
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -259,7 +273,7 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 func (e *kubeEnv) runningPod(t *testing.T, id string) corev1.Pod {
 	t.Helper()
 	var out corev1.Pod
-	waitFor(t, "a running pod of kernel "+id, func() bool {
+	e.waitFor(t, "a running pod of kernel "+id, func() bool {
 		pods, _ := e.kernelPods(t, id)
 		for _, p := range pods {
 			if p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
@@ -277,6 +291,8 @@ type kws struct {
 	t       *testing.T
 	c       *websocket.Conn
 	session string
+	// streamed, when set, is closed at the first stream output.
+	streamed chan struct{}
 }
 
 type kmsg struct {
@@ -337,6 +353,10 @@ func (w *kws) execute(code string, onInput func(prompt string) string) (string, 
 		switch m.Header["msg_type"] {
 		case "stream":
 			out.WriteString(fmt.Sprint(m.Content["text"]))
+			if w.streamed != nil {
+				close(w.streamed)
+				w.streamed = nil
+			}
 		case "execute_result":
 			data, _ := m.Content["data"].(map[string]any)
 			out.WriteString(fmt.Sprint(data["text/plain"]))
@@ -370,8 +390,8 @@ func TestKubernetes(t *testing.T) {
 	t.Run("Kernels", func(t *testing.T) {
 		gw := e.gateway(t, "kernels")
 		for _, lang := range []struct{ spec, print, sleep, input string }{
-			{"python3", "x = 6 * 7\nprint(x)", "import time\ntime.sleep(60)", "print('got', input('name? '))"},
-			{"deno", "let x = 6 * 7; console.log(x)", "while (true) {}", "console.log('got', prompt('name?'))"},
+			{"python3", "x = 6 * 7\nprint(x)", "import time\nprint('sleeping', flush=True)\ntime.sleep(60)", "print('got', input('name? '))"},
+			{"deno", "let x = 6 * 7; console.log(x)", "console.log('spinning'); while (true) {}", "console.log('got', prompt('name?'))"},
 		} {
 			t.Run(lang.spec, func(t *testing.T) {
 				id := gw.startKernel(t, lang.spec)
@@ -388,14 +408,17 @@ func TestKubernetes(t *testing.T) {
 				}
 				// Interrupt (by message: a pod takes no signal from the gateway).
 				done := make(chan string, 1)
+				started := make(chan struct{})
+				w.streamed = started
 				go func() {
 					_, st := w.execute(lang.sleep, nil)
 					done <- st
 				}()
-				waitFor(t, "the kernel busy", func() bool {
-					_, b := gw.call(t, "GET", "/api/kernels/"+id, nil)
-					return strings.Contains(string(b), `"busy"`)
-				})
+				select {
+				case <-started:
+				case <-time.After(time.Minute):
+					t.Fatal("the long run printed nothing")
+				}
 				if code, b := gw.call(t, "POST", "/api/kernels/"+id+"/interrupt", nil); code != http.StatusNoContent {
 					t.Fatalf("interrupt: %d %s", code, b)
 				}
@@ -436,7 +459,7 @@ func TestKubernetes(t *testing.T) {
 				if code, b := gw.call(t, "DELETE", "/api/kernels/"+id, nil); code != http.StatusNoContent {
 					t.Fatalf("delete: %d %s", code, b)
 				}
-				waitFor(t, "the pods and Secrets of kernel "+id+" gone", func() bool {
+				e.waitFor(t, "the pods and Secrets of kernel "+id+" gone", func() bool {
 					pods, secrets := e.kernelPods(t, id)
 					return len(pods) == 0 && secrets == 0
 				})
@@ -493,7 +516,7 @@ func TestKubernetes(t *testing.T) {
 			}
 			t.Logf("%s failed after %v: %s", spec, time.Since(t0).Round(time.Millisecond), b)
 		}
-		waitFor(t, "no pods left of failed starts", func() bool {
+		e.waitFor(t, "no pods left of failed starts", func() bool {
 			pods, _ := e.cp.Client.CoreV1().Pods(kubeNS).List(context.Background(), metav1.ListOptions{LabelSelector: kubeprov.LabelRelease + "=failures"})
 			return len(pods.Items) == 0
 		})
@@ -505,11 +528,13 @@ func TestKubernetes(t *testing.T) {
 		if code, b := gw.call(t, "POST", "/api/kernels", map[string]string{"name": "python3"}); code == http.StatusCreated {
 			t.Errorf("a second kernel past --max-kernels 1: %d %s", code, b)
 		}
-		waitFor(t, "the idle kernel culled and its pod gone", func() bool {
-			code, _ := gw.call(t, "GET", "/api/kernels/"+id, nil)
+		e.waitFor(t, "the idle kernel's pod and Secret gone", func() bool {
 			pods, secrets := e.kernelPods(t, id)
-			return code == http.StatusNotFound && len(pods) == 0 && secrets == 0
+			return len(pods) == 0 && secrets == 0
 		})
+		if code, b := gw.call(t, "GET", "/api/kernels/"+id, nil); code != http.StatusNotFound {
+			t.Errorf("culled kernel still listed: %d %s", code, b)
+		}
 	})
 
 	t.Run("WithoutRole", func(t *testing.T) {
