@@ -286,6 +286,16 @@ func (e *kubeEnv) runningPod(t *testing.T, id string) corev1.Pod {
 	return out
 }
 
+// mustID is the id of a created context.
+func mustID(t *testing.T, body []byte) string {
+	t.Helper()
+	var c struct{ ID string }
+	if err := json.Unmarshal(body, &c); err != nil || c.ID == "" {
+		t.Fatalf("no id in %s", body)
+	}
+	return c.ID
+}
+
 // kws is a Jupyter websocket client of one kernel.
 type kws struct {
 	t       *testing.T
@@ -546,18 +556,35 @@ func TestKubernetes(t *testing.T) {
 	})
 
 	t.Run("ReadoptAfterGatewayDied", func(t *testing.T) {
+		// A gateway of another release, whose pod nothing here may touch.
+		bystander := e.gateway(t, "bystander", "--pool-size", "0")
+		theirs := e.runningPod(t, bystander.startKernel(t, "python3"))
+
 		gw := e.gateway(t, "readopt", "--pool-size", "0")
 		id := gw.startKernel(t, "python3")
 		pod := e.runningPod(t, id)
 		w := gw.dial(t, id)
 		w.execute("kept = 'state of the kernel'", nil)
 		w.c.Close()
+		// A context's kernel: its record dies with the gateway, so its pod
+		// is deleted by the next one.
+		code, b := gw.call(t, "POST", "/api/contexts", map[string]string{"language": "python"})
+		if code != http.StatusCreated {
+			t.Fatalf("context: %d %s", code, b)
+		}
+		if code, b := gw.call(t, "POST", "/api/execute", map[string]any{"code": "1", "context": mustID(t, b)}); code != http.StatusOK {
+			t.Fatalf("context run: %d %s", code, b)
+		}
+		ctxPods := metav1.ListOptions{LabelSelector: kubeprov.LabelRelease + "=readopt," + kubeprov.LabelKind + "=context"}
+		if l, _ := e.cp.Client.CoreV1().Pods(kubeNS).List(context.Background(), ctxPods); len(l.Items) == 0 {
+			t.Fatal("no context pod")
+		}
 		gw.cmd.Process.Kill()
 		<-gw.done
 
 		// Another gateway of the release, no local state: the pod is adopted.
 		other := e.gateway(t, "readopt", "--pool-size", "0", "--runtime-dir", t.TempDir())
-		code, b := other.call(t, "GET", "/api/kernels/"+id, nil)
+		code, b = other.call(t, "GET", "/api/kernels/"+id, nil)
 		if code != http.StatusOK {
 			t.Fatalf("kernel %s not adopted: %d %s\n%s", id, code, b, other.logs)
 		}
@@ -566,6 +593,13 @@ func TestKubernetes(t *testing.T) {
 		}
 		if now := e.runningPod(t, id); now.UID != pod.UID {
 			t.Errorf("the kernel runs in a new pod %s, not %s", now.Name, pod.Name)
+		}
+		e.waitFor(t, "the dead gateway's context pod deleted", func() bool {
+			l, _ := e.cp.Client.CoreV1().Pods(kubeNS).List(context.Background(), ctxPods)
+			return len(l.Items) == 0
+		})
+		if p, err := e.cp.Client.CoreV1().Pods(kubeNS).Get(context.Background(), theirs.Name, metav1.GetOptions{}); err != nil || p.UID != theirs.UID || p.DeletionTimestamp != nil {
+			t.Errorf("the pod of another release was touched: %v", err)
 		}
 	})
 }
