@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
@@ -30,6 +31,9 @@ func startKubernetes(cfg *config, specs *kernelspecs.Catalog, reg *jupyter.Regis
 	if !needed {
 		return nil, nil
 	}
+	// client-go logs through klog: send it to the gateway's log, in its
+	// format, rather than to stderr on its own.
+	klog.SetSlogLogger(log.With("component", "client-go"))
 	rc, ns, err := kubeConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes-provisioner: %w", err)
