@@ -64,8 +64,9 @@ fuzz:
 # Benchmarks (docs/benchmarks.md): the kernel client against internal/directclient (Go
 # benchmarks, about 1 minute), the state store's durable writes and run-record throughput
 # (about 15 seconds), then bench/, kernelgate side by side with the direct client and
-# Debian's Jupyter Server (about 6 minutes), which writes its table into docs/benchmarks.md.
-bench: kernels build
+# Debian's Jupyter Server (about 6 minutes), with kernel pods of kubernetes-provisioner on the
+# test control plane against local kernels, which writes its table into docs/benchmarks.md.
+bench: kernels build k8s-binaries
 	@bench/install-jupyter-server.sh
 	$(GO) test ./jupyter -run '^$$' -bench . -benchtime 1x -timeout 20m
 	$(GO) test ./state -run '^$$' -bench . -benchtime 2s

@@ -75,6 +75,12 @@ type config struct {
 	// sessions keeps its records in a state.Store.
 	StateDir    string
 	StateDirSet bool
+
+	// Provisioners (docs/kubernetes.md).
+	DefaultProvisioner string
+	Kubeconfig         string
+	KubeNamespace      string
+	Release            string
 }
 
 // optionalString is a string flag that remembers whether it was set, so
@@ -225,6 +231,14 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("late-output-wait")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "at SIGTERM or SIGINT, how long requests in flight may take to finish before the kernels are stopped (their runs end lost); the process exits at most "+shutdownStop.String()+" later whatever the kernels do, and at once on a second signal")
 	add("shutdown-grace")
+	fs.StringVar(&c.DefaultProvisioner, "default-provisioner", "local-provisioner", "provisioner of kernelspecs whose metadata.kernel_provisioner names none: local-provisioner or kubernetes-provisioner")
+	add("default-provisioner")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig of the cluster kubernetes-provisioner runs kernel pods in (default: the pod's own service account when kernelgate runs in a cluster)")
+	add("kubeconfig")
+	fs.StringVar(&c.KubeNamespace, "kubernetes-namespace", "", "namespace of the kernel pods (default: the kubeconfig's, or the gateway pod's own)")
+	add("kubernetes-namespace")
+	fs.StringVar(&c.Release, "release", "kernelgate", "name that scopes this gateway's kernel pods: gateways of other releases never touch them")
+	add("release")
 	fs.IntVar(&c.Procs, "procs", 0, "threads that run the gateway's own code at once (GOMAXPROCS); 0: half the CPUs it may use, at least 1, so the kernels keep the rest (or GOMAXPROCS from the environment, when set)")
 	add("procs")
 
@@ -279,6 +293,12 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	}
 	if c.ShutdownGrace < 0 {
 		return nil, fmt.Errorf("--shutdown-grace must be 0 or more")
+	}
+	if c.DefaultProvisioner != "local-provisioner" && c.DefaultProvisioner != "kubernetes-provisioner" {
+		return nil, fmt.Errorf("--default-provisioner %q: want local-provisioner or kubernetes-provisioner", c.DefaultProvisioner)
+	}
+	if c.Release == "" || len(c.Release) > 63 {
+		return nil, fmt.Errorf("--release must be a label value of 1 to 63 characters")
 	}
 	if c.Port < 0 || c.Port > 65535 {
 		return nil, fmt.Errorf("--port %d out of range", c.Port)

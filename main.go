@@ -21,6 +21,7 @@ import (
 	"kernelgate/gateway"
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	kubeprov "kernelgate/provision/kubernetes"
 	"kernelgate/sessions"
 	"kernelgate/web"
 	"kernelgate/workspace"
@@ -35,6 +36,8 @@ Usage:
   kernelgate serve [flags]   serve the API (kernelgate serve --help lists the flags)
   kernelgate hash-key <key>  print the sha256 form of an API key for a key file
   kernelgate version         print the version
+  kernelgate kernel-entry -- ARGV...
+                             launch a kernel in a pod (kubernetes-provisioner)
 `
 
 func main() {
@@ -68,6 +71,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintln(stdout, gateway.HashSecret(args[1]))
 		return 0
+	case "kernel-entry":
+		err := kubeprov.Entry(args[1:])
+		fmt.Fprintln(stderr, "kernelgate:", err)
+		return 127
 	case "version", "--version":
 		fmt.Fprintln(stdout, "kernelgate", version)
 		return 0
@@ -176,15 +183,24 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		runtimeDir = jupyter.DefaultRuntimeDir()
 	}
 	seed := filepath.Join(runtimeDir, "home-seed")
-	prov := &jupyter.LocalProvisioner{RuntimeDir: runtimeDir, Logger: log, HomeSeed: seed, PythonLauncher: cfg.PythonLauncher}
+	local := &jupyter.LocalProvisioner{RuntimeDir: runtimeDir, Logger: log, HomeSeed: seed, PythonLauncher: cfg.PythonLauncher}
 	// What gateway processes that died left behind goes first: processes
 	// their kernels started, kernel directories with keys, cgroups.
-	swept, err := prov.Sweep(nil)
+	swept, err := local.Sweep(nil)
 	if swept != (jupyter.Swept{}) {
 		log.Info("removed what earlier gateway processes left", "kernel_dirs", swept.Dirs, "cgroups", swept.Cgroups, "processes_killed", swept.Processes)
 	}
 	if err != nil {
 		log.Warn("could not remove all that earlier gateway processes left", "err", err)
+	}
+	prov := jupyter.NewRegistry(cfg.DefaultProvisioner)
+	prov.Register(jupyter.LocalProvisionerName, local)
+	kube, err := startKubernetes(cfg, specs, prov, log)
+	if err != nil {
+		return err
+	}
+	if kube != nil {
+		defer kube.Stop()
 	}
 	mgr := sessions.New(sessions.Config{
 		DefaultKernel:   cfg.DefaultKernel,
@@ -216,6 +232,12 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if kube != nil {
+		if err := adoptPods(ctx, kube, mgr, log); err != nil {
+			mgr.Close(context.Background())
+			return err
+		}
+	}
 	// Build the kernels' home seed (matplotlib's font cache), then fill the
 	// warm pools, in the background: serving starts at once.
 	warmed := make(chan struct{})

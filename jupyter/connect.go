@@ -68,7 +68,7 @@ func attach(ctx context.Context, p Provisioner, proc Process, cfg Config, logger
 		return nil, fmt.Errorf("%w: %w", ErrStartFailed, err)
 	}
 	k := &Kernel{
-		cfg: cfg, prov: p, proc: proc, signer: signer,
+		cfg: cfg, prov: p, caps: p.Capabilities(cfg.Spec), proc: proc, signer: signer,
 		session: uuid.NewString(),
 		log:     logger.With("kernel", cfg.ID),
 		started: t0,

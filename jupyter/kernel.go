@@ -62,7 +62,9 @@ type Config struct {
 	// StartFresh.
 	Cwd        string
 	StartFresh bool
-	Logger     *slog.Logger
+	// Kind: see LaunchRequest.
+	Kind   string
+	Logger *slog.Logger
 	// Limits and Sandbox, when set, replace the provisioner's defaults
 	// (see LaunchRequest).
 	Limits  *Limits
@@ -163,6 +165,7 @@ type subscriber struct{ fn func(*Message) }
 type Kernel struct {
 	cfg     Config
 	prov    Provisioner
+	caps    Capabilities // of prov for the kernel's spec
 	proc    Process
 	signer  *Signer
 	session string
@@ -206,9 +209,13 @@ func Start(ctx context.Context, p Provisioner, cfg Config) (*Kernel, error) {
 	if cfg.ID == "" {
 		cfg.ID = uuid.NewString()
 	}
+	retries := 1
+	if p.Capabilities(cfg.Spec).LocalProcess {
+		retries = portRetries
+	}
 	for attempt := 1; ; attempt++ {
 		k, err := start(ctx, p, cfg)
-		if err == nil || attempt == portRetries || !portTaken(err) || ctx.Err() != nil {
+		if err == nil || attempt >= retries || !portTaken(err) || ctx.Err() != nil {
 			return k, err
 		}
 		if cfg.Logger != nil {
@@ -243,7 +250,7 @@ func start(ctx context.Context, p Provisioner, cfg Config) (*Kernel, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	t0 := time.Now()
-	proc, err := p.Launch(ctx, LaunchRequest{KernelID: cfg.ID, Spec: cfg.Spec, Env: cfg.Env, DirEnv: cfg.DirEnv, Cwd: cfg.Cwd, StartFresh: cfg.StartFresh, Limits: cfg.Limits, Sandbox: cfg.Sandbox})
+	proc, err := p.Launch(ctx, LaunchRequest{KernelID: cfg.ID, Spec: cfg.Spec, Env: cfg.Env, DirEnv: cfg.DirEnv, Cwd: cfg.Cwd, StartFresh: cfg.StartFresh, Limits: cfg.Limits, Sandbox: cfg.Sandbox, Kind: cfg.Kind})
 	if err != nil {
 		return nil, err
 	}
@@ -511,8 +518,8 @@ func (k *Kernel) Execute(ctx context.Context, code string, h Handler) (*Message,
 
 // Interrupt interrupts what the kernel is running: SIGINT to its process
 // group, or an interrupt_request on control when its spec says
-// interrupt_mode "message" or its process must not be signalled (a
-// sandbox).
+// interrupt_mode "message", its provisioner cannot signal it (a pod) or
+// its process must not be signalled (a sandbox).
 func (k *Kernel) Interrupt(ctx context.Context) error {
 	if err := k.Err(); err != nil {
 		return err
@@ -520,7 +527,7 @@ func (k *Kernel) Interrupt(ctx context.Context) error {
 	k.mu.Lock()
 	k.interrupts++
 	k.mu.Unlock()
-	if k.cfg.Spec.InterruptMode != kernelspecs.InterruptMessage && !interruptsByMessage(k.proc) {
+	if k.cfg.Spec.InterruptMode != kernelspecs.InterruptMessage && k.caps.SignalInterrupts && !interruptsByMessage(k.proc) {
 		return k.proc.Signal(syscall.SIGINT)
 	}
 	m, err := k.NewMessage(InterruptRequest, nil, nil)

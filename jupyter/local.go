@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"kernelgate/internal/tailbuf"
+	"kernelgate/kernelspecs"
 )
 
 // LocalProvisioner runs kernels as child processes of the gateway, each in
@@ -65,6 +66,14 @@ type LocalProvisioner struct {
 }
 
 var _ Provisioner = (*LocalProvisioner)(nil)
+
+// Capabilities: local kernels take signals (a sandboxed one is
+// interrupted by message all the same, as bwrap would get the signal),
+// get limits and sandboxes, are adopted again after a restart and are
+// local processes.
+func (p *LocalProvisioner) Capabilities(*kernelspecs.Spec) Capabilities {
+	return Capabilities{SignalInterrupts: true, Limits: true, Sandbox: true, Reconnect: true, LocalProcess: true}
+}
 
 // DefaultRuntimeDir is where kernels' directories go when none is set.
 func DefaultRuntimeDir() string {

@@ -20,6 +20,9 @@ type ProvisionerInfo struct {
 	Connection  ConnInfo `json:"connection"`
 	// Local is set for a kernel of the local provisioner.
 	Local *LocalInfo `json:"local,omitempty"`
+	// Data is what another provisioner keeps of the kernel (for
+	// kubernetes-provisioner: its pod), in its own format.
+	Data json.RawMessage `json:"data,omitempty"`
 }
 
 // LocalInfo is how a local kernel process is found and controlled again.

@@ -10,8 +10,14 @@ import (
 // Provisioner starts kernel processes and hands back how to reach them.
 // The local one runs child processes; others may run kernels elsewhere, so
 // nothing above a Process may assume a local PID or connection file.
+//
+// A gateway has several, chosen per kernelspec by a Registry
+// (provisioners.go).
 type Provisioner interface {
 	Launch(ctx context.Context, req LaunchRequest) (Process, error)
+	// Capabilities say what the provisioner does for kernels of spec
+	// (nil: for any kernelspec).
+	Capabilities(spec *kernelspecs.Spec) Capabilities
 }
 
 // LaunchRequest says what to start.
@@ -37,6 +43,11 @@ type LaunchRequest struct {
 	Limits *Limits
 	// Sandbox, when set, replaces the provisioner's sandbox configuration.
 	Sandbox *SandboxConfig
+	// Kind says what the kernel serves ("jupyter" for a kernel of the
+	// Jupyter API, "context" for one of the code-interpreter API); a
+	// provisioner that keeps kernels where a later gateway finds them
+	// records it so that only the kernels it can serve again are adopted.
+	Kind string
 }
 
 // Process is one launched kernel process.

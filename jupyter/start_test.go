@@ -13,6 +13,7 @@ import (
 	"github.com/go-zeromq/zmq4/security/null"
 
 	"kernelgate/internal/testkernels"
+	"kernelgate/kernelspecs"
 )
 
 // impostor is what a start meets when another process had one of the
@@ -100,6 +101,10 @@ type impostorFirst struct {
 	mu       sync.Mutex
 	launches int
 	first    *impostor
+}
+
+func (p *impostorFirst) Capabilities(spec *kernelspecs.Spec) Capabilities {
+	return p.real.Capabilities(spec)
 }
 
 func (p *impostorFirst) Launch(ctx context.Context, req LaunchRequest) (Process, error) {

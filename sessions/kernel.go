@@ -141,7 +141,7 @@ func (k *Kernel) config() jupyter.Config {
 	if k.ws != nil {
 		cwd = k.ws.Dir()
 	}
-	return jupyter.Config{ID: k.id, Spec: k.spec, Env: k.env, DirEnv: dirEnv(k.ws), Cwd: cwd, StartFresh: k.chdirCode() != "",
+	return jupyter.Config{ID: k.id, Spec: k.spec, Env: k.env, DirEnv: dirEnv(k.ws), Cwd: cwd, StartFresh: k.chdirCode() != "", Kind: k.kind(),
 		Logger: k.m.log, IOPub: k.onIOPub, Limits: k.limits, Sandbox: k.sandbox, MaxFrame: k.m.cfg.MaxKernelFrame,
 		// Output larger than what a run or the replay buffer keeps is cut
 		// as it is read: nothing would keep more of it.

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"kernelgate/kernelspecs"
+	kubeprov "kernelgate/provision/kubernetes"
+)
+
+// The manifests of deploy/kubernetes parse strictly as their kinds and
+// fit together: the Deployment runs as the ServiceAccount the RoleBinding
+// binds to the Role (the very Role TestKubernetes gives the gateway),
+// which grants pods, pods/status and secrets only; the NetworkPolicy lets
+// only the gateway reach the kernel pods' ports; the ConfigMap's
+// kernelspecs are valid kubernetes-provisioner configs.
+func TestDeployManifests(t *testing.T) {
+	var (
+		sa      corev1.ServiceAccount
+		role    rbacv1.Role
+		binding rbacv1.RoleBinding
+		dep     appsv1.Deployment
+		svc     corev1.Service
+		np      networkingv1.NetworkPolicy
+		cm      corev1.ConfigMap
+	)
+	targets := map[string]any{"ServiceAccount": &sa, "Role": &role, "RoleBinding": &binding, "Deployment": &dep,
+		"Service": &svc, "NetworkPolicy": &np, "ConfigMap": &cm}
+	seen := map[string]bool{}
+	files, _ := filepath.Glob("deploy/kubernetes/*.yaml")
+	for _, f := range files {
+		if strings.HasSuffix(f, "kustomization.yaml") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, doc := range bytes.Split(b, []byte("\n---\n")) {
+			var meta metav1.TypeMeta
+			if err := yaml.Unmarshal(doc, &meta); err != nil {
+				t.Fatalf("%s: %v", f, err)
+			}
+			target, ok := targets[meta.Kind]
+			if !ok {
+				t.Fatalf("%s: unexpected kind %q", f, meta.Kind)
+			}
+			if err := yaml.UnmarshalStrict(doc, target); err != nil {
+				t.Fatalf("%s %s: %v", f, meta.Kind, err)
+			}
+			seen[meta.Kind] = true
+		}
+	}
+	for k := range targets {
+		if !seen[k] {
+			t.Errorf("no %s in deploy/kubernetes", k)
+		}
+	}
+	kust, _ := os.ReadFile("deploy/kubernetes/kustomization.yaml")
+	for _, f := range files {
+		if base := filepath.Base(f); base != "kustomization.yaml" && !strings.Contains(string(kust), base) {
+			t.Errorf("kustomization.yaml misses %s", base)
+		}
+	}
+
+	if dep.Spec.Template.Spec.ServiceAccountName != sa.Name || binding.Subjects[0].Name != sa.Name || binding.RoleRef.Name != role.Name || binding.RoleRef.Kind != "Role" {
+		t.Errorf("Deployment, ServiceAccount, RoleBinding and Role do not fit: %q %q %+v", dep.Spec.Template.Spec.ServiceAccountName, sa.Name, binding)
+	}
+	for _, r := range role.Rules {
+		for _, res := range r.Resources {
+			if !slices.Contains([]string{"pods", "pods/status", "secrets"}, res) || len(r.APIGroups) != 1 || r.APIGroups[0] != "" {
+				t.Errorf("the Role grants %v %v", r.APIGroups, res)
+			}
+			if slices.Contains(r.Verbs, "*") {
+				t.Errorf("the Role grants every verb on %s", res)
+			}
+		}
+	}
+	gw := dep.Spec.Template.Labels
+	if !labelsMatch(svc.Spec.Selector, gw) {
+		t.Errorf("the Service does not select the gateway: %v", svc.Spec.Selector)
+	}
+	kernel := map[string]string{kubeprov.LabelManagedBy: "kernelgate", kubeprov.LabelComponent: "kernel"}
+	if !labelsMatch(np.Spec.PodSelector.MatchLabels, kernel) || len(np.Spec.Ingress) != 1 ||
+		!labelsMatch(np.Spec.Ingress[0].From[0].PodSelector.MatchLabels, gw) {
+		t.Errorf("the NetworkPolicy does not let only the gateway in to kernel pods: %+v", np.Spec)
+	}
+	port := np.Spec.Ingress[0].Ports[0]
+	if port.Port.IntValue() != kubeprov.Ports[0] || port.EndPort == nil || int(*port.EndPort) != kubeprov.Ports[4] {
+		t.Errorf("NetworkPolicy ports %v-%v, want %d-%d", port.Port, port.EndPort, kubeprov.Ports[0], kubeprov.Ports[4])
+	}
+	if len(cm.Data) == 0 {
+		t.Error("no kernelspecs in the ConfigMap")
+	}
+	for key, js := range cm.Data {
+		dir := filepath.Join(t.TempDir(), strings.TrimSuffix(key, ".json"))
+		os.MkdirAll(dir, 0o755)
+		os.WriteFile(filepath.Join(dir, "kernel.json"), []byte(js), 0o644)
+		spec, err := kernelspecs.Parse(dir)
+		if err == nil {
+			_, err = kubeprov.ParseConfig(spec)
+		}
+		if err != nil {
+			t.Errorf("ConfigMap %s: %v", key, err)
+		}
+	}
+}
+
+// labelsMatch says whether selector selects labels.
+func labelsMatch(selector, labels map[string]string) bool {
+	if len(selector) == 0 {
+		return false
+	}
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func TestConfigProvisioners(t *testing.T) {
+	none := func(string) string { return "" }
+	c, err := parseConfig(nil, none, &bytes.Buffer{})
+	if err != nil || c.DefaultProvisioner != "local-provisioner" || c.Release != "kernelgate" || c.Kubeconfig != "" {
+		t.Fatalf("defaults: %+v %v", c, err)
+	}
+	env := map[string]string{"KERNELGATE_KUBECONFIG": "/k", "KERNELGATE_KUBERNETES_NAMESPACE": "ns", "KERNELGATE_RELEASE": "blue"}
+	c, err = parseConfig([]string{"--default-provisioner", "kubernetes-provisioner"}, func(k string) string { return env[k] }, &bytes.Buffer{})
+	if err != nil || c.DefaultProvisioner != "kubernetes-provisioner" || c.Kubeconfig != "/k" || c.KubeNamespace != "ns" || c.Release != "blue" {
+		t.Errorf("flags and env: %+v %v", c, err)
+	}
+	if _, err := parseConfig([]string{"--default-provisioner", "docker"}, none, &bytes.Buffer{}); err == nil {
+		t.Error("an unknown provisioner accepted")
+	}
+	if _, err := parseConfig([]string{"--release", ""}, none, &bytes.Buffer{}); err == nil {
+		t.Error("an empty release accepted")
+	}
+}

@@ -1,0 +1,342 @@
+package kubernetes
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	k8s "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"kernelgate/jupyter"
+	"kernelgate/kernelspecs"
+)
+
+// ErrNoAccess: the gateway's identity may not do what the provisioner
+// needs in its namespace.
+var ErrNoAccess = errors.New("kubernetes-provisioner: no access")
+
+// Provisioner runs each kernel in a pod of its own.
+type Provisioner struct {
+	Client    k8s.Interface
+	Namespace string
+	// Release scopes the pods: gateways of different releases (or
+	// namespaces) never touch each other's pods.
+	Release string
+	// Launcher is the container command when a kernelspec gives none;
+	// default kernelgate kernel-entry.
+	Launcher []string
+	// Grace is the pods' termination grace period in seconds (default 5).
+	Grace  int64
+	Logger *slog.Logger
+
+	cancel  context.CancelFunc
+	factory informers.SharedInformerFactory
+	wg      sync.WaitGroup
+
+	mu    sync.Mutex
+	procs map[string]*podProcess // by pod name
+}
+
+var (
+	_ jupyter.Provisioner = (*Provisioner)(nil)
+	_ jupyter.Adopter     = (*Provisioner)(nil)
+)
+
+// Capabilities: pods take no signals from the gateway (interrupts go by
+// message), get no local limits or sandbox (the pod's resources and
+// security context stand in), and are adopted again from the API server.
+func (p *Provisioner) Capabilities(*kernelspecs.Spec) jupyter.Capabilities {
+	return jupyter.Capabilities{Reconnect: true}
+}
+
+func (p *Provisioner) selector() labels.Selector {
+	return labels.SelectorFromSet(labels.Set{LabelManagedBy: managedBy, LabelRelease: p.Release})
+}
+
+func (p *Provisioner) log() *slog.Logger {
+	if p.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return p.Logger
+}
+
+// Start checks the gateway may list pods and Secrets of its namespace and
+// starts watching its kernel pods. It fails with ErrNoAccess, naming
+// what was refused, when the identity lacks the Role.
+func (p *Provisioner) Start(ctx context.Context) error {
+	if p.Release == "" {
+		p.Release = "kernelgate"
+	}
+	opts := metav1.ListOptions{LabelSelector: p.selector().String(), Limit: 1}
+	if _, err := p.Client.CoreV1().Pods(p.Namespace).List(ctx, opts); err != nil {
+		return accessError("list pods", p.Namespace, err)
+	}
+	if _, err := p.Client.CoreV1().Secrets(p.Namespace).List(ctx, opts); err != nil {
+		return accessError("list secrets", p.Namespace, err)
+	}
+	p.mu.Lock()
+	p.procs = map[string]*podProcess{}
+	p.mu.Unlock()
+	wctx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
+	p.factory = informers.NewSharedInformerFactoryWithOptions(p.Client, 0,
+		informers.WithNamespace(p.Namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = p.selector().String() }))
+	inf := p.factory.Core().V1().Pods().Informer()
+	_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { p.observe(obj, false) },
+		UpdateFunc: func(_, obj any) { p.observe(obj, false) },
+		DeleteFunc: func(obj any) { p.observe(obj, true) },
+	})
+	if err != nil {
+		cancel()
+		return err
+	}
+	p.factory.Start(wctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		p.Stop()
+		return fmt.Errorf("kubernetes-provisioner: pods of namespace %s not listed in time", p.Namespace)
+	}
+	return nil
+}
+
+// Stop ends the watch. Pods are left as they are.
+func (p *Provisioner) Stop() {
+	if p.cancel != nil {
+		p.cancel()
+		p.factory.Shutdown()
+	}
+}
+
+func accessError(what, ns string, err error) error {
+	if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
+		return fmt.Errorf("%w: cannot %s in namespace %s (the gateway's identity needs the Role of deploy/kubernetes/rbac.yaml): %v", ErrNoAccess, what, ns, err)
+	}
+	return fmt.Errorf("kubernetes-provisioner: %s in namespace %s: %w", what, ns, err)
+}
+
+// observe hands a pod event to the process of that pod, if any.
+func (p *Provisioner) observe(obj any, deleted bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj, deleted = d.Obj, true
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	p.mu.Lock()
+	proc := p.procs[pod.Name]
+	p.mu.Unlock()
+	if proc != nil {
+		proc.update(pod, deleted)
+	}
+}
+
+func (p *Provisioner) track(proc *podProcess) {
+	p.mu.Lock()
+	p.procs[proc.name] = proc
+	p.mu.Unlock()
+	// The informer may have seen the pod before it was tracked.
+	if obj, ok, _ := p.factory.Core().V1().Pods().Informer().GetStore().GetByKey(p.Namespace + "/" + proc.name); ok {
+		p.observe(obj, false)
+	}
+}
+
+func (p *Provisioner) untrack(proc *podProcess) {
+	p.mu.Lock()
+	if p.procs[proc.name] == proc {
+		delete(p.procs, proc.name)
+	}
+	p.mu.Unlock()
+}
+
+// Launch creates the kernel's Secret and pod and returns once the pod
+// runs with its IP, or fails at once with the reason the cluster gives.
+func (p *Provisioner) Launch(ctx context.Context, req jupyter.LaunchRequest) (jupyter.Process, error) {
+	if p.factory == nil {
+		return nil, fmt.Errorf("%w: kubernetes-provisioner not started", jupyter.ErrStartFailed)
+	}
+	cfg, err := ParseConfig(req.Spec)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", jupyter.ErrStartFailed, err)
+	}
+	pp := podParams{
+		Name: podName(req.KernelID), Namespace: p.Namespace, Release: p.Release,
+		KernelID: req.KernelID, Kind: req.Kind, Spec: req.Spec, Config: cfg, Env: req.Env,
+		Launcher: p.Launcher, Grace: p.Grace,
+	}
+	if req.Limits != nil {
+		pp.MemoryBytes = req.Limits.MemoryBytes
+	}
+	pod, err := buildPod(pp)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", jupyter.ErrStartFailed, err)
+	}
+	key := jupyter.NewKey()
+	pods, secrets := p.Client.CoreV1().Pods(p.Namespace), p.Client.CoreV1().Secrets(p.Namespace)
+	// The Secret first, so the pod never waits for it; it is owned by
+	// the pod once that exists.
+	if _, err := secrets.Create(ctx, buildSecret(pp, key), metav1.CreateOptions{}); err != nil {
+		return nil, fmt.Errorf("%w: %w", jupyter.ErrStartFailed, accessError("create a secret", p.Namespace, err))
+	}
+	proc := newPodProcess(p, pp.Name, req.Spec.Name, key)
+	p.track(proc)
+	created, err := pods.Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		p.untrack(proc)
+		p.deleteObjects(pp.Name, 0)
+		return nil, fmt.Errorf("%w: %w", jupyter.ErrStartFailed, accessError("create a pod", p.Namespace, err))
+	}
+	proc.setUID(created.UID)
+	owner := []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: created.Name, UID: created.UID}}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"ownerReferences": owner}})
+	if _, err := secrets.Patch(ctx, pp.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		p.log().Warn("kernel secret not owned by its pod", "pod", pp.Name, "err", err)
+	}
+	if err := proc.waitRunning(ctx); err != nil {
+		p.untrack(proc)
+		p.deleteObjects(pp.Name, 0)
+		proc.finish("start failed", "", "")
+		return nil, fmt.Errorf("%w: %w", jupyter.ErrStartFailed, err)
+	}
+	p.log().Debug("kernel pod running", "pod", pp.Name, "ip", proc.ConnInfo().IP)
+	return proc, nil
+}
+
+// deleteObjects deletes a kernel's pod and Secret (the garbage collector
+// would remove the Secret with its pod; a cluster without one still ends
+// up clean).
+func (p *Provisioner) deleteObjects(name string, grace int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	opts := metav1.DeleteOptions{GracePeriodSeconds: &grace}
+	if err := p.Client.CoreV1().Pods(p.Namespace).Delete(ctx, name, opts); err != nil && !apierrors.IsNotFound(err) {
+		p.log().Warn("kernel pod not deleted", "pod", name, "err", err)
+	}
+	if err := p.Client.CoreV1().Secrets(p.Namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		p.log().Warn("kernel secret not deleted", "secret", name, "err", err)
+	}
+}
+
+// podData is ProvisionerInfo.Data of a kernel pod.
+type podData struct {
+	Namespace string    `json:"namespace"`
+	Pod       string    `json:"pod"`
+	UID       types.UID `json:"uid"`
+}
+
+// Found is a running kernel pod of this release.
+type Found struct {
+	KernelID string
+	Spec     string
+	Kind     string
+	Env      map[string]string
+	Info     jupyter.ProvisionerInfo
+}
+
+// List returns the running kernel pods of the release, from the API
+// server alone.
+func (p *Provisioner) List(ctx context.Context) ([]Found, error) {
+	list, err := p.Client.CoreV1().Pods(p.Namespace).List(ctx, metav1.ListOptions{LabelSelector: p.selector().String()})
+	if err != nil {
+		return nil, accessError("list pods", p.Namespace, err)
+	}
+	var out []Found
+	for i := range list.Items {
+		pod := &list.Items[i]
+		if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning || pod.Status.PodIP == "" {
+			continue
+		}
+		s, err := p.Client.CoreV1().Secrets(p.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			continue
+		}
+		f := Found{KernelID: pod.Labels[LabelKernelID], Spec: pod.Annotations[AnnotationSpec], Kind: pod.Labels[LabelKind]}
+		_ = json.Unmarshal([]byte(pod.Annotations[AnnotationEnv]), &f.Env)
+		data, _ := json.Marshal(podData{Namespace: pod.Namespace, Pod: pod.Name, UID: pod.UID})
+		f.Info = jupyter.ProvisionerInfo{
+			Provisioner: jupyter.KubernetesProvisionerName,
+			Connection:  connInfo(pod.Status.PodIP, string(s.Data[SecretKey]), f.Spec),
+			Data:        data,
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// Adopt takes over the kernel pod info names, if it is the same pod (same
+// UID) and runs.
+func (p *Provisioner) Adopt(ctx context.Context, info jupyter.ProvisionerInfo) (jupyter.Process, error) {
+	var d podData
+	if info.Provisioner != jupyter.KubernetesProvisionerName || json.Unmarshal(info.Data, &d) != nil || d.Pod == "" {
+		return nil, fmt.Errorf("%w: not a kernel pod", jupyter.ErrNotAdoptable)
+	}
+	if d.Namespace != p.Namespace {
+		return nil, fmt.Errorf("%w: pod %s/%s is not in namespace %s", jupyter.ErrNotAdoptable, d.Namespace, d.Pod, p.Namespace)
+	}
+	pod, err := p.Client.CoreV1().Pods(p.Namespace).Get(ctx, d.Pod, metav1.GetOptions{})
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%w: pod %s: %v", jupyter.ErrNotAdoptable, d.Pod, err)
+	case pod.UID != d.UID:
+		return nil, fmt.Errorf("%w: pod %s is another pod now", jupyter.ErrNotAdoptable, d.Pod)
+	case pod.Labels[LabelRelease] != p.Release:
+		return nil, fmt.Errorf("%w: pod %s belongs to release %q", jupyter.ErrNotAdoptable, d.Pod, pod.Labels[LabelRelease])
+	case pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning:
+		return nil, fmt.Errorf("%w: pod %s is %s", jupyter.ErrNotAdoptable, d.Pod, pod.Status.Phase)
+	}
+	proc := newPodProcess(p, d.Pod, info.Connection.KernelName, info.Connection.Key)
+	proc.setUID(pod.UID)
+	p.track(proc)
+	proc.update(pod, false)
+	if err := proc.waitRunning(ctx); err != nil {
+		p.untrack(proc)
+		proc.finish("not adopted", "", "")
+		return nil, fmt.Errorf("%w: %v", jupyter.ErrNotAdoptable, err)
+	}
+	return proc, nil
+}
+
+// Sweep deletes the kernel pods of the release whose kernel id keep does
+// not hold, and Secrets left without their pod.
+func (p *Provisioner) Sweep(ctx context.Context, keep map[string]bool) (int, error) {
+	opts := metav1.ListOptions{LabelSelector: p.selector().String()}
+	pods, err := p.Client.CoreV1().Pods(p.Namespace).List(ctx, opts)
+	if err != nil {
+		return 0, accessError("list pods", p.Namespace, err)
+	}
+	live := map[string]bool{}
+	n := 0
+	for _, pod := range pods.Items {
+		if keep[pod.Labels[LabelKernelID]] {
+			live[pod.Name] = true
+			continue
+		}
+		p.log().Info("deleting a kernel pod no gateway serves", "pod", pod.Name)
+		p.deleteObjects(pod.Name, 0)
+		n++
+	}
+	secrets, err := p.Client.CoreV1().Secrets(p.Namespace).List(ctx, opts)
+	if err != nil {
+		return n, accessError("list secrets", p.Namespace, err)
+	}
+	for _, s := range secrets.Items {
+		if !live[s.Name] {
+			if err := p.Client.CoreV1().Secrets(p.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				p.log().Warn("kernel secret not deleted", "secret", s.Name, "err", err)
+			}
+		}
+	}
+	return n, nil
+}

@@ -1,0 +1,272 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"kernelgate/internal/leakcheck"
+	"kernelgate/jupyter"
+	"kernelgate/kernelspecs"
+)
+
+// These tests drive the provisioner with client-go's fake clientset,
+// which has no kubelet: the test plays it, writing pod statuses.
+
+const ns = "kernels"
+
+var podsGVR = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+
+func testSpec() *kernelspecs.Spec {
+	return &kernelspecs.Spec{Name: "python3", Argv: []string{"python3", "-m", "ipykernel_launcher", "-f", "{connection_file}"},
+		Metadata: map[string]any{"kernel_provisioner": map[string]any{
+			"provisioner_name": "kubernetes-provisioner", "config": map[string]any{"image": "kernelgate/kernel-python:1"}}}}
+}
+
+func startProvisioner(t *testing.T, client *fake.Clientset) *Provisioner {
+	t.Helper()
+	p := &Provisioner{Client: client, Namespace: ns, Release: "test"}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Stop)
+	return p
+}
+
+type launched struct {
+	proc jupyter.Process
+	err  error
+}
+
+func launch(p *Provisioner, timeout time.Duration) <-chan launched {
+	out := make(chan launched, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		proc, err := p.Launch(ctx, jupyter.LaunchRequest{KernelID: "0d7a1a0e-1111-4222-8333-444455556666", Spec: testSpec(), Kind: "jupyter"})
+		out <- launched{proc, err}
+	}()
+	return out
+}
+
+// createdPod waits on a watch of its own for the kernel's pod to exist.
+func createdPod(t *testing.T, client *fake.Clientset) *corev1.Pod {
+	t.Helper()
+	w, err := client.Tracker().Watch(podsGVR, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if list, _ := client.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{}); len(list.Items) > 0 {
+		return &list.Items[0]
+	}
+	timer := time.NewTimer(10 * time.Second)
+	defer timer.Stop()
+	for {
+		select {
+		case ev := <-w.ResultChan():
+			if pod, ok := ev.Object.(*corev1.Pod); ok && ev.Type == watch.Added {
+				return pod
+			}
+		case <-timer.C:
+			t.Fatal("no pod was created")
+		}
+	}
+}
+
+// setRunning reports the pod running at ip, as a kubelet would.
+func setRunning(t *testing.T, client *fake.Clientset, pod *corev1.Pod, ip string) {
+	t.Helper()
+	pod = pod.DeepCopy()
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, ContainerStatuses: []corev1.ContainerStatus{{
+		Name: container, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}}}}}
+	if _, err := client.CoreV1().Pods(ns).UpdateStatus(context.Background(), pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func wait(t *testing.T, ch <-chan launched) launched {
+	t.Helper()
+	select {
+	case l := <-ch:
+		return l
+	case <-time.After(20 * time.Second):
+		t.Fatal("Launch did not return")
+	}
+	return launched{}
+}
+
+// watchAfter makes the informer's first watch the one first returns; the
+// watches after it are the tracker's, and each is announced on next once
+// it is registered (so a status written after it reaches it).
+func watchAfter(client *fake.Clientset, first func() watch.Interface) <-chan struct{} {
+	next := make(chan struct{}, 8)
+	var calls atomic.Int32
+	client.PrependWatchReactor("pods", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		if calls.Add(1) == 1 {
+			return true, first(), nil
+		}
+		w, err := client.Tracker().Watch(podsGVR, a.GetNamespace())
+		next <- struct{}{}
+		return true, w, err
+	})
+	return next
+}
+
+// A watch the server closes while a kernel starts is opened again, and
+// the pod's running status written meanwhile still ends the start.
+func TestWatchClosedDuringStart(t *testing.T) {
+	client := fake.NewClientset()
+	fw := watch.NewFake()
+	next := watchAfter(client, func() watch.Interface { return fw })
+	p := startProvisioner(t, client)
+	ch := launch(p, 30*time.Second)
+	pod := createdPod(t, client)
+	fw.Stop() // the server ends the watch
+	<-next
+	setRunning(t, client, pod, "10.1.2.3")
+	l := wait(t, ch)
+	if l.err != nil {
+		t.Fatalf("launch: %v", l.err)
+	}
+	if ip := l.proc.ConnInfo().IP; ip != "10.1.2.3" {
+		t.Errorf("kernel IP %q", ip)
+	}
+	l.proc.Cleanup()
+}
+
+// A watch that fails with "resource version too old" (410 Expired) makes
+// the informer list again; the start goes on from the fresh list.
+func TestResourceVersionTooOld(t *testing.T) {
+	client := fake.NewClientset()
+	var lists atomic.Int32
+	client.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		lists.Add(1)
+		return false, nil, nil
+	})
+	fw := watch.NewFakeWithChanSize(1, false)
+	next := watchAfter(client, func() watch.Interface { return fw })
+	p := startProvisioner(t, client)
+	before := lists.Load()
+	ch := launch(p, 30*time.Second)
+	pod := createdPod(t, client)
+	setRunning(t, client, pod, "10.1.2.4") // the expired watch never carries it
+	gone := apierrors.NewResourceExpired("too old resource version: 1 (2)").ErrStatus
+	fw.Error(&gone)
+	<-next
+	l := wait(t, ch)
+	if l.err != nil {
+		t.Fatalf("launch: %v", l.err)
+	}
+	if lists.Load() <= before {
+		t.Errorf("the informer did not list again after 410")
+	}
+	l.proc.Cleanup()
+}
+
+// A pod deleted while its kernel starts fails the start at once, saying
+// so, and leaves no Secret.
+func TestPodDeletedDuringStart(t *testing.T) {
+	client := fake.NewClientset()
+	p := startProvisioner(t, client)
+	ch := launch(p, 30*time.Second)
+	pod := createdPod(t, client)
+	if err := client.CoreV1().Pods(ns).Delete(context.Background(), pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	l := wait(t, ch)
+	if !errors.Is(l.err, jupyter.ErrStartFailed) || !strings.Contains(l.err.Error(), "deleted") {
+		t.Fatalf("launch: %v", l.err)
+	}
+	if s, _ := client.CoreV1().Secrets(ns).List(context.Background(), metav1.ListOptions{}); len(s.Items) != 0 {
+		t.Errorf("Secrets left: %d", len(s.Items))
+	}
+}
+
+// A running kernel pod that ends (OOMKilled, evicted) ends its Process
+// with the reason Kubernetes gives.
+func TestPodDeathReported(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		status       corev1.PodStatus
+		exit, reason string
+	}{
+		{"OOMKilled", corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: container,
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}}}}},
+			"exit code 137", "OOMKilled"},
+		{"Evicted", corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted", Message: "The node was low on resource: memory."},
+			"pod evicted", "Evicted"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			client := fake.NewClientset()
+			p := startProvisioner(t, client)
+			ch := launch(p, 30*time.Second)
+			pod := createdPod(t, client)
+			setRunning(t, client, pod, "10.1.2.5")
+			l := wait(t, ch)
+			if l.err != nil {
+				t.Fatal(l.err)
+			}
+			cur, _ := client.CoreV1().Pods(ns).Get(context.Background(), pod.Name, metav1.GetOptions{})
+			cur.Status = c.status
+			if _, err := client.CoreV1().Pods(ns).UpdateStatus(context.Background(), cur, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-l.proc.Done():
+			case <-time.After(10 * time.Second):
+				t.Fatal("the pod's end was not reported")
+			}
+			reason := l.proc.(interface{ ExitReason() string }).ExitReason()
+			if l.proc.ExitStatus() != c.exit || reason != c.reason {
+				t.Errorf("ended %q (%q), want %q (%q)", l.proc.ExitStatus(), reason, c.exit, c.reason)
+			}
+			l.proc.Cleanup()
+		})
+	}
+}
+
+// Start and stop cycles of the provisioner and its kernels leave no
+// goroutine or file behind.
+func TestCyclesLeakNothing(t *testing.T) {
+	cycle := func() {
+		client := fake.NewClientset()
+		p := &Provisioner{Client: client, Namespace: ns, Release: "test"}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := p.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			ch := launch(p, 30*time.Second)
+			setRunning(t, client, createdPod(t, client), "10.1.2.6")
+			l := wait(t, ch)
+			if l.err != nil {
+				t.Fatal(l.err)
+			}
+			l.proc.Cleanup()
+			<-l.proc.Done()
+		}
+		p.Stop()
+	}
+	cycle() // warm up what client-go starts once per process
+	before := leakcheck.Snapshot(t)
+	for range 3 {
+		cycle()
+	}
+	leakcheck.Check(t, before)
+}
