@@ -22,6 +22,7 @@ import (
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
 	"kernelgate/sessions"
+	"kernelgate/state"
 	"kernelgate/web"
 	"kernelgate/workspace"
 )
@@ -143,6 +144,26 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--max-upload: %w", err)
 	}
+	stateDir, err := state.ResolveDir(cfg.StateDir, cfg.StateDirSet, os.Getenv)
+	if err != nil {
+		return fmt.Errorf("--state-dir: %w", err)
+	}
+	var store state.Store
+	if stateDir != "" {
+		bolt, err := state.Open(filepath.Join(stateDir, state.FileName), state.Options{Logger: log})
+		if err != nil {
+			return fmt.Errorf("--state-dir: %w", err)
+		}
+		defer bolt.Close()
+		store = bolt
+		log.Info("state kept", "dir", stateDir, "keep_kernels", cfg.KeepKernels, "orphan_timeout", cfg.OrphanTimeout)
+		if cfg.WorkspaceRoot == "" {
+			// Context files live as long as the contexts kept.
+			cfg.WorkspaceRoot = filepath.Join(stateDir, "workspaces")
+		}
+	} else {
+		log.Info("state kept in memory only: a restart loses kernels, contexts, sessions and runs")
+	}
 	var workspaces *workspace.Root
 	if cfg.WorkspaceRoot != "" {
 		if workspaces, err = workspace.OpenRoot(cfg.WorkspaceRoot); err != nil {
@@ -176,7 +197,8 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		runtimeDir = jupyter.DefaultRuntimeDir()
 	}
 	seed := filepath.Join(runtimeDir, "home-seed")
-	prov := &jupyter.LocalProvisioner{RuntimeDir: runtimeDir, Logger: log, HomeSeed: seed, PythonLauncher: cfg.PythonLauncher}
+	prov := &jupyter.LocalProvisioner{RuntimeDir: runtimeDir, Logger: log, HomeSeed: seed, PythonLauncher: cfg.PythonLauncher,
+		Detached: store != nil, OrphanTimeout: cfg.OrphanTimeout}
 	mgr := sessions.New(sessions.Config{
 		DefaultKernel:   cfg.DefaultKernel,
 		MaxKernels:      cfg.MaxKernels,
@@ -203,7 +225,12 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		PipFindLinks:    cfg.PipFindLinks,
 		PipNoIndex:      cfg.PipNoIndex,
 		MaxKernelFrame:  maxFrame,
+		Store:           store,
 	}, specs, prov, log)
+	if _, err := mgr.Restore(context.Background()); err != nil {
+		mgr.Close(context.Background())
+		return fmt.Errorf("state: %w", err)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -265,7 +292,15 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	srv.Shutdown(sctx)
 	stop()
 	<-warmed
-	mgr.Close(sctx)
+	if cfg.KeepKernels && store != nil {
+		mgr.Detach(sctx)
+		log.Info("kernels left running for the next start", "dir", stateDir, "orphan_timeout", cfg.OrphanTimeout)
+	} else {
+		if cfg.KeepKernels {
+			log.Warn("--keep-kernels needs a state directory: kernels shut down")
+		}
+		mgr.Close(sctx)
+	}
 	jupyter.StopZygotes()
 	log.Info("stopped")
 	return nil

@@ -267,8 +267,10 @@ func (k *Kernel) failStart(ctx context.Context, cause error) error {
 
 // ready sends kernel_info requests until one is answered and an iopub
 // message has arrived, so that no early output of the first real request
-// can be lost to a subscription not yet in place.
-func (k *Kernel) ready(ctx context.Context) error {
+// can be lost to a subscription not yet in place. A kernel that is
+// connected to (already running) is asked on the control channel: it
+// answers there while its shell is busy with code an earlier gateway sent.
+func (k *Kernel) ready(ctx context.Context, ch Channel) error {
 	iopubSeen := make(chan struct{})
 	var once sync.Once
 	unsubscribe := k.Subscribe(func(*Message) { once.Do(func() { close(iopubSeen) }) })
@@ -278,7 +280,7 @@ func (k *Kernel) ready(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		c, err := k.Request(Shell, m, nil, CallOptions{})
+		c, err := k.Request(ch, m, nil, CallOptions{})
 		if err != nil {
 			return err
 		}
