@@ -176,7 +176,8 @@ func Stop(ctx context.Context, p Provisioner, info ProvisionerInfo, grace time.D
 	proc, err := a.Adopt(ctx, info)
 	if err != nil {
 		if li := info.Local; li != nil && !li.Bridged && errors.Is(err, ErrNotAdoptable) && !sameProcess(li) {
-			// Gone: what it left behind goes.
+			// Gone: what it left behind goes, its watchdog too.
+			stopWatchdog(li.WatchdogPID, li.WatchdogStart)
 			os.RemoveAll(li.RuntimeDir)
 			return nil
 		}
