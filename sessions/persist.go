@@ -46,6 +46,9 @@ type kernelExtra struct {
 // state.Context.
 type contextExtra struct {
 	Shared bool `json:"shared,omitempty"`
+	// Workspace is the name of its workspace when it shares one
+	// (ContextRequest.Workspace); else it is contexts/<id>.
+	Workspace string `json:"workspace,omitempty"`
 }
 
 // infoProcess is a process that can say how to reach it again (a real
@@ -123,7 +126,11 @@ func (m *Manager) putContext(c *Context) {
 	if deleted {
 		return
 	}
-	rec.Extra, _ = json.Marshal(contextExtra{Shared: c.Shared})
+	ex := contextExtra{Shared: c.Shared}
+	if c.wsBorrowed && c.ws != nil {
+		ex.Workspace = c.ws.Name()
+	}
+	rec.Extra, _ = json.Marshal(ex)
 	ctx, cancel := storeCtx()
 	defer cancel()
 	if err := m.store.PutContext(ctx, rec); err != nil {

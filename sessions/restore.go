@@ -81,8 +81,12 @@ func (m *Manager) Restore(ctx context.Context) (RestoreReport, error) {
 		if err != nil {
 			continue
 		}
-		if ws, err := m.newWorkspace(contextWorkspace(rec.ID), spec); err == nil {
-			workspaces[contextWorkspace(rec.ID)] = ws
+		name := contextWorkspaceOf(rec)
+		if _, ok := workspaces[name]; ok {
+			continue // shared by several contexts
+		}
+		if ws, err := m.newWorkspace(name, spec); err == nil {
+			workspaces[name] = ws
 		}
 	}
 
@@ -271,7 +275,7 @@ func (m *Manager) restoreKernel(ctx context.Context, rec state.Kernel, wanted bo
 // back.
 func (m *Manager) restoreContext(rec state.Context, kernels map[string]*Kernel, workspaces map[string]*workspace.Workspace) *Context {
 	spec, err := m.languageSpec(rec.Language)
-	ws := workspaces[contextWorkspace(rec.ID)]
+	ws := workspaces[contextWorkspaceOf(rec)]
 	if err != nil || ws == nil {
 		m.log.Warn("kept context dropped", "context", rec.ID, "err", err)
 		m.deleteContextRecord(&Context{ID: rec.ID})
@@ -281,7 +285,8 @@ func (m *Manager) restoreContext(rec state.Context, kernels map[string]*Kernel, 
 	if len(rec.Extra) > 0 {
 		json.Unmarshal(rec.Extra, &ex)
 	}
-	c := &Context{ID: rec.ID, Language: rec.Language, Cwd: rec.Cwd, Env: rec.Env, Shared: ex.Shared, m: m, spec: spec, ws: ws, created: rec.Created}
+	c := &Context{ID: rec.ID, Language: rec.Language, Cwd: rec.Cwd, Env: rec.Env, Shared: ex.Shared, m: m, spec: spec, ws: ws,
+		wsBorrowed: ex.Workspace != "", created: rec.Created}
 	if k := kernels[rec.KernelID]; k != nil {
 		// A lost kernel is at generation 0: its next process is the
 		// first, and the next run says the state is gone.
@@ -592,4 +597,16 @@ func (c *Context) pickUp(r *Run, k *Kernel, jk process) {
 	}
 	r.mu.Unlock()
 	r.end(reason, nil)
+}
+
+// contextWorkspaceOf is the name of a kept context's workspace.
+func contextWorkspaceOf(rec state.Context) string {
+	var ex contextExtra
+	if len(rec.Extra) > 0 {
+		json.Unmarshal(rec.Extra, &ex)
+	}
+	if ex.Workspace != "" {
+		return ex.Workspace
+	}
+	return contextWorkspace(rec.ID)
 }
