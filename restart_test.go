@@ -105,6 +105,12 @@ func (p *gatewayProcess) kill(t *testing.T, sig syscall.Signal) error {
 // call makes a JSON request and decodes the answer into out.
 func call(t *testing.T, method, url string, body any, want int, out any) {
 	t.Helper()
+	callAs(t, "", method, url, body, want, out)
+}
+
+// callAs is call with a token.
+func callAs(t *testing.T, token, method, url string, body any, want int, out any) {
+	t.Helper()
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
@@ -112,6 +118,9 @@ func call(t *testing.T, method, url string, body any, want int, out any) {
 	}
 	req, _ := http.NewRequest(method, url, rd)
 	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "token "+token)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -501,4 +510,27 @@ func TestRestartWithCorruptStore(t *testing.T) {
 	if e := execute(t, g.url, "agent", "1 + 1"); e.text() != "2" {
 		t.Fatalf("a run on the new store: %+v", e)
 	}
+}
+
+// TestContextTokenAfterRestart: a context token minted before a crash
+// still runs code in its context after the restart (its hash is kept with
+// the context), and only there.
+func TestContextTokenAfterRestart(t *testing.T) {
+	bin := buildBinary(t)
+	dirs := newRestartDirs(t)
+	const admin = "restart-admin-token"
+	g := dirs.start(t, bin, "--pool-size", "0", "--token", admin)
+	callAs(t, admin, "POST", g.url+"api/contexts", map[string]any{"id": "agent", "language": "python"}, 201, nil)
+	callAs(t, admin, "POST", g.url+"api/contexts", map[string]any{"id": "other", "language": "python"}, 201, nil)
+	var tok struct{ Token string }
+	callAs(t, admin, "POST", g.url+"api/contexts/agent/tokens", map[string]any{"ttl": 3600}, 201, &tok)
+	g.kill(t, syscall.SIGKILL)
+
+	g2 := dirs.start(t, bin, "--pool-size", "0", "--token", admin)
+	var e execution
+	callAs(t, tok.Token, "POST", g2.url+"api/execute", map[string]any{"context": "agent", "code": "1 + 1"}, 200, &e)
+	if e.text() != "2" {
+		t.Fatalf("a run with the context token after the restart: %+v", e)
+	}
+	callAs(t, tok.Token, "POST", g2.url+"api/execute", map[string]any{"context": "other", "code": "1 + 1"}, 403, nil)
 }

@@ -54,6 +54,9 @@ type Context struct {
 	// endedBefore says how the kernel of a context kept by an earlier
 	// gateway ended, when it did not come back (restore.go).
 	endedBefore string
+	// tokens are the hashes of the context tokens minted for it
+	// (KeepContextToken).
+	tokens []ContextToken
 }
 
 // ContextModel is a context as the API shows it.

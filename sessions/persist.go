@@ -117,7 +117,7 @@ func (m *Manager) putContext(c *Context) {
 		return
 	}
 	c.mu.Lock()
-	rec := state.Context{ID: c.ID, Language: c.Language, Cwd: c.Cwd, Env: c.Env, Created: c.created}
+	rec := state.Context{ID: c.ID, Language: c.Language, Cwd: c.Cwd, Env: c.Env, Created: c.created, Tokens: c.tokens}
 	if c.kernel != nil {
 		rec.KernelID = c.kernel.id
 	}
@@ -348,4 +348,45 @@ func (c *Context) stopRuns(keep bool) {
 	if running != nil && !keep {
 		running.lose("the gateway stopped during the run and shut its kernel down; the next run starts a new kernel without the earlier state")
 	}
+}
+
+// ContextToken is a context token as kept: the SHA-256 of the token (never
+// the token) and its expiry.
+type ContextToken = state.TokenHash
+
+// KeepContextToken keeps the hash of a token minted for context id, with
+// the context's record: with a store it works after a restart. The
+// context's expired tokens are dropped.
+func (m *Manager) KeepContextToken(id string, t ContextToken) error {
+	c, err := m.Context(id)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	c.mu.Lock()
+	kept := c.tokens[:0:0]
+	for _, old := range c.tokens {
+		if now.Before(old.Expires) {
+			kept = append(kept, old)
+		}
+	}
+	c.tokens = append(kept, t)
+	c.mu.Unlock()
+	m.putContext(c)
+	return nil
+}
+
+// Tokens are the context tokens kept of the context that have not
+// expired: those an earlier gateway minted, after a restart.
+func (c *Context) Tokens() []ContextToken {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []ContextToken
+	for _, t := range c.tokens {
+		if now.Before(t.Expires) {
+			out = append(out, t)
+		}
+	}
+	return out
 }

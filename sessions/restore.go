@@ -286,7 +286,7 @@ func (m *Manager) restoreContext(rec state.Context, kernels map[string]*Kernel, 
 		json.Unmarshal(rec.Extra, &ex)
 	}
 	c := &Context{ID: rec.ID, Language: rec.Language, Cwd: rec.Cwd, Env: rec.Env, Shared: ex.Shared, m: m, spec: spec, ws: ws,
-		wsBorrowed: ex.Workspace != "", created: rec.Created}
+		wsBorrowed: ex.Workspace != "", created: rec.Created, tokens: rec.Tokens}
 	if k := kernels[rec.KernelID]; k != nil {
 		// A lost kernel is at generation 0: its next process is the
 		// first, and the next run says the state is gone.
