@@ -534,3 +534,24 @@ func TestContextTokenAfterRestart(t *testing.T) {
 	}
 	callAs(t, tok.Token, "POST", g2.url+"api/execute", map[string]any{"context": "other", "code": "1 + 1"}, 403, nil)
 }
+
+// TestRestartDenoContext: a Deno kernel, which answers kernel_info on
+// its shell channel only, is adopted with its state too.
+func TestRestartDenoContext(t *testing.T) {
+	bin := buildBinary(t)
+	dirs := newRestartDirs(t)
+	g := dirs.start(t, bin, "--pool-size", "0")
+	var c ctxModel
+	call(t, "POST", g.url+"api/contexts", map[string]any{"id": "js", "language": "javascript"}, 201, &c)
+	execute(t, g.url, "js", "globalThis.x = 41")
+	g.kill(t, syscall.SIGKILL)
+
+	g2 := dirs.start(t, bin, "--pool-size", "0")
+	if e := execute(t, g2.url, "js", "`${x + 1} ${Deno.pid}`"); !strings.Contains(e.text(), fmt.Sprintf("42 %d", *c.KernelProcessID)) {
+		t.Fatalf("the Deno context after the restart: %+v", e)
+	}
+	if err := g2.kill(t, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitProcs(t, dirs.runtime, true, nil)
+}

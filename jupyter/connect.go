@@ -112,11 +112,11 @@ func attach(ctx context.Context, p Provisioner, proc Process, cfg Config, logger
 	k.wg.Add(2)
 	go k.watch()
 	go k.heartbeat()
-	ch := Shell
+	chans := []Channel{Shell}
 	if connecting {
-		ch = Control
+		chans = []Channel{Control, Shell}
 	}
-	if err := k.ready(ctx, ch); err != nil {
+	if err := k.ready(ctx, chans...); err != nil {
 		return nil, fail(ctx, err)
 	}
 	k.log.Debug("kernel ready", "spec", cfg.Spec.Name, "pid", proc.PID(), "took", time.Since(t0), "connected", connecting)
