@@ -555,3 +555,39 @@ func TestRestartDenoContext(t *testing.T) {
 	}
 	waitProcs(t, dirs.runtime, true, nil)
 }
+
+// TestRunEndedWhileDown: a run that ended while no gateway ran is picked
+// up at the next start and ends with what its kernel published before the
+// crash, its result lost with the rest of that output (the marker says
+// so), and its context goes on with its state.
+func TestRunEndedWhileDown(t *testing.T) {
+	bin := buildBinary(t)
+	dirs := newRestartDirs(t)
+	g := dirs.start(t, bin, "--pool-size", "0")
+	var c ctxModel
+	call(t, "POST", g.url+"api/contexts", map[string]any{"id": "agent", "language": "python"}, 201, &c)
+	done := filepath.Join(t.TempDir(), "done")
+	code := fmt.Sprintf("import time, pathlib\nprint('started', flush=True)\nwhile not pathlib.Path(%q + '.go').exists():\n    time.sleep(0.05)\nx = 41\npathlib.Path(%q).write_text('1')\nx + 1", done, done)
+	run := streamRun(t, g.url, "agent", code, 1)
+	// Run records are committed in batches, at the latest with the next
+	// durable write: this one.
+	call(t, "POST", g.url+"api/contexts", map[string]any{"id": "other", "language": "python"}, 201, nil)
+	g.kill(t, syscall.SIGKILL)
+	// The run goes on and ends while no gateway runs.
+	os.WriteFile(done+".go", nil, 0o600)
+	waitFor(t, func() bool { _, err := os.Stat(done); return err == nil }, "the run did not end while no gateway ran%s", func() []any { return []any{""} })
+
+	g2 := dirs.start(t, bin, "--pool-size", "0")
+	evs := runEvents(t, g2.url, run, 0)
+	var texts []string
+	for _, ev := range evs {
+		texts = append(texts, ev.Text)
+	}
+	all := strings.Join(texts, "")
+	if evs[len(evs)-1].Process.Reason != "completed" || !strings.Contains(all, "started") || !strings.Contains(all, "no gateway was running") {
+		t.Fatalf("events of a run that ended while no gateway ran: %+v", evs)
+	}
+	if e := execute(t, g2.url, "agent", "x"); e.text() != "41" {
+		t.Fatalf("the context after the restart: %+v", e)
+	}
+}
