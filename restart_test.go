@@ -591,3 +591,29 @@ func TestRunEndedWhileDown(t *testing.T) {
 		t.Fatalf("the context after the restart: %+v", e)
 	}
 }
+
+// TestOrphanTimeoutEndsKeptKernels: kernels left by --keep-kernels that no
+// gateway adopts end once --orphan-timeout has passed, with their
+// watchdogs and directories.
+func TestOrphanTimeoutEndsKeptKernels(t *testing.T) {
+	bin := buildBinary(t)
+	dirs := newRestartDirs(t)
+	g := dirs.start(t, bin, "--pool-size", "0", "--keep-kernels", "--orphan-timeout", "10s")
+	var c ctxModel
+	call(t, "POST", g.url+"api/contexts", map[string]any{"id": "agent", "language": "python"}, 201, &c)
+	if err := g.kill(t, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitProcs(t, dirs.runtime, false, []int{*c.KernelProcessID})
+	// Lease 10 s, a check every 2.5 s, 5 s of grace after SIGTERM.
+	deadline := time.Now().Add(40 * time.Second)
+	for len(kernelProcs(dirs.runtime, true)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("kept kernel processes %v outlived the orphan timeout", kernelProcs(dirs.runtime, true))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dirs.runtime, "kernel-*")); len(left) > 0 {
+		t.Fatalf("kernel directories left: %v", left)
+	}
+}
