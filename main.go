@@ -157,16 +157,22 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		defer bolt.Close()
 		store = bolt
 		log.Info("state kept", "dir", stateDir, "keep_kernels", cfg.KeepKernels, "orphan_timeout", cfg.OrphanTimeout)
-		if cfg.WorkspaceRoot == "" {
-			// Context files live as long as the contexts kept.
-			cfg.WorkspaceRoot = filepath.Join(stateDir, "workspaces")
-		}
 	} else {
 		log.Info("state kept in memory only: a restart loses kernels, contexts, sessions and runs")
 	}
+	// Contexts' workspaces: --workspace-root, else with a state directory
+	// a folder of it (context files live as long as the contexts kept),
+	// else a temporary folder. Only --workspace-root also bounds the
+	// working directories Jupyter clients choose. Kernels sandboxed as
+	// another user cannot reach into the private state directory: they
+	// need --workspace-root for their files to be kept.
+	wsRoot := cfg.WorkspaceRoot
+	if wsRoot == "" && stateDir != "" && !(cfg.Sandbox && os.Getuid() == 0) {
+		wsRoot = filepath.Join(stateDir, "workspaces")
+	}
 	var workspaces *workspace.Root
-	if cfg.WorkspaceRoot != "" {
-		if workspaces, err = workspace.OpenRoot(cfg.WorkspaceRoot); err != nil {
+	if wsRoot != "" {
+		if workspaces, err = workspace.OpenRoot(wsRoot); err != nil {
 			return fmt.Errorf("--workspace-root: %w", err)
 		}
 		defer workspaces.Close()

@@ -184,7 +184,8 @@ type sessionModel struct {
 }
 
 // wsExecute runs code on a kernel through its Jupyter websocket and
-// returns the text of its execute_result.
+// returns the text of its execute_result, once both its reply (shell) and
+// its idle status (iopub, where the result comes before it) arrived.
 func wsExecute(t *testing.T, url, kernel, code string) string {
 	t.Helper()
 	ws, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(url, "http")+"api/kernels/"+kernel+"/channels?session_id="+uuid.NewString(), nil)
@@ -202,8 +203,8 @@ func wsExecute(t *testing.T, url, kernel, code string) string {
 		t.Fatal(err)
 	}
 	ws.SetReadDeadline(time.Now().Add(60 * time.Second))
-	result := ""
-	for {
+	result, replied, idle := "", false, false
+	for !replied || !idle {
 		var m struct {
 			Header struct {
 				MsgType string `json:"msg_type"`
@@ -229,9 +230,16 @@ func wsExecute(t *testing.T, url, kernel, code string) string {
 		case "error":
 			t.Fatalf("websocket run failed: %s", m.Content)
 		case "execute_reply":
-			return result
+			replied = true
+		case "status":
+			var c struct {
+				State string `json:"execution_state"`
+			}
+			json.Unmarshal(m.Content, &c)
+			idle = c.State == "idle"
 		}
 	}
+	return result
 }
 
 // streamRun starts a streamed run and returns its id once it has printed
