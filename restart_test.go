@@ -335,6 +335,12 @@ func TestRestartAfterSIGKILL(t *testing.T) {
 	var s sessionModel
 	call(t, "POST", g.url+"api/sessions", map[string]any{"path": "work.ipynb", "type": "notebook", "kernel": map[string]any{"name": "python3"}}, 201, &s)
 	notebookPID := wsExecute(t, g.url, s.Kernel.ID, "import os; y = 7; os.getpid()")
+	// The notebook stays connected through the crash.
+	open, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(g.url, "http")+"api/kernels/"+s.Kernel.ID+"/channels?session_id="+uuid.NewString(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
 	run := streamRun(t, g.url, "agent", "import time\nfor i in range(40):\n    print(i, flush=True)\n    time.sleep(0.1)\nx + 1", 3)
 
 	before := kernelProcs(dirs.runtime, false)
