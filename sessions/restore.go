@@ -312,7 +312,9 @@ func (m *Manager) restoreRuns(recs []state.Run, contexts map[string]*Context) (r
 	var runs []kept
 	for _, sr := range recs {
 		var rec runRecord
-		if err := json.Unmarshal(sr.Data, &rec); err != nil || rec.Created.IsZero() {
+		err := json.Unmarshal(sr.Data, &rec)
+		known := rec.State == RunQueued || rec.State == RunRunning || rec.State == RunDone
+		if err != nil || rec.Created.IsZero() || !known {
 			m.deleteRuns([]string{sr.ID})
 			continue
 		}
