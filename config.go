@@ -71,8 +71,7 @@ type config struct {
 	PipNoIndex     bool
 
 	// StateDir is --state-dir as given; StateDirSet says it was given
-	// (state.ResolveDir applies the default). It takes effect once
-	// sessions keeps its records in a state.Store.
+	// (state.ResolveDir applies the default).
 	StateDir    string
 	StateDirSet bool
 
@@ -81,6 +80,12 @@ type config struct {
 	Kubeconfig         string
 	KubeNamespace      string
 	Release            string
+
+	// KeepKernels leaves kernels running at SIGTERM/SIGINT, for the next
+	// start on the same state directory; OrphanTimeout ends those no
+	// gateway adopts again.
+	KeepKernels   bool
+	OrphanTimeout time.Duration
 }
 
 // optionalString is a string flag that remembers whether it was set, so
@@ -195,6 +200,10 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("base-url")
 	fs.Var(optionalString{&c.StateDir, &c.StateDirSet}, "state-dir", "directory of the state store, which keeps kernels, contexts, sessions and runs across restarts (default $XDG_STATE_HOME/kernelgate, else ~/.local/state/kernelgate); an empty value keeps them in memory only")
 	add("state-dir")
+	fs.BoolVar(&c.KeepKernels, "keep-kernels", false, "at SIGTERM or SIGINT leave the kernels running and recorded in the state directory, for the next start to adopt (upgrades, rolling restarts); without it they are shut down")
+	add("keep-kernels")
+	fs.DurationVar(&c.OrphanTimeout, "orphan-timeout", 15*time.Minute, "how long a kernel left running (--keep-kernels, or a gateway that died) lives on when no gateway adopts it again")
+	add("orphan-timeout")
 	fs.StringVar(&c.RuntimeDir, "runtime-dir", "", "directory for kernels' connection files (default: $TMPDIR/kernelgate-<uid>)")
 	add("runtime-dir")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
@@ -299,6 +308,9 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	}
 	if c.Release == "" || len(c.Release) > 63 {
 		return nil, fmt.Errorf("--release must be a label value of 1 to 63 characters")
+	}
+	if c.OrphanTimeout < 10*time.Second {
+		return nil, fmt.Errorf("--orphan-timeout %v: want at least 10s", c.OrphanTimeout)
 	}
 	if c.Port < 0 || c.Port > 65535 {
 		return nil, fmt.Errorf("--port %d out of range", c.Port)

@@ -210,3 +210,20 @@ func TestTokenOnTheCommandLineIsWarnedOf(t *testing.T) {
 		}
 	}
 }
+
+func TestConfigKeepKernels(t *testing.T) {
+	env := func(k string) string {
+		return map[string]string{"KERNELGATE_KEEP_KERNELS": "true", "KERNELGATE_ORPHAN_TIMEOUT": "2m"}[k]
+	}
+	c, err := parseConfig(nil, env, &bytes.Buffer{})
+	if err != nil || !c.KeepKernels || c.OrphanTimeout != 2*time.Minute {
+		t.Fatalf("from the environment: %+v %v", c, err)
+	}
+	c, err = parseConfig(nil, func(string) string { return "" }, &bytes.Buffer{})
+	if err != nil || c.KeepKernels || c.OrphanTimeout != 15*time.Minute {
+		t.Fatalf("defaults: keep %v orphan timeout %v %v", c.KeepKernels, c.OrphanTimeout, err)
+	}
+	if _, err := parseConfig([]string{"--orphan-timeout", "1s"}, func(string) string { return "" }, &bytes.Buffer{}); err == nil {
+		t.Fatal("an orphan timeout of 1s was taken")
+	}
+}

@@ -48,7 +48,9 @@ func startGateway(t *testing.T, bin string, args ...string) *gatewayProcess {
 	t.Helper()
 	args = append([]string{"serve", "--port", "0", "--kernelspec-dir", kernelsDir(t)}, args...)
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "KERNELGATE_LOG_LEVEL=info")
+	// Each gateway keeps its state in a directory of its own test, not
+	// in the user's (--state-dir given in args wins).
+	cmd.Env = append(os.Environ(), "KERNELGATE_LOG_LEVEL=info", "XDG_STATE_HOME="+t.TempDir())
 	stdout, _ := cmd.StdoutPipe()
 	logs := &lockedBuffer{}
 	cmd.Stderr = logs

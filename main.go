@@ -23,6 +23,7 @@ import (
 	"kernelgate/kernelspecs"
 	kubeprov "kernelgate/provision/kubernetes"
 	"kernelgate/sessions"
+	"kernelgate/state"
 	"kernelgate/web"
 	"kernelgate/workspace"
 )
@@ -150,9 +151,35 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--max-upload: %w", err)
 	}
+	stateDir, err := state.ResolveDir(cfg.StateDir, cfg.StateDirSet, os.Getenv)
+	if err != nil {
+		return fmt.Errorf("--state-dir: %w", err)
+	}
+	var store state.Store
+	if stateDir != "" {
+		bolt, err := state.Open(filepath.Join(stateDir, state.FileName), state.Options{Logger: log})
+		if err != nil {
+			return fmt.Errorf("--state-dir: %w", err)
+		}
+		defer bolt.Close()
+		store = bolt
+		log.Info("state kept", "dir", stateDir, "keep_kernels", cfg.KeepKernels, "orphan_timeout", cfg.OrphanTimeout)
+	} else {
+		log.Info("state kept in memory only: a restart loses kernels, contexts, sessions and runs")
+	}
+	// Contexts' workspaces: --workspace-root, else with a state directory
+	// a folder of it (context files live as long as the contexts kept),
+	// else a temporary folder. Only --workspace-root also bounds the
+	// working directories Jupyter clients choose. Kernels sandboxed as
+	// another user cannot reach into the private state directory: they
+	// need --workspace-root for their files to be kept.
+	wsRoot := cfg.WorkspaceRoot
+	if wsRoot == "" && stateDir != "" && !(cfg.Sandbox && os.Getuid() == 0) {
+		wsRoot = filepath.Join(stateDir, "workspaces")
+	}
 	var workspaces *workspace.Root
-	if cfg.WorkspaceRoot != "" {
-		if workspaces, err = workspace.OpenRoot(cfg.WorkspaceRoot); err != nil {
+	if wsRoot != "" {
+		if workspaces, err = workspace.OpenRoot(wsRoot); err != nil {
 			return fmt.Errorf("--workspace-root: %w", err)
 		}
 		defer workspaces.Close()
@@ -183,16 +210,8 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		runtimeDir = jupyter.DefaultRuntimeDir()
 	}
 	seed := filepath.Join(runtimeDir, "home-seed")
-	local := &jupyter.LocalProvisioner{RuntimeDir: runtimeDir, Logger: log, HomeSeed: seed, PythonLauncher: cfg.PythonLauncher}
-	// What gateway processes that died left behind goes first: processes
-	// their kernels started, kernel directories with keys, cgroups.
-	swept, err := local.Sweep(nil)
-	if swept != (jupyter.Swept{}) {
-		log.Info("removed what earlier gateway processes left", "kernel_dirs", swept.Dirs, "cgroups", swept.Cgroups, "processes_killed", swept.Processes)
-	}
-	if err != nil {
-		log.Warn("could not remove all that earlier gateway processes left", "err", err)
-	}
+	local := &jupyter.LocalProvisioner{RuntimeDir: runtimeDir, Logger: log, HomeSeed: seed, PythonLauncher: cfg.PythonLauncher,
+		Detached: store != nil, OrphanTimeout: cfg.OrphanTimeout}
 	prov := jupyter.NewRegistry(cfg.DefaultProvisioner)
 	prov.Register(jupyter.LocalProvisionerName, local)
 	kube, err := startKubernetes(cfg, specs, prov, log)
@@ -228,7 +247,27 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		PipFindLinks:    cfg.PipFindLinks,
 		PipNoIndex:      cfg.PipNoIndex,
 		MaxKernelFrame:  maxFrame,
+		Store:           store,
 	}, specs, prov, log)
+	restored, err := mgr.Restore(context.Background())
+	if err != nil {
+		mgr.Close(context.Background())
+		return fmt.Errorf("state: %w", err)
+	}
+	// What gateway processes that died left behind goes next: processes
+	// their kernels started, kernel directories with keys, cgroups; the
+	// kernels adopted again are kept.
+	keepIDs := make([]string, 0, len(restored.Keep))
+	for _, k := range restored.Keep {
+		keepIDs = append(keepIDs, k.ID)
+	}
+	swept, err := local.Sweep(keepIDs)
+	if swept != (jupyter.Swept{}) {
+		log.Info("removed what earlier gateway processes left", "kernel_dirs", swept.Dirs, "cgroups", swept.Cgroups, "processes_killed", swept.Processes)
+	}
+	if err != nil {
+		log.Warn("could not remove all that earlier gateway processes left", "err", err)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -293,10 +332,14 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	}
 	// From here a second SIGINT or SIGTERM ends the process at once.
 	stop()
+	keep := cfg.KeepKernels && store != nil
+	if cfg.KeepKernels && store == nil {
+		log.Warn("--keep-kernels needs a state directory: kernels shut down")
+	}
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
-		shutdown(srv, mgr, cfg.ShutdownGrace)
+		shutdown(srv, mgr, cfg.ShutdownGrace, keep)
 		<-warmed
 		jupyter.StopZygotes()
 	}()
@@ -305,9 +348,12 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	select {
 	case <-finished:
 	case <-bound.C:
-		// Kernels die with the process (their parent-death signal); the
-		// next start removes what they leave (LocalProvisioner.Sweep).
+		// The next start removes what kernels that outlived the process
+		// leave (LocalProvisioner.Sweep).
 		return fmt.Errorf("shutdown did not finish within --shutdown-grace %v plus %v: exiting anyway", cfg.ShutdownGrace, shutdownStop)
+	}
+	if keep {
+		log.Info("kernels left running for the next start", "dir", stateDir, "orphan_timeout", cfg.OrphanTimeout)
 	}
 	log.Info("stopped")
 	return nil
@@ -321,12 +367,16 @@ const shutdownStop = 15 * time.Second
 // shutdown refuses new requests and lets those in flight finish within
 // grace, then stops the kernels, which ends the runs still going (lost),
 // and closes the connections still open once their requests have ended.
-func shutdown(srv *gateway.Server, mgr *sessions.Manager, grace time.Duration) {
+func shutdown(srv *gateway.Server, mgr *sessions.Manager, grace time.Duration, keep bool) {
 	gctx, cancel := context.WithTimeout(context.Background(), grace)
 	srv.Shutdown(gctx)
 	cancel()
 	kctx, cancel := context.WithTimeout(context.Background(), shutdownStop*2/3)
-	mgr.Close(kctx)
+	if keep {
+		mgr.Detach(kctx)
+	} else {
+		mgr.Close(kctx)
+	}
 	cancel()
 	cctx, cancel := context.WithTimeout(context.Background(), shutdownStop/6)
 	srv.Close(cctx)

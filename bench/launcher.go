@@ -36,8 +36,10 @@ func (b *bench) benchLauncher(ctx context.Context) error {
 		saved := specDir
 		specDir = specs
 		defer func() { specDir = saved }()
+		// Memory only: kernels that outlive the gateway (a state
+		// directory) are exec'd whatever the launcher.
 		return startKernelgate(sctx, name, kernelgateBin, "--pool-size", "0", "--late-output-wait=-1ms",
-			"--python-launcher", launcher)
+			"--python-launcher", launcher, "--state-dir", "")
 	}
 	fork, err := start("kernelgate (fork)", "fork")
 	if err != nil {

@@ -56,6 +56,7 @@ type options struct {
 	idle        time.Duration
 	filesMiB    int // size of the file uploaded and downloaded
 	filesRuns   int // uploads and downloads of it
+	adopt       int // kept kernels a start re-adopts (state)
 }
 
 var full = options{
@@ -63,7 +64,7 @@ var full = options{
 	loadKernels: 16, loadClients: 4, loadCount: 25, loadRounds: 2,
 	streamRuns: 5, streamMiB: 100,
 	density: []int{0, 10, 50}, jsDensity: 10, idle: 30 * time.Second,
-	filesMiB: 1024, filesRuns: 3,
+	filesMiB: 1024, filesRuns: 3, adopt: 100,
 }
 
 // extraFlags are added to every kernelgate command line (-kgflag).
@@ -96,7 +97,7 @@ type bench struct {
 func main() {
 	quick := flag.Bool("quick", false, "small samples, for trying the harness (figures are not meaningful)")
 	write := flag.String("write", "", "markdown file whose generated section gets the table (docs/benchmarks.md)")
-	only := flag.String("only", "", "comma-separated sections to run: start,roundtrip,pool,stream,load,density,launcher,files,agents,bigoutput,k8s (default all)")
+	only := flag.String("only", "", "comma-separated sections to run: start,roundtrip,pool,stream,load,density,launcher,files,agents,bigoutput,k8s,state (default all)")
 	profile := flag.String("profile", "", "instead of the benchmarks, serve the gateway in this process and write CPU profiles of -workloads into this directory")
 	workloads := flag.String("workloads", "ws-deno,rest-python,rest-deno", "workloads of -profile: ws-deno, ws-python, rest-python, rest-deno")
 	profileN := flag.Int("n", 2000, "round trips per -profile workload")
@@ -158,7 +159,7 @@ func run(quick bool, write, only string) error {
 		b.opt = options{starts: 2, roundTrips: 30, rtKernels: 2, warmup: 5, poolRuns: 3,
 			loadKernels: 4, loadClients: 2, loadCount: 10, loadRounds: 1,
 			streamRuns: 1, streamMiB: 20, density: []int{0, 2, 4}, jsDensity: 2, idle: 3 * time.Second,
-			filesMiB: 64, filesRuns: 1}
+			filesMiB: 64, filesRuns: 1, adopt: 5}
 	}
 	for _, k := range kernels {
 		if _, err := b.specs.Get(k.spec); err != nil {
@@ -186,6 +187,7 @@ func run(quick bool, write, only string) error {
 		{"agents", b.benchAgents},
 		{"bigoutput", b.benchBigOutput},
 		{"k8s", b.benchK8s},
+		{"state", b.benchState},
 	}
 	for name := range want {
 		found := false
@@ -204,8 +206,11 @@ func run(quick bool, write, only string) error {
 	go machine.sampleLoad(lctx)
 	defer stopLoad()
 	defer b.stopServers()
-	if err := b.startServers(ctx); err != nil {
-		return err
+	// The state section starts kernelgates of its own.
+	if len(want) != 1 || !want["state"] {
+		if err := b.startServers(ctx); err != nil {
+			return err
+		}
 	}
 	for _, s := range sections {
 		if len(want) > 0 && !want[s.name] {

@@ -45,6 +45,9 @@ func startKernelgate(ctx context.Context, name, bin string, extra ...string) (*s
 	s := &server{name: name, token: "bench-" + strconv.Itoa(os.Getpid()), dir: dir, log: tailbuf.New(8 << 10)}
 	args := []string{"serve", "--port", "0", "--kernelspec-dir", specDir, "--log-level", "warn",
 		"--metrics-open", "--token", s.token, "--runtime-dir", filepath.Join(dir, "runtime")}
+	// State is kept, as by default, in the scratch directory (flags in
+	// extra choose otherwise: the last one counts).
+	args = append(args, "--state-dir", filepath.Join(dir, "state"))
 	args = append(args, extra...)
 	args = append(args, extraFlags...)
 	s.cmd = exec.Command(bin, args...)

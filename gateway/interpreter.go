@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"fmt"
 	"math"
 	"mime"
@@ -382,5 +383,10 @@ func (s *Server) mintContextToken(c echo.Context) error {
 		return newError(http.StatusBadRequest, "BAD_REQUEST", fmt.Sprintf("ttl is at most %v", s.cfg.MaxContextTokenTTL))
 	}
 	tok, exp := s.tokens.mint(ctx.ID, ctx.Created(), ttl)
+	// Kept with the context (hashed): with a state store the token
+	// works after a restart.
+	if err := s.mgr.KeepContextToken(ctx.ID, sessions.ContextToken{Hash: sha256.Sum256([]byte(tok)), Expires: exp}); err != nil {
+		return err
+	}
 	return c.JSON(http.StatusCreated, map[string]string{"token": tok, "expiresAt": timefmt.Format(exp)})
 }

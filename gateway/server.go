@@ -107,6 +107,13 @@ func New(cfg Config, mgr *sessions.Manager, log *slog.Logger) *Server {
 	}
 	s := &Server{cfg: cfg, mgr: mgr, log: log, conns: make(map[*wsConn]struct{}),
 		keys: cfg.APIKeys, tokens: &tokenStore{tokens: map[[32]byte]contextToken{}}, metrics: cfg.Metrics}
+	// The context tokens an earlier gateway minted, kept with their
+	// contexts.
+	for _, c := range mgr.Contexts() {
+		for _, t := range c.Tokens() {
+			s.tokens.tokens[t.Hash] = contextToken{context: c.ID, contextCreated: c.Created(), expires: t.Expires}
+		}
+	}
 	if s.metrics == nil {
 		s.metrics = NewMetrics()
 	}

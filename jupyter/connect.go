@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -111,7 +113,11 @@ func attach(ctx context.Context, p Provisioner, proc Process, cfg Config, logger
 	k.wg.Add(2)
 	go k.watch()
 	go k.heartbeat()
-	if err := k.ready(ctx); err != nil {
+	chans := []Channel{Shell}
+	if connecting {
+		chans = []Channel{Control, Shell}
+	}
+	if err := k.ready(ctx, chans...); err != nil {
 		return nil, fail(ctx, err)
 	}
 	k.log.Debug("kernel ready", "spec", cfg.Spec.Name, "pid", proc.PID(), "took", time.Since(t0), "connected", connecting)
@@ -155,4 +161,51 @@ func release(proc Process) {
 	if r, ok := proc.(Releaser); ok {
 		r.Release()
 	}
+}
+
+// Stop ends the kernel process info names without a client: what a
+// gateway does with a kept kernel it cannot or will not connect to (one
+// whose key no longer answers, a warm-pool kernel of an earlier gateway).
+// It signals the process group (SIGTERM, then SIGKILL after grace) only
+// while the process is the one info names, then removes its directory,
+// cgroup and watchdog. A kernel already gone is no error.
+func Stop(ctx context.Context, p Provisioner, info ProvisionerInfo, grace time.Duration) error {
+	a, ok := p.(Adopter)
+	if !ok {
+		return fmt.Errorf("%w: its provisioner cannot adopt kernels", ErrNotAdoptable)
+	}
+	proc, err := a.Adopt(ctx, info)
+	if err != nil {
+		if li := info.Local; li != nil && !li.Bridged && errors.Is(err, ErrNotAdoptable) && !sameProcess(li) {
+			// Gone: what it left behind goes, its watchdog too.
+			stopWatchdog(li.WatchdogPID, li.WatchdogStart)
+			os.RemoveAll(li.RuntimeDir)
+			return nil
+		}
+		return err
+	}
+	proc.Signal(syscall.SIGTERM)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-proc.Done():
+	case <-t.C:
+		proc.Signal(syscall.SIGKILL)
+		select {
+		case <-proc.Done():
+		case <-time.After(killWait):
+			release(proc)
+			return fmt.Errorf("jupyter: kernel process %d did not exit after SIGKILL", proc.PID())
+		}
+	}
+	return proc.Cleanup()
+}
+
+// sameProcess reports whether the process li names still runs.
+func sameProcess(li *LocalInfo) bool {
+	if li.BootID != "" && li.BootID != bootID() {
+		return false
+	}
+	start, err := processStart(li.PID)
+	return err == nil && start == li.StartTime
 }

@@ -298,50 +298,76 @@ func (k *Kernel) failStart(ctx context.Context, cause error) error {
 
 // ready sends kernel_info requests until one is answered and an iopub
 // message has arrived, so that no early output of the first real request
-// can be lost to a subscription not yet in place.
-func (k *Kernel) ready(ctx context.Context) error {
+// can be lost to a subscription not yet in place. It asks on each of
+// chans at once and takes the first reply: a kernel that is connected to
+// (already running) is asked on the control channel too, which ipykernel
+// answers while its shell is busy with code an earlier gateway sent
+// (Deno answers on the shell only).
+func (k *Kernel) ready(ctx context.Context, chans ...Channel) error {
 	iopubSeen := make(chan struct{})
 	var once sync.Once
 	unsubscribe := k.Subscribe(func(*Message) { once.Do(func() { close(iopubSeen) }) })
 	defer unsubscribe()
 	for {
-		m, err := k.NewMessage(KernelInfoRequest, nil, nil)
-		if err != nil {
-			return err
+		var calls [2]*Call
+		var done [2]<-chan struct{} // nil: no call
+		forget := func() {
+			for _, c := range calls {
+				if c != nil {
+					k.Forget(c)
+				}
+			}
 		}
-		c, err := k.Request(Shell, m, nil, CallOptions{})
-		if err != nil {
-			return err
+		for i, ch := range chans[:min(len(chans), 2)] {
+			m, err := k.NewMessage(KernelInfoRequest, nil, nil)
+			if err != nil {
+				forget()
+				return err
+			}
+			c, err := k.Request(ch, m, nil, CallOptions{})
+			if err != nil {
+				forget()
+				return err
+			}
+			calls[i], done[i] = c, c.Done()
 		}
+		var answered *Call
 		t := time.NewTimer(nudgeInterval)
 		select {
-		case <-c.Done():
-			t.Stop()
-			reply, err := c.Result()
-			if err != nil {
-				return err
-			}
-			if err := k.setInfo(reply); err != nil {
-				return err
-			}
-			t = time.NewTimer(iopubWait)
-			select {
-			case <-iopubSeen:
-				t.Stop()
-				return nil
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return ctx.Err()
-			}
+		case <-done[0]:
+			answered = calls[0]
+		case <-done[1]:
+			answered = calls[1]
 		case <-t.C:
-			k.Forget(c)
 		case <-k.done:
 			t.Stop()
+			forget()
 			return k.Err()
 		case <-ctx.Done():
 			t.Stop()
-			k.Forget(c)
+			forget()
+			return ctx.Err()
+		}
+		t.Stop()
+		forget()
+		if answered == nil {
+			continue
+		}
+		reply, err := answered.Result()
+		if err != nil {
+			return err
+		}
+		if err := k.setInfo(reply); err != nil {
+			return err
+		}
+		t = time.NewTimer(iopubWait)
+		select {
+		case <-iopubSeen:
+			t.Stop()
+			return nil
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
 			return ctx.Err()
 		}
 	}

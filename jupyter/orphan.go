@@ -160,16 +160,24 @@ func (g *orphanGuard) end() {
 	g.release()
 	switch {
 	case g.wdCmd != nil:
-		g.wdCmd.Process.Kill()
+		// Its group: the shell and the sleep it waits on.
+		syscall.Kill(-g.wdCmd.Process.Pid, syscall.SIGKILL)
 		<-g.wdDone
 	case g.wdPID > 0:
-		// An earlier gateway's watchdog: stopped only if it is still
-		// that process.
-		if w, err := watchPID(g.wdPID); err == nil {
-			if s, err := processStart(g.wdPID); err == nil && s == g.wdStart {
-				syscall.Kill(g.wdPID, syscall.SIGKILL)
-			}
-			w.close()
+		stopWatchdog(g.wdPID, g.wdStart)
+	}
+}
+
+// stopWatchdog ends an earlier gateway's watchdog (its process group:
+// the shell and its sleep), only if pid is still that process.
+func stopWatchdog(pid int, start uint64) {
+	if pid <= 0 {
+		return
+	}
+	if w, err := watchPID(pid); err == nil {
+		if s, err := processStart(pid); err == nil && s == start {
+			syscall.Kill(-pid, syscall.SIGKILL)
 		}
+		w.close()
 	}
 }

@@ -51,6 +51,12 @@ type Context struct {
 	ranOn  *Kernel
 	ranGen int
 	told   bool
+	// endedBefore says how the kernel of a context kept by an earlier
+	// gateway ended, when it did not come back (restore.go).
+	endedBefore string
+	// tokens are the hashes of the context tokens minted for it
+	// (KeepContextToken).
+	tokens []ContextToken
 }
 
 // ContextModel is a context as the API shows it.
@@ -130,6 +136,7 @@ func (c *Context) ensureKernel(ctx context.Context) (*Kernel, process, error) {
 	}
 	c.kernel = k
 	c.mu.Unlock()
+	c.m.putContext(c)
 	jk, err := k.running(ctx)
 	return k, jk, err
 }
@@ -343,9 +350,13 @@ func (c *Context) execute(r *Run) {
 			return
 		}
 		var ended func()
-		call, ended, err = k.startRun(jk, content, handle)
+		var msgID string
+		call, msgID, ended, err = k.startRun(jk, content, handle)
 		if err == nil {
 			defer ended()
+			r.mu.Lock()
+			r.kernelID, r.msgID = k.id, msgID
+			r.mu.Unlock()
 			break
 		}
 		if attempt > 0 || !errors.Is(err, jupyter.ErrKernelDied) {
@@ -471,6 +482,10 @@ func (c *Context) startedOn(k *Kernel) string {
 		}
 		notice = "the kernel " + endedBy + " after the previous run; this run started on a new kernel without the earlier state"
 	}
+	if c.ranOn == nil && c.endedBefore != "" && !c.told {
+		notice = "the kernel " + c.endedBefore + " after the previous run; this run started on a new kernel without the earlier state"
+	}
+	c.endedBefore = ""
 	c.ranOn, c.ranGen, c.told = k, gen, false
 	return notice
 }

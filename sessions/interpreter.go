@@ -150,6 +150,7 @@ func (m *Manager) CreateContext(ctx context.Context, req ContextRequest) (*Conte
 		m.deleteContext(context.Background(), c)
 		return nil, err
 	}
+	m.putContext(c)
 	return c, nil
 }
 
@@ -206,10 +207,14 @@ func (m *Manager) DeleteContext(ctx context.Context, id string) error {
 // ends).
 func (m *Manager) deleteContext(ctx context.Context, c *Context) {
 	m.mu.Lock()
-	if m.contexts[c.ID] == c {
+	mine := m.contexts[c.ID] == c
+	if mine {
 		delete(m.contexts, c.ID)
 	}
 	m.mu.Unlock()
+	if mine {
+		m.deleteContextRecord(c)
+	}
 	c.mu.Lock()
 	already := c.deleted
 	c.deleted = true
@@ -545,11 +550,17 @@ func (m *Manager) newRunWithID(id string, c *Context, req ExecuteRequest) *Run {
 	r := newRun(id, c.ID, c.Language, req.Code, req.Stdin, req.Timeout, m.cfg.RunLimits)
 	r.observer = m.cfg.Observer
 	r.onEnd = m.runEnded
+	if m.store != nil {
+		r.ps = &runStore{store: m.store}
+	}
 	m.mu.Lock()
 	m.pruneRunsLocked()
 	m.runs[id] = r
 	m.runOrder = append(m.runOrder, r)
+	pruned := m.takePrunedLocked()
 	m.mu.Unlock()
+	m.deleteRuns(pruned)
+	r.persist()
 	return r
 }
 
@@ -569,6 +580,9 @@ func (m *Manager) dropRun(r *Run, why error) {
 	}
 	m.mu.Unlock()
 	r.refuse(why)
+	if m.store != nil {
+		m.deleteRuns([]string{r.ID})
+	}
 }
 
 // runEnded counts a finished run's memory and prunes the records.
@@ -580,7 +594,9 @@ func (m *Manager) runEnded(r *Run) {
 		m.runBytes += size
 	}
 	m.pruneRunsLocked()
+	pruned := m.takePrunedLocked()
 	m.mu.Unlock()
+	m.deleteRuns(pruned)
 }
 
 // pruneRunsLocked forgets the oldest finished runs while more than
@@ -607,6 +623,9 @@ func (m *Manager) pruneRunsLocked() {
 			break
 		}
 		delete(m.runs, r.ID)
+		if m.store != nil {
+			m.pruned = append(m.pruned, r.ID)
+		}
 		if r.counted {
 			m.runBytes -= size
 		}
@@ -628,7 +647,6 @@ func deletedBeforeStart(c *Context) string {
 // keptRuns returns the ids whose runs are still kept, in their order.
 func (m *Manager) keptRuns(ids []string) []string {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	m.pruneRunsLocked()
 	out := make([]string, 0, len(ids))
 	for _, id := range ids {
@@ -636,15 +654,20 @@ func (m *Manager) keptRuns(ids []string) []string {
 			out = append(out, id)
 		}
 	}
+	pruned := m.takePrunedLocked()
+	m.mu.Unlock()
+	m.deleteRuns(pruned)
 	return out
 }
 
 // Run returns a run by id.
 func (m *Manager) Run(id string) (*Run, error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	m.pruneRunsLocked()
 	r, ok := m.runs[id]
+	pruned := m.takePrunedLocked()
+	m.mu.Unlock()
+	m.deleteRuns(pruned)
 	if !ok {
 		return nil, errorf(ErrNotFound, "no run %q (finished runs are kept for %v)", id, m.cfg.RunRetention)
 	}

@@ -99,8 +99,12 @@ func (m *Manager) Session(id string) (SessionModel, error) {
 
 func (m *Manager) dropSession(id string) {
 	m.mu.Lock()
+	_, ok := m.sessions[id]
 	delete(m.sessions, id)
 	m.mu.Unlock()
+	if ok {
+		m.deleteSessionRecord(id)
+	}
 }
 
 // sessionForPath returns the live session of path, if any.
@@ -160,6 +164,7 @@ func (m *Manager) CreateSession(ctx context.Context, r SessionRequest) (SessionM
 	if r.Name != nil {
 		s.Name = *r.Name
 	}
+	m.putSession(*s)
 	m.mu.Lock()
 	m.sessions[s.ID] = s
 	m.mu.Unlock()
@@ -211,6 +216,7 @@ func (m *Manager) UpdateSession(ctx context.Context, id string, r SessionRequest
 		return SessionModel{}, errorf(ErrNoSuchSession, "Session not found: %s", id)
 	}
 	*s = next
+	defer m.putSession(next)
 	shared := false
 	for _, o := range m.sessions {
 		if o.KernelID == cur.KernelID {
@@ -237,6 +243,7 @@ func (m *Manager) DeleteSession(ctx context.Context, id string) error {
 	if !ok {
 		return errorf(ErrNoSuchSession, "Session not found: %s", id)
 	}
+	m.deleteSessionRecord(id)
 	if err := m.ShutdownKernel(ctx, s.KernelID); err != nil {
 		return errorf(ErrKernelGone, "Kernel deleted before session")
 	}

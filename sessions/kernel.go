@@ -75,6 +75,9 @@ type Kernel struct {
 	// runs are the execute_requests of code-interpreter runs in flight:
 	// their output is kept by the run, not again in the replay buffer.
 	runs map[string]struct{}
+	// pickups get the iopub messages of runs an earlier gateway started
+	// (by the execute_request's id; restore.go).
+	pickups map[string]func(*Message)
 }
 
 // newKernel makes a kernel record; it starts nothing.
@@ -228,7 +231,6 @@ func (k *Kernel) launch(ctx context.Context) error {
 		go jk.Shutdown(context.Background())
 		return ErrKernelGone
 	}
-	defer k.mu.Unlock()
 	k.jk = jk
 	k.lateWait, _ = k.m.lateOutputWait(k.spec, jk.Info().Implementation)
 	k.gen++
@@ -237,6 +239,8 @@ func (k *Kernel) launch(ctx context.Context) error {
 	k.lastAct = time.Now()
 	gen := k.gen
 	k.m.goroutine(func() { k.watch(jk, gen) })
+	k.mu.Unlock()
+	k.m.putKernel(k, jk)
 	return nil
 }
 
@@ -472,6 +476,7 @@ func (k *Kernel) shutdown(ctx context.Context) {
 	if jk != nil {
 		jk.Shutdown(ctx)
 	}
+	k.m.deleteKernel(k.id)
 	for _, fn := range listeners {
 		fn(gen, ErrKernelGone)
 	}
@@ -496,8 +501,12 @@ func (k *Kernel) onIOPub(m *Message) {
 	if !held {
 		slow = k.deliverLocked(Outgoing{Channel: IOPub, Msg: m})
 	}
+	pickup := k.pickups[m.ParentID]
 	k.mu.Unlock()
 	cut(slow)
+	if pickup != nil && m.ParentID != "" {
+		pickup(m)
+	}
 }
 
 // deliverLocked gives o to every client, or keeps it for the next client
@@ -522,10 +531,10 @@ func (k *Kernel) deliverLocked(o Outgoing) (slow []*Client) {
 // startRun sends the execute_request of a code-interpreter run to jk;
 // ended, called once the run has ended, makes the kernel keep its later
 // messages for the next client again.
-func (k *Kernel) startRun(jk process, content jupyter.ExecuteContent, h jupyter.Handler) (c call, ended func(), err error) {
+func (k *Kernel) startRun(jk process, content jupyter.ExecuteContent, h jupyter.Handler) (c call, msgID string, ended func(), err error) {
 	m, err := jk.NewMessage(jupyter.ExecuteRequest, content, nil)
 	if err != nil {
-		return nil, nil, err
+		return nil, "", nil, err
 	}
 	id := m.Header.MsgID
 	k.mu.Lock()
@@ -541,9 +550,9 @@ func (k *Kernel) startRun(jk process, content jupyter.ExecuteContent, h jupyter.
 	}
 	if c, err = jk.Request(Shell, m, h, jupyter.CallOptions{IOPub: true}); err != nil {
 		ended()
-		return nil, nil, err
+		return nil, "", nil, err
 	}
-	return c, ended, nil
+	return c, id, ended, nil
 }
 
 // cut closes the clients that could not keep up (see deliverLocked); the

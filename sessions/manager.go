@@ -13,6 +13,7 @@ import (
 
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	"kernelgate/state"
 	"kernelgate/workspace"
 
 	"kernelgate/internal/timefmt"
@@ -92,6 +93,12 @@ type Config struct {
 	// together (0: the jupyter package's default); a kernel sending a
 	// larger one, other than output (which is cut), is stopped.
 	MaxKernelFrame int64
+
+	// Store keeps the kernels, contexts, Jupyter sessions and runs for a
+	// gateway started again on it (Restore); nil keeps them in memory
+	// only. The provisioner should then launch kernels that outlive the
+	// gateway (jupyter.LocalProvisioner.Detached).
+	Store state.Store
 }
 
 // DefaultConfig returns the defaults.
@@ -196,8 +203,14 @@ type Manager struct {
 	started time.Time
 
 	// start launches a kernel process: jupyter.Start with prov, or a
-	// fake in tests.
-	start starter
+	// fake in tests; reconnect connects to one an earlier gateway
+	// launched, and stopKept ends one without a client.
+	start     starter
+	reconnect reconnector
+	stopKept  func(ctx context.Context, info jupyter.ProvisionerInfo) error
+
+	// store keeps the records (nil: memory only).
+	store state.Store
 
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -212,6 +225,9 @@ type Manager struct {
 	runBytes int64  // memory of the finished runs in runs
 	pools    map[string]*pool
 	closed   bool
+	// pruned are the runs pruned from runs whose records the store still
+	// holds (deleted once m.mu is released).
+	pruned []string
 	// langVersions: the language version kernels of a spec reported.
 	langVersions map[string]string
 
@@ -240,6 +256,14 @@ func New(cfg Config, specs *kernelspecs.Catalog, prov jupyter.Provisioner, log *
 	}
 	m.openWorkspaces()
 	m.start = startJupyter(prov)
+	m.reconnect = reconnectJupyter(prov)
+	m.stopKept = func(ctx context.Context, info jupyter.ProvisionerInfo) error {
+		return jupyter.Stop(ctx, prov, info, 2*time.Second)
+	}
+	if cfg.Store != nil {
+		m.store = cfg.Store
+		m.goroutine(m.checkpoint)
+	}
 	if cfg.CullIdleTimeout > 0 {
 		m.goroutine(m.cull)
 	}
@@ -483,7 +507,24 @@ func (m *Manager) CullOnce() {
 }
 
 // Close shuts every kernel down and waits for the manager's goroutines.
+// With a store, contexts and their workspaces are kept for the next
+// start (their kernels are gone: their next run says the state was lost);
+// without one they are deleted.
 func (m *Manager) Close(ctx context.Context) error {
+	m.close(ctx, false)
+	return nil
+}
+
+// Detach closes the manager like Close but leaves every kernel running
+// and recorded in the store, for the next gateway on the same store to
+// adopt (kernelgate --keep-kernels). Runs still running are left to it:
+// it picks them up. Warm-pool kernels and isolated runs end.
+func (m *Manager) Detach(ctx context.Context) error {
+	m.close(ctx, m.store != nil)
+	return nil
+}
+
+func (m *Manager) close(ctx context.Context, keep bool) {
 	m.closeOnce.Do(func() {
 		m.mu.Lock()
 		m.closed = true
@@ -503,6 +544,10 @@ func (m *Manager) Close(ctx context.Context) error {
 		// bounded, so the whole is.
 		var wg sync.WaitGroup
 		for _, c := range ctxs {
+			if m.store != nil && !c.Isolated {
+				c.stopRuns(keep)
+				continue
+			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -516,16 +561,46 @@ func (m *Manager) Close(ctx context.Context) error {
 				p.drain(ctx)
 			}()
 		}
+		if keep {
+			m.freezeRuns()
+		}
 		for _, k := range ks {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				k.shutdown(ctx)
+				if keep {
+					k.leave()
+				} else {
+					k.shutdown(ctx)
+				}
 			}()
 		}
 		wg.Wait()
 		m.wg.Wait()
+		if m.store != nil {
+			if err := m.store.Flush(ctx); err != nil {
+				m.log.Error("state: the last run records were not written", "err", err)
+			}
+		}
 		m.closeWorkspaces()
 	})
-	return nil
+}
+
+// freezeRuns stops writing the runs still running: the kernels running
+// them are left to the next gateway, which picks them up from their
+// records as they are now.
+func (m *Manager) freezeRuns() {
+	m.mu.Lock()
+	rs := make([]*Run, 0, len(m.runs))
+	for _, r := range m.runs {
+		rs = append(rs, r)
+	}
+	m.mu.Unlock()
+	for _, r := range rs {
+		r.mu.Lock()
+		if r.state != RunDone {
+			r.ps = nil
+		}
+		r.mu.Unlock()
+	}
 }

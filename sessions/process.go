@@ -45,6 +45,21 @@ func startJupyter(prov jupyter.Provisioner) starter {
 	}
 }
 
+// reconnector connects to a kernel process an earlier gateway launched.
+type reconnector func(context.Context, jupyter.ProvisionerInfo, jupyter.Config) (process, error)
+
+// reconnectJupyter adopts a real kernel process with prov and connects to
+// it.
+func reconnectJupyter(prov jupyter.Provisioner) reconnector {
+	return func(ctx context.Context, info jupyter.ProvisionerInfo, c jupyter.Config) (process, error) {
+		jk, err := jupyter.Reconnect(ctx, prov, info, c)
+		if err != nil {
+			return nil, err
+		}
+		return jupyterProcess{jk}, nil
+	}
+}
+
 // jupyterProcess adapts a *jupyter.Kernel to process.
 type jupyterProcess struct{ *jupyter.Kernel }
 

@@ -32,6 +32,17 @@ type Event struct {
 type event struct {
 	typ     string
 	payload any
+	// raw, when set, is the event's JSON as read back from the store
+	// (a run of an earlier gateway); payload is then nil.
+	raw []byte
+}
+
+// json writes the event as the seq-th of its run.
+func (ev event) json(seq int) ([]byte, error) {
+	if ev.raw != nil {
+		return ev.raw, nil
+	}
+	return eventJSON(ev.typ, seq, ev.payload)
 }
 
 // Run is one execution of code: queued, running, then done. It outlives
@@ -68,6 +79,14 @@ type Run struct {
 	// notice, when set, is the end's process message of a run that did
 	// not lose its kernel: its kernel was replaced since the last run.
 	notice string
+
+	// ps writes the run to the state store (nil: none); storedState is
+	// the state its record was last written with. kernelID and msgID
+	// name its kernel and execute_request once it started.
+	ps          *runStore
+	storedState RunState
+	kernelID    string
+	msgID       string
 
 	observer Observer
 	onEnd    func(*Run)  // the manager's accounting, told once the run ended
@@ -224,7 +243,7 @@ func (r *Run) Events(after int) ([]Event, <-chan struct{}, bool) {
 	var out []Event
 	for i := after; i < len(r.events); i++ {
 		ev := r.events[i]
-		js, err := eventJSON(ev.typ, i+1, ev.payload)
+		js, err := ev.json(i + 1)
 		if err != nil {
 			continue
 		}
@@ -242,7 +261,7 @@ func (r *Run) End() (Event, bool) {
 	}
 	seq := len(r.events)
 	ev := r.events[seq-1]
-	js, err := eventJSON(ev.typ, seq, ev.payload)
+	js, err := ev.json(seq)
 	if err != nil {
 		return Event{}, false
 	}
@@ -260,25 +279,29 @@ func (r *Run) LastSeq() int {
 // reader goroutines).
 func (r *Run) handle(m *Message, ch Channel) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.state == RunDone {
+		r.mu.Unlock()
 		return
 	}
 	if m.Type() == "input_request" {
 		r.awaiting = true
 	}
 	r.b.message(ch, m)
+	r.mu.Unlock()
+	r.persist()
 }
 
 // start marks the run running.
 func (r *Run) start() bool {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.state != RunQueued {
+		r.mu.Unlock()
 		return false
 	}
 	r.state = RunRunning
 	r.b.started = true
+	r.mu.Unlock()
+	r.persist()
 	return true
 }
 
@@ -329,6 +352,7 @@ func (r *Run) endWith(reason Reason, failure error, message string) bool {
 	r.kept = int64(r.eventMem)
 	onEnd := r.onEnd
 	r.mu.Unlock()
+	r.persist()
 	close(r.done)
 	if r.observer != nil {
 		r.observer.RunEnded(r.Language, reason, took, truncated)

@@ -369,13 +369,20 @@ func (b *Bolt) enqueue(o op) error {
 		b.mu.Unlock()
 		return ErrClosed
 	}
+	// The writer needs waking only when it sleeps on an empty queue, or
+	// to commit at once: a run write joining others already queued waits
+	// for their commit without a switch to the writer.
+	wake := len(b.queue) == 0 || o.ack != nil
 	b.queue = append(b.queue, o)
 	b.queued += size
 	b.urgent = b.urgent || o.ack != nil
+	wake = wake || b.full()
 	b.mu.Unlock()
-	select {
-	case b.wake <- struct{}{}:
-	default:
+	if wake {
+		select {
+		case b.wake <- struct{}{}:
+		default:
+		}
 	}
 	return nil
 }

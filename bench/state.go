@@ -1,0 +1,231 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// benchState measures what the state store costs and buys (docs/state.md):
+//   - execute latency, POST /api/execute of 1+1 in a Python context, on a
+//     kernelgate keeping its state (--state-dir) and on one keeping it in
+//     memory (--state-dir ”), interleaved one for one;
+//   - throughput, runs a second finishing on several contexts at once,
+//     each run writing its record and events, store on and off in turn;
+//   - the time from the start of a kernelgate to serving when the
+//     kernelgate before it left opt.adopt kernels running
+//     (--keep-kernels): every one is adopted (same process, answering
+//     kernel_info with its key) before it serves.
+//
+// It runs alone with -only state.
+func (b *bench) benchState(ctx context.Context) error {
+	dir, err := os.MkdirTemp("", "kgbench-state-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	sctx, cancel := within(ctx, 2*time.Minute)
+	on, err := startKernelgate(sctx, "kernelgate (store on)", kernelgateBin, "--pool-size", "0", "--state-dir", filepath.Join(dir, "on"))
+	if err != nil {
+		cancel()
+		return err
+	}
+	defer on.stop()
+	off, err := startKernelgate(sctx, "kernelgate (store off)", kernelgateBin, "--pool-size", "0", "--state-dir", "")
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer off.stop()
+
+	// Latency.
+	type side struct {
+		s    *server
+		conn *restConn
+		body []byte
+		lat  sample
+	}
+	sides := []*side{{s: on}, {s: off}}
+	for _, sd := range sides {
+		cctx, cancel := within(ctx, 2*time.Minute)
+		id, _, err := sd.s.createContext(cctx, "python")
+		cancel()
+		if err != nil {
+			return err
+		}
+		if sd.conn, err = newRESTConn(sd.s); err != nil {
+			return err
+		}
+		defer sd.conn.Close()
+		sd.body, _ = json.Marshal(map[string]any{"context": id, "code": "1+1"})
+	}
+	n := b.opt.roundTrips
+	for i := 0; i < b.opt.warmup+n; i++ {
+		for _, sd := range sides {
+			rctx, cancel := within(ctx, time.Minute)
+			d, err := measure(func() error {
+				_, err := sd.conn.execute(rctx, sd.body, "2")
+				return err
+			})
+			cancel()
+			if err != nil {
+				return err
+			}
+			if i >= b.opt.warmup {
+				sd.lat = append(sd.lat, d)
+			}
+		}
+		if (i+1)%200 == 0 {
+			progress("state: latency %d/%d", i+1, b.opt.warmup+n)
+		}
+	}
+	b.add(row{figure: "POST /api/execute 1+1, Python context, store on", kg: lat(sides[0].lat),
+		ratios: "on − off paired " + fmtPaired(sides[0].lat, sides[1].lat)})
+	b.add(row{figure: "POST /api/execute 1+1, Python context, store off (--state-dir '')", kg: lat(sides[1].lat)})
+
+	// Throughput: contexts × one client each, every client running
+	// stateRuns runs; store on and off in turn.
+	const clients, stateRuns = 8, 100
+	rates := map[*server][]float64{}
+	ctxIDs := map[*server][]string{}
+	for _, s := range []*server{on, off} {
+		for range clients {
+			cctx, cancel := within(ctx, 2*time.Minute)
+			id, _, err := s.createContext(cctx, "python")
+			cancel()
+			if err != nil {
+				return err
+			}
+			ctxIDs[s] = append(ctxIDs[s], id)
+		}
+	}
+	for round := 0; round < 3; round++ {
+		for _, s := range []*server{on, off} {
+			rate, err := throughput(ctx, s, ctxIDs[s], stateRuns)
+			if err != nil {
+				return err
+			}
+			if round > 0 { // the first round warms up
+				rates[s] = append(rates[s], rate)
+			}
+		}
+	}
+	best := func(rs []float64) float64 {
+		m := 0.0
+		for _, r := range rs {
+			m = max(m, r)
+		}
+		return m
+	}
+	rOn, rOff := best(rates[on]), best(rates[off])
+	b.add(row{figure: fmt.Sprintf("runs/s, %d Python contexts × 1 client, store on", clients), kg: fmt.Sprintf("%.0f", rOn),
+		ratios: fmt.Sprintf("on/off %.2f", rOn/rOff)})
+	b.add(row{figure: fmt.Sprintf("runs/s, %d Python contexts × 1 client, store off", clients), kg: fmt.Sprintf("%.0f", rOff)})
+	b.check("execute with the store on within the noise of the store off (issue 15)",
+		rOn >= 0.9*rOff && ms(sides[0].lat.p50()) <= ms(sides[1].lat.p50())*1.1+0.2,
+		"p50 %s ms on, %s ms off; %.0f against %.0f runs/s", fmtMS(sides[0].lat.p50()), fmtMS(sides[1].lat.p50()), rOn, rOff)
+	return b.benchReadopt(ctx, dir)
+}
+
+// throughput runs count runs in each context, one client each, and
+// returns the runs finished a second.
+func throughput(ctx context.Context, s *server, ids []string, count int) (float64, error) {
+	var wg sync.WaitGroup
+	errs := make(chan error, len(ids))
+	t0 := time.Now()
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := newRESTConn(s)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer conn.Close()
+			body, _ := json.Marshal(map[string]any{"context": id, "code": "1+1"})
+			for range count {
+				rctx, cancel := within(ctx, time.Minute)
+				_, err := conn.execute(rctx, body, "2")
+				cancel()
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	took := time.Since(t0)
+	select {
+	case err := <-errs:
+		return 0, err
+	default:
+	}
+	return float64(len(ids)*count) / took.Seconds(), nil
+}
+
+// benchReadopt starts opt.adopt Python contexts on a kernelgate with
+// --keep-kernels, stops it with SIGTERM, and times the start of the next
+// one on the same state directory until it serves with every kernel
+// adopted.
+func (b *bench) benchReadopt(ctx context.Context, dir string) error {
+	n := b.opt.adopt
+	stateDir, runtimeDir := filepath.Join(dir, "readopt"), filepath.Join(dir, "readopt-runtime")
+	args := []string{"--pool-size", "0", "--state-dir", stateDir, "--runtime-dir", runtimeDir}
+	sctx, cancel := within(ctx, 2*time.Minute)
+	first, err := startKernelgate(sctx, "kernelgate (keeps kernels)", kernelgateBin, append(args, "--keep-kernels")...)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer first.stop()
+	var pids []int
+	for i := range n {
+		cctx, cancel := within(ctx, 2*time.Minute)
+		var c struct {
+			KernelProcessID int `json:"kernelProcessId"`
+		}
+		err := first.expect(cctx, 201, "POST", "api/contexts", map[string]string{"language": "python"}, &c)
+		cancel()
+		if err != nil {
+			return err
+		}
+		pids = append(pids, c.KernelProcessID)
+		if (i+1)%10 == 0 {
+			progress("state: %d/%d kernels started", i+1, n)
+		}
+	}
+	first.stop()
+	for _, pid := range pids {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
+			return fmt.Errorf("kernel %d did not outlive kernelgate --keep-kernels", pid)
+		}
+	}
+	sctx, cancel = within(ctx, 5*time.Minute)
+	defer cancel()
+	var second *server
+	took, err := measure(func() error {
+		var err error
+		second, err = startKernelgate(sctx, "kernelgate (adopts kernels)", kernelgateBin, args...)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	defer second.stop() // shuts the kernels down
+	got, err := second.kernelCount(sctx)
+	if err != nil {
+		return err
+	}
+	if got != n {
+		return fmt.Errorf("%d of %d kept kernels adopted", got, n)
+	}
+	b.add(row{figure: fmt.Sprintf("start → serving with %d kept Python kernels to adopt", n), kg: fmtMS(took) + " ms",
+		ratios: fmt.Sprintf("%.1f ms a kernel", ms(took)/float64(n))})
+	return nil
+}

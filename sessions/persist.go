@@ -1,0 +1,392 @@
+package sessions
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+
+	"kernelgate/jupyter"
+	"kernelgate/state"
+)
+
+// This file keeps the manager's records in its state store
+// (Config.Store), so that a gateway started again on the same store finds
+// its kernels, contexts, Jupyter sessions and runs (restore.go):
+//   - a kernel is written, durably, each time a process of it is ready
+//     (with how to reach that process again) and deleted when it is shut
+//     down; its last activity is written now and then (checkpoint);
+//   - a context and a Jupyter session are written, durably, before the
+//     call that made or changed them returns, and deleted with them;
+//   - a run's record is written when it is queued, starts and ends, and
+//     its events as they come; those writes are queued by the store and
+//     committed together (one fsync for many), never waited for.
+//
+// With no store (an empty --state-dir) nothing of this runs.
+
+// storeTimeout bounds a durable write.
+const storeTimeout = 10 * time.Second
+
+// checkpointEvery is how often the kernels' last activity is written
+// (what cull timers restart from after a crash).
+const checkpointEvery = 30 * time.Second
+
+// kernelExtra is what the manager keeps of a kernel beyond state.Kernel.
+type kernelExtra struct {
+	Policy restartPolicy `json:"policy"`
+	// Env holds the values of the variables it was started with (a
+	// restart after the gateway's starts it with them again).
+	Env map[string]string `json:"env,omitempty"`
+	// Workspace is the name of its workspace in the root, if any.
+	Workspace string `json:"workspace,omitempty"`
+}
+
+// contextExtra is what the manager keeps of a context beyond
+// state.Context.
+type contextExtra struct {
+	Shared bool `json:"shared,omitempty"`
+	// Workspace is the name of its workspace when it shares one
+	// (ContextRequest.Workspace); else it is contexts/<id>.
+	Workspace string `json:"workspace,omitempty"`
+}
+
+// infoProcess is a process that can say how to reach it again (a real
+// kernel; not the fakes of tests).
+type infoProcess interface {
+	ProvisionerInfo() (jupyter.ProvisionerInfo, error)
+}
+
+// storeCtx bounds a durable write.
+func storeCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), storeTimeout)
+}
+
+// kernelRecord is k as the store keeps it, with how to reach jk.
+func (m *Manager) kernelRecord(k *Kernel, jk process) state.Kernel {
+	rec := state.Kernel{ID: k.id, Spec: k.spec.Name, Provisioner: "local", Cwd: k.cwd, Created: k.created}
+	for name := range k.env {
+		rec.EnvNames = append(rec.EnvNames, name)
+	}
+	ex := kernelExtra{Policy: k.policy, Env: k.env}
+	if k.ws != nil {
+		ex.Workspace = k.ws.Name()
+	}
+	rec.Extra, _ = json.Marshal(ex)
+	if ip, ok := jk.(infoProcess); ok && jk != nil {
+		if info, err := ip.ProvisionerInfo(); err == nil {
+			rec.Provisioner = info.Provisioner
+			rec.ProvisionerInfo, _ = info.Marshal()
+		} else {
+			m.log.Warn("kernel cannot be found again after a restart of the gateway", "kernel", k.id, "err", err)
+		}
+	}
+	k.mu.Lock()
+	rec.LastActivity = k.lastAct
+	k.mu.Unlock()
+	return rec
+}
+
+// putKernel records k with its running process jk.
+func (m *Manager) putKernel(k *Kernel, jk process) {
+	if m.store == nil {
+		return
+	}
+	ctx, cancel := storeCtx()
+	defer cancel()
+	if err := m.store.PutKernel(ctx, m.kernelRecord(k, jk)); err != nil {
+		m.log.Error("state: kernel not recorded: a restart of the gateway loses it", "kernel", k.id, "err", err)
+	}
+}
+
+// deleteKernel forgets k's record.
+func (m *Manager) deleteKernel(id string) {
+	if m.store == nil {
+		return
+	}
+	ctx, cancel := storeCtx()
+	defer cancel()
+	if err := m.store.DeleteKernel(ctx, id); err != nil {
+		m.log.Error("state: kernel record not deleted", "kernel", id, "err", err)
+	}
+}
+
+// putContext records c (not an isolated run's).
+func (m *Manager) putContext(c *Context) {
+	if m.store == nil || c.Isolated {
+		return
+	}
+	c.mu.Lock()
+	rec := state.Context{ID: c.ID, Language: c.Language, Cwd: c.Cwd, Env: c.Env, Created: c.created, Tokens: c.tokens}
+	if c.kernel != nil {
+		rec.KernelID = c.kernel.id
+	}
+	deleted := c.deleted
+	c.mu.Unlock()
+	if deleted {
+		return
+	}
+	ex := contextExtra{Shared: c.Shared}
+	if c.wsBorrowed && c.ws != nil {
+		ex.Workspace = c.ws.Name()
+	}
+	rec.Extra, _ = json.Marshal(ex)
+	ctx, cancel := storeCtx()
+	defer cancel()
+	if err := m.store.PutContext(ctx, rec); err != nil {
+		m.log.Error("state: context not recorded: a restart of the gateway loses it", "context", c.ID, "err", err)
+	}
+}
+
+func (m *Manager) deleteContextRecord(c *Context) {
+	if m.store == nil || c.Isolated {
+		return
+	}
+	ctx, cancel := storeCtx()
+	defer cancel()
+	if err := m.store.DeleteContext(ctx, c.ID); err != nil {
+		m.log.Error("state: context record not deleted", "context", c.ID, "err", err)
+	}
+}
+
+// putSession records a Jupyter session.
+func (m *Manager) putSession(s Session) {
+	if m.store == nil {
+		return
+	}
+	ctx, cancel := storeCtx()
+	defer cancel()
+	rec := state.Session{ID: s.ID, Path: s.Path, Name: s.Name, Type: s.Type, KernelID: s.KernelID, Created: s.created}
+	if err := m.store.PutSession(ctx, rec); err != nil {
+		m.log.Error("state: session not recorded: a restart of the gateway loses it", "session", s.ID, "err", err)
+	}
+}
+
+func (m *Manager) deleteSessionRecord(id string) {
+	if m.store == nil {
+		return
+	}
+	ctx, cancel := storeCtx()
+	defer cancel()
+	if err := m.store.DeleteSession(ctx, id); err != nil {
+		m.log.Error("state: session record not deleted", "session", id, "err", err)
+	}
+}
+
+// deleteRuns forgets the records of runs the manager pruned.
+func (m *Manager) deleteRuns(ids []string) {
+	for _, id := range ids {
+		if err := m.store.DeleteRun(id); err != nil && !errors.Is(err, state.ErrClosed) {
+			m.log.Warn("state: run record not deleted", "run", id, "err", err)
+		}
+	}
+}
+
+// takePruned returns the ids of the runs pruned since the last call; the
+// caller holds m.mu and deletes them from the store once it released it.
+func (m *Manager) takePrunedLocked() []string {
+	ids := m.pruned
+	m.pruned = nil
+	return ids
+}
+
+// checkpoint writes, now and then, the last activity of the kernels
+// active since, so that cull timers go on from there after a restart.
+func (m *Manager) checkpoint() {
+	t := time.NewTicker(checkpointEvery)
+	defer t.Stop()
+	written := map[string]time.Time{}
+	for {
+		select {
+		case <-t.C:
+		case <-m.closing:
+			return
+		}
+		seen := map[string]bool{}
+		for _, k := range m.Kernels() {
+			seen[k.id] = true
+			k.mu.Lock()
+			jk, last, removed := k.jk, k.lastAct, k.removed
+			k.mu.Unlock()
+			if removed || jk == nil || !last.After(written[k.id]) {
+				continue
+			}
+			m.putKernel(k, jk)
+			written[k.id] = last
+		}
+		for id := range written {
+			if !seen[id] {
+				delete(written, id)
+			}
+		}
+	}
+}
+
+// runRecord is a run as the store keeps it (state.Run.Data); its events
+// are kept beside it, each as the JSON a client reads.
+type runRecord struct {
+	Context  string    `json:"context"`
+	Language string    `json:"language"`
+	Code     string    `json:"code"`
+	Stdin    bool      `json:"stdin,omitempty"`
+	Created  time.Time `json:"created"`
+	Deadline time.Time `json:"deadline,omitzero"`
+	State    RunState  `json:"state"`
+	// Kernel and MsgID name the kernel running it and its execute_request
+	// (set once it started): a gateway started again picks up a run its
+	// kernel still runs.
+	Kernel string `json:"kernel,omitempty"`
+	MsgID  string `json:"msgId,omitempty"`
+	// Finished and Execution are set once it ended.
+	Finished  time.Time       `json:"finished,omitzero"`
+	Execution json.RawMessage `json:"execution,omitempty"`
+	Failure   string          `json:"failure,omitempty"`
+}
+
+// runStore is how a run writes itself to the store.
+type runStore struct {
+	store state.Store
+	// wmu orders a run's writes: its record is snapshot and queued in
+	// the order of its changes. It guards only written; it is taken
+	// before r.mu, never while holding another lock, and the store's
+	// queue it is held across never calls back.
+	wmu     sync.Mutex
+	written int // events queued so far
+}
+
+// persist queues the run's new events, and its record when it changed.
+func (r *Run) persist() {
+	r.mu.Lock()
+	ps := r.ps
+	r.mu.Unlock()
+	if ps == nil {
+		return
+	}
+	ps.wmu.Lock()
+	defer ps.wmu.Unlock()
+	r.mu.Lock()
+	if r.ps != ps { // frozen meanwhile (Manager.Detach)
+		r.mu.Unlock()
+		return
+	}
+	var evs []state.Event
+	for i := ps.written; i < len(r.events); i++ {
+		ev := r.events[i]
+		js, err := ev.json(i + 1)
+		if err != nil {
+			continue
+		}
+		evs = append(evs, state.Event{Seq: uint64(i + 1), Data: js})
+	}
+	ps.written = len(r.events)
+	var data []byte
+	if r.state != r.storedState {
+		r.storedState = r.state
+		rec := runRecord{Context: r.Context, Language: r.Language, Code: r.Code, Stdin: r.Stdin,
+			Created: r.created, Deadline: r.deadline, State: r.state, Kernel: r.kernelID, MsgID: r.msgID}
+		if r.state == RunDone {
+			rec.Finished = r.finished
+			rec.Execution, _ = json.Marshal(&r.b.exec)
+			if r.failure != nil {
+				rec.Failure = r.failure.Error()
+			}
+		}
+		data, _ = json.Marshal(rec)
+	}
+	r.mu.Unlock()
+	if len(evs) > 0 {
+		ps.store.AppendRunEvents(r.ID, evs...)
+	}
+	if data != nil {
+		ps.store.PutRun(r.ID, data)
+	}
+}
+
+// leave closes the kernel's clients and its connection to its process,
+// leaving the process running and recorded for the next gateway
+// (Manager.Detach). Its last activity is written first.
+func (k *Kernel) leave() {
+	k.life.Lock()
+	defer k.life.Unlock()
+	k.mu.Lock()
+	if k.removed {
+		k.mu.Unlock()
+		return
+	}
+	k.removed = true
+	jk := k.jk
+	k.jk = nil
+	clients := k.clients
+	k.clients = map[*Client]struct{}{}
+	k.mu.Unlock()
+	for c := range clients {
+		c.closeWith(ErrShuttingDown)
+	}
+	if jk == nil {
+		return
+	}
+	k.m.putKernel(k, jk)
+	if d, ok := jk.(interface{ Detach() }); ok {
+		d.Detach()
+		return
+	}
+	jk.Shutdown(context.Background())
+}
+
+// stopRuns ends the context's queued runs as the gateway stops, and its
+// running one unless the kernel is kept (keep): the next gateway picks
+// that one up.
+func (c *Context) stopRuns(keep bool) {
+	c.mu.Lock()
+	queued := c.queue
+	c.queue = nil
+	running := c.running
+	c.mu.Unlock()
+	for _, r := range queued {
+		r.lose("the gateway stopped before the run started; it never ran")
+	}
+	if running != nil && !keep {
+		running.lose("the gateway stopped during the run and shut its kernel down; the next run starts a new kernel without the earlier state")
+	}
+}
+
+// ContextToken is a context token as kept: the SHA-256 of the token (never
+// the token) and its expiry.
+type ContextToken = state.TokenHash
+
+// KeepContextToken keeps the hash of a token minted for context id, with
+// the context's record: with a store it works after a restart. The
+// context's expired tokens are dropped.
+func (m *Manager) KeepContextToken(id string, t ContextToken) error {
+	c, err := m.Context(id)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	c.mu.Lock()
+	kept := c.tokens[:0:0]
+	for _, old := range c.tokens {
+		if now.Before(old.Expires) {
+			kept = append(kept, old)
+		}
+	}
+	c.tokens = append(kept, t)
+	c.mu.Unlock()
+	m.putContext(c)
+	return nil
+}
+
+// Tokens are the context tokens kept of the context that have not
+// expired: those an earlier gateway minted, after a restart.
+func (c *Context) Tokens() []ContextToken {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []ContextToken
+	for _, t := range c.tokens {
+		if now.Before(t.Expires) {
+			out = append(out, t)
+		}
+	}
+	return out
+}

@@ -1,0 +1,614 @@
+package sessions
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"kernelgate/jupyter"
+	"kernelgate/state"
+	"kernelgate/workspace"
+)
+
+// This file is a gateway's start on a store an earlier gateway kept
+// (persist.go): it re-adopts the kernels still running, restores the
+// contexts, Jupyter sessions and run records, and picks up the runs that
+// a kernel it adopted is still running.
+
+// reconnectTimeout bounds the connection to one kept kernel.
+const reconnectTimeout = 20 * time.Second
+
+// restoreParallel is how many kept kernels are connected to at once.
+const restoreParallel = 16
+
+// LostOutputMarker is the text a run picked up after a restart of the
+// gateway gets on stderr: ZeroMQ drops what a kernel publishes while no
+// gateway subscribes.
+const LostOutputMarker = "\n[kernelgate] the gateway restarted during this run: output the kernel published while no gateway was running is lost\n"
+
+// endedWhileDown is how a kept kernel that is gone is said to have ended.
+const endedWhileDown = "ended while no gateway was running"
+
+// RestoreReport says what a start found in the store.
+type RestoreReport struct {
+	// Adopted are the kernels running again under their ids; Lost the
+	// kept kernels that were gone (or could not be reached and were
+	// stopped); Stopped the warm-pool and isolated-run kernels ended.
+	Adopted, Lost, Stopped int
+	Contexts, Sessions     int
+	// Runs are the run records restored; PickedUp those still running.
+	Runs, PickedUp int
+	// Keep are the kernels adopted: their processes, directories and
+	// cgroups are not leftovers.
+	Keep []KeptKernel
+}
+
+// KeptKernel names an adopted kernel's process and directory.
+type KeptKernel struct {
+	ID         string
+	PID        int
+	RuntimeDir string
+}
+
+// Restore loads what the store kept and takes it over: call it once,
+// before serving. Without a store it does nothing.
+func (m *Manager) Restore(ctx context.Context) (RestoreReport, error) {
+	var rep RestoreReport
+	if m.store == nil {
+		return rep, nil
+	}
+	snap, err := m.store.Load(ctx)
+	if err != nil {
+		return rep, err
+	}
+	t0 := time.Now()
+
+	// The contexts say which kernels of the lazy policy are theirs; the
+	// others (warm pool, isolated runs) end.
+	wanted := map[string]*state.Context{}
+	for i := range snap.Contexts {
+		if id := snap.Contexts[i].KernelID; id != "" {
+			wanted[id] = &snap.Contexts[i]
+		}
+	}
+	workspaces := map[string]*workspace.Workspace{}
+	for _, rec := range snap.Contexts {
+		spec, err := m.languageSpec(rec.Language)
+		if err != nil {
+			continue
+		}
+		name := contextWorkspaceOf(rec)
+		if _, ok := workspaces[name]; ok {
+			continue // shared by several contexts
+		}
+		if ws, err := m.newWorkspace(name, spec); err == nil {
+			workspaces[name] = ws
+		}
+	}
+
+	var mu sync.Mutex
+	kernels := map[string]*Kernel{}
+	sem := make(chan struct{}, restoreParallel)
+	var wg sync.WaitGroup
+	for _, rec := range snap.Kernels {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			k, outcome := m.restoreKernel(ctx, rec, wanted[rec.ID] != nil, workspaces)
+			mu.Lock()
+			defer mu.Unlock()
+			switch outcome {
+			case adopted:
+				rep.Adopted++
+				if pid := k.PID(); pid > 0 {
+					rep.Keep = append(rep.Keep, KeptKernel{ID: k.id, PID: pid, RuntimeDir: runtimeDirOf(rec)})
+				}
+			case lost:
+				rep.Lost++
+			case stopped:
+				rep.Stopped++
+			}
+			if k != nil {
+				kernels[k.id] = k
+			}
+		}()
+	}
+	wg.Wait()
+
+	m.mu.Lock()
+	for id, k := range kernels {
+		m.kernels[id] = k
+	}
+	m.mu.Unlock()
+
+	contexts := map[string]*Context{}
+	for _, rec := range snap.Contexts {
+		c := m.restoreContext(rec, kernels, workspaces)
+		if c != nil {
+			contexts[c.ID] = c
+			rep.Contexts++
+		}
+	}
+	for _, rec := range snap.Sessions {
+		if _, ok := kernels[rec.KernelID]; !ok {
+			m.deleteSessionRecord(rec.ID)
+			continue
+		}
+		s := &Session{ID: rec.ID, Path: rec.Path, Name: rec.Name, Type: rec.Type, KernelID: rec.KernelID, created: rec.Created}
+		m.mu.Lock()
+		m.sessions[s.ID] = s
+		m.mu.Unlock()
+		rep.Sessions++
+	}
+	rep.Runs, rep.PickedUp = m.restoreRuns(snap.Runs, contexts)
+	m.log.Info("state restored", "kernels", rep.Adopted, "lost", rep.Lost, "stopped", rep.Stopped,
+		"contexts", rep.Contexts, "sessions", rep.Sessions, "runs", rep.Runs, "picked_up", rep.PickedUp,
+		"took", time.Since(t0).Round(time.Millisecond))
+	return rep, nil
+}
+
+// runtimeDirOf is the directory of a local kernel's record, or "".
+func runtimeDirOf(rec state.Kernel) string {
+	info, err := jupyter.UnmarshalProvisionerInfo(rec.ProvisionerInfo)
+	if err != nil || info.Local == nil {
+		return ""
+	}
+	return info.Local.RuntimeDir
+}
+
+type restoreOutcome int
+
+const (
+	adopted restoreOutcome = iota
+	lost
+	stopped
+)
+
+// restoreKernel connects to the kept kernel rec names, if it is the same
+// live process and answers with its key. A kernel of a context (wanted)
+// or of the Jupyter surface comes back under its id either way: adopted,
+// or dead as if it had died (a context's next run starts a new process
+// and says the state was lost; a Jupyter kernel restarts now). Others
+// (warm pool, isolated runs) are stopped.
+func (m *Manager) restoreKernel(ctx context.Context, rec state.Kernel, wanted bool, workspaces map[string]*workspace.Workspace) (*Kernel, restoreOutcome) {
+	var ex kernelExtra
+	if len(rec.Extra) > 0 {
+		json.Unmarshal(rec.Extra, &ex)
+	}
+	info, infoErr := jupyter.UnmarshalProvisionerInfo(rec.ProvisionerInfo)
+	stop := func(why string) {
+		if infoErr == nil {
+			sctx, cancel := context.WithTimeout(ctx, reconnectTimeout)
+			if err := m.stopKept(sctx, info); err != nil && !errors.Is(err, jupyter.ErrNotAdoptable) {
+				m.log.Warn("kept kernel not stopped", "kernel", rec.ID, "err", err)
+			}
+			cancel()
+		}
+		m.log.Info("kept kernel stopped", "kernel", rec.ID, "why", why)
+	}
+	spec, err := m.Spec(rec.Spec)
+	if err != nil || (ex.Policy == restartLazily && !wanted) {
+		why := "a warm-pool or isolated-run kernel"
+		if err != nil {
+			why = "its kernelspec is gone"
+		}
+		stop(why)
+		m.deleteKernel(rec.ID)
+		if strings.HasPrefix(ex.Workspace, "runs/") && m.wsRoot != nil {
+			if ws, err := m.wsRoot.Open(ex.Workspace, nil); err == nil {
+				ws.Delete()
+			}
+		}
+		return nil, stopped
+	}
+	var ws *workspace.Workspace
+	if ex.Workspace != "" {
+		ws = workspaces[ex.Workspace]
+	}
+	k, err := m.newKernel(rec.ID, spec, ex.Env, workDir{ws: ws, cwd: rec.Cwd}, ex.Policy)
+	if err != nil {
+		stop(err.Error())
+		m.deleteKernel(rec.ID)
+		return nil, stopped
+	}
+	k.created = rec.Created
+	if !rec.LastActivity.IsZero() {
+		k.lastAct = rec.LastActivity
+	}
+	var jk process
+	if infoErr == nil {
+		rctx, cancel := context.WithTimeout(ctx, reconnectTimeout)
+		jk, err = m.reconnect(rctx, info, k.config())
+		cancel()
+	} else {
+		err = infoErr
+	}
+	if err == nil {
+		k.mu.Lock()
+		k.jk = jk
+		k.lateWait, _ = m.lateOutputWait(k.spec, jk.Info().Implementation)
+		k.gen = 1
+		k.state = jupyter.StateIdle
+		k.mu.Unlock()
+		m.goroutine(func() { k.watch(jk, 1) })
+		m.log.Info("kernel adopted", "kernel", k.id, "spec", spec.Name, "pid", jk.PID())
+		return k, adopted
+	}
+	// Gone, another process now, or not answering with its key: it is
+	// not this kernel any more (a live one is stopped).
+	m.log.Warn("kept kernel lost: "+endedWhileDown, "kernel", k.id, "spec", spec.Name, "err", err)
+	if !errors.Is(err, jupyter.ErrNotAdoptable) || infoErr == nil {
+		stop("it could not be adopted")
+	}
+	m.cfg.Observer.KernelDied(spec.Name)
+	k.mu.Lock()
+	k.endedBy = endedWhileDown
+	restart := k.policy == restartNow
+	if restart {
+		k.state = jupyter.StateRestarting
+		k.ready = make(chan struct{})
+	} else {
+		k.state = jupyter.StateDead
+		k.reason = "the kernel " + endedWhileDown
+	}
+	k.mu.Unlock()
+	if restart {
+		m.goroutine(func() {
+			k.life.Lock()
+			defer k.life.Unlock()
+			m.cfg.Observer.KernelRestarted(spec.Name, "died")
+			if err := k.launch(context.Background()); err != nil {
+				m.log.Warn("kernel restart failed", "kernel", k.id, "err", err)
+			}
+		})
+	}
+	return k, lost
+}
+
+// restoreContext takes a kept context over, with its kernel when that is
+// back.
+func (m *Manager) restoreContext(rec state.Context, kernels map[string]*Kernel, workspaces map[string]*workspace.Workspace) *Context {
+	spec, err := m.languageSpec(rec.Language)
+	ws := workspaces[contextWorkspaceOf(rec)]
+	if err != nil || ws == nil {
+		m.log.Warn("kept context dropped", "context", rec.ID, "err", err)
+		m.deleteContextRecord(&Context{ID: rec.ID})
+		return nil
+	}
+	var ex contextExtra
+	if len(rec.Extra) > 0 {
+		json.Unmarshal(rec.Extra, &ex)
+	}
+	c := &Context{ID: rec.ID, Language: rec.Language, Cwd: rec.Cwd, Env: rec.Env, Shared: ex.Shared, m: m, spec: spec, ws: ws,
+		wsBorrowed: ex.Workspace != "", created: rec.Created, tokens: rec.Tokens}
+	if k := kernels[rec.KernelID]; k != nil {
+		// A lost kernel is at generation 0: its next process is the
+		// first, and the next run says the state is gone.
+		gen, _ := k.generation()
+		c.kernel, c.ranOn, c.ranGen = k, k, gen
+	} else if rec.KernelID != "" {
+		c.endedBefore = "was shut down with the gateway"
+	}
+	m.mu.Lock()
+	m.contexts[c.ID] = c
+	m.mu.Unlock()
+	return c
+}
+
+// restoreRuns takes the kept run records over: ended ones as they are,
+// queued ones end (they never ran), running ones are picked up when their
+// kernel is back, else lost.
+func (m *Manager) restoreRuns(recs []state.Run, contexts map[string]*Context) (restored, pickedUp int) {
+	type kept struct {
+		r   *Run
+		rec runRecord
+	}
+	var runs []kept
+	for _, sr := range recs {
+		var rec runRecord
+		err := json.Unmarshal(sr.Data, &rec)
+		known := rec.State == RunQueued || rec.State == RunRunning || rec.State == RunDone
+		if err != nil || rec.Created.IsZero() || !known {
+			m.deleteRuns([]string{sr.ID})
+			continue
+		}
+		runs = append(runs, kept{m.restoredRun(sr.ID, rec, sr.Events), rec})
+	}
+	sort.Slice(runs, func(i, j int) bool { return runs[i].r.created.Before(runs[j].r.created) })
+	m.mu.Lock()
+	for _, kr := range runs {
+		r := kr.r
+		m.runs[r.ID] = r
+		m.runOrder = append(m.runOrder, r)
+		if r.state == RunDone {
+			r.counted = true
+			m.runBytes += r.kept
+		}
+	}
+	m.mu.Unlock()
+	for _, kr := range runs {
+		r, rec := kr.r, kr.rec
+		c := contexts[r.Context]
+		if c != nil {
+			c.mu.Lock()
+			c.runIDs = append(c.runIDs, r.ID)
+			c.mu.Unlock()
+		}
+		switch r.state {
+		case RunQueued:
+			r.lose("the gateway restarted before the run started; it never ran")
+		case RunRunning:
+			var k *Kernel
+			var jk process
+			if c != nil {
+				c.mu.Lock()
+				k = c.kernel
+				c.mu.Unlock()
+			}
+			if k != nil && k.id == rec.Kernel && rec.MsgID != "" {
+				k.mu.Lock()
+				jk = k.jk
+				k.mu.Unlock()
+			}
+			if jk == nil {
+				why := "the gateway restarted during the run and its kernel " + endedWhileDown + "; the next run starts a new kernel without the earlier state"
+				if c != nil {
+					c.lose(r, why)
+				} else {
+					r.lose(why)
+				}
+				continue
+			}
+			pickedUp++
+			c.mu.Lock()
+			c.working, c.running = true, r
+			c.mu.Unlock()
+			m.goroutine(func() {
+				c.pickUp(r, k, jk)
+				c.mu.Lock()
+				c.running = nil
+				c.mu.Unlock()
+				c.runQueue(false)
+			})
+		}
+	}
+	return len(runs), pickedUp
+}
+
+// restoredRun rebuilds a run from its record and events.
+func (m *Manager) restoredRun(id string, rec runRecord, evs []state.Event) *Run {
+	r := newRun(id, rec.Context, rec.Language, rec.Code, rec.Stdin, 0, m.cfg.RunLimits)
+	r.created, r.deadline = rec.Created, rec.Deadline
+	r.kernelID, r.msgID = rec.Kernel, rec.MsgID
+	r.observer = m.cfg.Observer
+	r.onEnd = m.runEnded
+	if m.store != nil {
+		r.ps = &runStore{store: m.store}
+	}
+	r.events, r.eventMem = nil, 0
+	for i, e := range evs {
+		if e.Seq != uint64(i+1) {
+			break // a gap: the writes after it were lost
+		}
+		typ := eventType(e.Data)
+		r.events = append(r.events, event{typ: typ, raw: e.Data})
+		r.eventMem += len(e.Data)
+		if rec.State != RunDone {
+			r.b.replay(typ, e.Data)
+		}
+	}
+	if r.ps != nil {
+		r.ps.written = len(r.events)
+	}
+	r.state, r.storedState = rec.State, rec.State
+	switch rec.State {
+	case RunDone:
+		r.finished = rec.Finished
+		json.Unmarshal(rec.Execution, &r.b.exec)
+		if rec.Failure != "" {
+			r.failure = errors.New(rec.Failure)
+		}
+		r.kept = int64(r.eventMem)
+		close(r.done)
+	case RunRunning:
+		r.b.started = true
+	}
+	return r
+}
+
+// eventType reads the type of an event's JSON.
+func eventType(js []byte) string {
+	var t struct {
+		Type string `json:"type"`
+	}
+	json.Unmarshal(js, &t)
+	return t.Type
+}
+
+// replay folds a kept event of a run that had not ended into its
+// Execution, as the builder did when the event was made.
+func (b *builder) replay(typ string, js []byte) {
+	switch typ {
+	case "stdout", "stderr":
+		var e struct{ Text string }
+		if json.Unmarshal(js, &e) == nil {
+			b.headBytes += len(e.Text) // a run not ended has emitted only its head
+			if typ == "stdout" {
+				b.exec.Logs.Stdout = append(b.exec.Logs.Stdout, e.Text)
+			} else {
+				b.exec.Logs.Stderr = append(b.exec.Logs.Stderr, e.Text)
+			}
+		}
+	case "result":
+		var e struct {
+			Data         map[string]json.RawMessage `json:"data"`
+			Metadata     map[string]json.RawMessage `json:"metadata"`
+			IsMainResult bool                       `json:"isMainResult"`
+			DisplayID    string                     `json:"displayId"`
+		}
+		if json.Unmarshal(js, &e) == nil {
+			r := newResult(e.Data, e.Metadata, e.IsMainResult, e.DisplayID)
+			b.resultBytes += r.size
+			b.sawMain = b.sawMain || e.IsMainResult
+			b.exec.Results = append(b.exec.Results, r)
+		}
+	case "display_update":
+		var e struct {
+			DisplayID string                     `json:"displayId"`
+			Data      map[string]json.RawMessage `json:"data"`
+			Metadata  map[string]json.RawMessage `json:"metadata"`
+		}
+		if json.Unmarshal(js, &e) == nil {
+			for i, r := range b.exec.Results {
+				if r.DisplayID == e.DisplayID {
+					next := newResult(e.Data, e.Metadata, r.IsMainResult, r.DisplayID)
+					b.resultBytes += next.size - r.size
+					b.exec.Results[i] = next
+				}
+			}
+		}
+	case "clear_output":
+		var e struct{ Wait bool }
+		if json.Unmarshal(js, &e) == nil {
+			if e.Wait {
+				b.clearPending = true
+			} else {
+				b.clearPending = false
+				b.clear()
+			}
+		}
+	case "error":
+		var e ExecError
+		if json.Unmarshal(js, &e) == nil && b.exec.Error == nil {
+			b.exec.Error = &e
+		}
+	}
+}
+
+// pickUp follows a run an earlier gateway started on k, which k still
+// runs (or ran while no gateway was there), until it ends. The kernel's
+// reply went to that gateway's connection; the run ends when its status
+// turns idle, or when a kernel_info request sent behind it on the shell
+// channel is answered (the shell runs requests in order): whichever comes
+// first.
+func (c *Context) pickUp(r *Run, k *Kernel, jk process) {
+	r.mu.Lock()
+	r.b.stream("stderr", LostOutputMarker)
+	msgID := r.msgID
+	r.mu.Unlock()
+	r.persist()
+
+	idle := make(chan struct{})
+	var idleOnce, resultOnce sync.Once
+	late := lateOutput{more: make(chan struct{}, 1), result: make(chan struct{})}
+	k.mu.Lock()
+	if k.pickups == nil {
+		k.pickups = map[string]func(*Message){}
+	}
+	if k.runs == nil {
+		k.runs = map[string]struct{}{}
+	}
+	k.runs[msgID] = struct{}{}
+	k.state = jupyter.StateBusy
+	k.pickups[msgID] = func(m *Message) {
+		r.handle(m, IOPub)
+		switch {
+		case m.Type() == jupyter.ExecuteResult || m.Type() == jupyter.ErrorMsg:
+			resultOnce.Do(func() { close(late.result) })
+		case m.ExecutionState() == jupyter.StateIdle:
+			idleOnce.Do(func() { close(idle) })
+		}
+		select {
+		case late.more <- struct{}{}:
+		default:
+		}
+	}
+	k.mu.Unlock()
+	defer func() {
+		k.mu.Lock()
+		delete(k.pickups, msgID)
+		delete(k.runs, msgID)
+		k.mu.Unlock()
+	}()
+
+	stop := make(chan Reason, 1)
+	r.mu.Lock()
+	r.cancel = func(reason Reason) {
+		select {
+		case stop <- reason:
+		default:
+		}
+	}
+	r.mu.Unlock()
+	if !r.deadline.IsZero() {
+		t := time.AfterFunc(time.Until(r.deadline), r.expire)
+		defer t.Stop()
+	}
+
+	var barrier call
+	if m, err := jk.NewMessage(jupyter.KernelInfoRequest, nil, nil); err == nil {
+		barrier, _ = jk.Request(Shell, m, nil, jupyter.CallOptions{})
+	}
+	var barrierDone <-chan struct{}
+	if barrier != nil {
+		barrierDone = barrier.Done()
+		defer jk.Forget(barrier)
+	}
+	for {
+		select {
+		case <-idle:
+		case <-barrierDone:
+			if _, err := barrier.Result(); err != nil {
+				c.lose(r, lostMessage(err))
+				return
+			}
+		case <-jk.Done():
+			c.lose(r, lostMessage(jk.Err()))
+			return
+		case why := <-stop:
+			r.mu.Lock()
+			if why == TimedOut {
+				r.timedOut = true
+			} else {
+				r.interrupted = true
+			}
+			r.mu.Unlock()
+			ictx, cancel := context.WithTimeout(context.Background(), c.m.cfg.InterruptGrace)
+			k.Interrupt(ictx)
+			cancel()
+			continue
+		}
+		break
+	}
+	c.settle(k, late)
+	r.mu.Lock()
+	reason := Completed
+	switch {
+	case r.timedOut:
+		reason = TimedOut
+	case r.interrupted:
+		reason = Interrupted
+	case r.b.exec.Error != nil:
+		reason = Errored
+	}
+	r.mu.Unlock()
+	r.end(reason, nil)
+}
+
+// contextWorkspaceOf is the name of a kept context's workspace.
+func contextWorkspaceOf(rec state.Context) string {
+	var ex contextExtra
+	if len(rec.Extra) > 0 {
+		json.Unmarshal(rec.Extra, &ex)
+	}
+	if ex.Workspace != "" {
+		return ex.Workspace
+	}
+	return contextWorkspace(rec.ID)
+}
