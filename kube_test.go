@@ -150,7 +150,7 @@ func startKubeEnv(t *testing.T) *kubeEnv {
 // gateway runs kernelgate serve with the pod kernelspecs.
 func (e *kubeEnv) gateway(t *testing.T, release string, args ...string) *gatewayProcess {
 	t.Helper()
-	args = append([]string{"serve", "--port", "0", "--kernelspec-dir", e.specs, "--kubeconfig", e.kubecfg,
+	args = append([]string{"serve", "--port", "0", "--state-dir", "", "--kernelspec-dir", e.specs, "--kubeconfig", e.kubecfg,
 		"--release", release, "--pool-size", "1", "--pool-prewarm", "python"}, args...)
 	return startGatewayArgs(t, e.bin, args...)
 }
@@ -548,7 +548,7 @@ func TestKubernetes(t *testing.T) {
 	})
 
 	t.Run("WithoutRole", func(t *testing.T) {
-		cmd := exec.Command(e.bin, "serve", "--port", "0", "--kernelspec-dir", e.specs, "--kubeconfig", e.noAccess)
+		cmd := exec.Command(e.bin, "serve", "--port", "0", "--state-dir", "", "--kernelspec-dir", e.specs, "--kubeconfig", e.noAccess)
 		out, err := cmd.CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "cannot list pods in namespace "+kubeNS) || !strings.Contains(string(out), "deploy/kubernetes/rbac.yaml") {
 			t.Errorf("a gateway without its Role: %v\n%s", err, out)
