@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,7 @@ import (
 
 	"kernelgate/kernelspecs"
 	kubeprov "kernelgate/provision/kubernetes"
+	"kernelgate/state"
 )
 
 // The manifests of deploy/kubernetes parse strictly as their kinds and
@@ -24,7 +26,8 @@ import (
 // binds to the Role (the very Role TestKubernetes gives the gateway),
 // which grants pods, pods/status and secrets only; the NetworkPolicy lets
 // only the gateway reach the kernel pods' ports; the ConfigMap's
-// kernelspecs are valid kubernetes-provisioner configs.
+// kernelspecs are valid kubernetes-provisioner configs; the gateway's
+// args parse, and its state store is somewhere it can write.
 func TestDeployManifests(t *testing.T) {
 	var (
 		sa      corev1.ServiceAccount
@@ -113,6 +116,39 @@ func TestDeployManifests(t *testing.T) {
 		}
 		if err != nil {
 			t.Errorf("ConfigMap %s: %v", key, err)
+		}
+	}
+
+	// The gateway starts in its container: with a read-only root
+	// filesystem, its state directory is memory or a writable volume.
+	gwc := dep.Spec.Template.Spec.Containers[0]
+	env := map[string]string{"HOME": "/home/nonroot"} // the image's user
+	for _, e := range gwc.Env {
+		env[e.Name] = cmp.Or(e.Value, "set-from-"+e.Name)
+	}
+	if len(gwc.Args) == 0 || gwc.Args[0] != "serve" {
+		t.Fatalf("the gateway container runs %v, not serve", gwc.Args)
+	}
+	c, err := parseConfig(gwc.Args[1:], func(k string) string { return env[k] }, &bytes.Buffer{})
+	if err != nil {
+		t.Fatalf("the gateway's args: %v", err)
+	}
+	dir, err := state.ResolveDir(c.StateDir, c.StateDirSet, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatalf("the gateway's state dir: %v", err)
+	}
+	if sc := gwc.SecurityContext; dir != "" && sc != nil && sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem {
+		writable := false
+		for _, m := range gwc.VolumeMounts {
+			for _, v := range dep.Spec.Template.Spec.Volumes {
+				if v.Name == m.Name && !m.ReadOnly && (v.EmptyDir != nil || v.PersistentVolumeClaim != nil) &&
+					(dir == m.MountPath || strings.HasPrefix(dir, m.MountPath+"/")) {
+					writable = true
+				}
+			}
+		}
+		if !writable {
+			t.Errorf("the gateway keeps state in %s, which its read-only root filesystem does not let it write", dir)
 		}
 	}
 }
