@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -35,7 +36,8 @@ type podProcess struct {
 	reason   string
 	output   string
 	cleaned  bool
-	deleting bool
+	deleting bool // the gateway is ending the pod: its deletion is no death
+	deleted  bool // the API server took a delete of the pod
 }
 
 func newPodProcess(p *Provisioner, name, kernelName, key string) *podProcess {
@@ -92,9 +94,13 @@ func (pp *podProcess) update(pod *corev1.Pod, deleted bool) {
 			status = "pod evicted"
 		}
 		pp.finish(status, reason, out)
+	case deleted && deleting:
+		pp.finish("pod deleted by the gateway", "", "")
 	case deleted:
 		pp.finish("pod deleted", "", "")
 	case pod.DeletionTimestamp != nil:
+		// Deleted by someone else: the kernel is lost. Deleted by the
+		// gateway: it ends once the pod is gone or terminated.
 		if !deleting {
 			pp.finish("pod deleted", pod.Status.Reason, pod.Status.Message)
 		}
@@ -211,7 +217,8 @@ func (pp *podProcess) Output() string {
 }
 
 // Signal: SIGTERM deletes the pod with its grace period, SIGKILL at once;
-// other signals cannot reach a pod (interrupts go by message).
+// Done closes when the informer sees the pod gone or terminated. Other
+// signals cannot reach a pod (interrupts go by message).
 func (pp *podProcess) Signal(sig syscall.Signal) error {
 	select {
 	case <-pp.done:
@@ -220,18 +227,21 @@ func (pp *podProcess) Signal(sig syscall.Signal) error {
 	}
 	switch sig {
 	case syscall.SIGTERM, syscall.SIGKILL:
+		grace := int64(0)
+		if sig == syscall.SIGTERM {
+			grace = terminationGrace
+		}
 		pp.mu.Lock()
 		pp.deleting = true
 		pp.mu.Unlock()
-		grace := int64(0)
-		if sig == syscall.SIGTERM {
-			grace = pp.p.Grace
-			if grace <= 0 {
-				grace = 5
-			}
+		ctx, cancel := context.WithTimeout(context.Background(), deleteTimeout)
+		defer cancel()
+		if err := pp.p.deletePod(ctx, pp.name, grace); err != nil {
+			return err
 		}
-		pp.p.deleteObjects(pp.name, grace)
-		pp.finish("pod deleted by the gateway", "", "")
+		pp.mu.Lock()
+		pp.deleted = true
+		pp.mu.Unlock()
 		return nil
 	case 0:
 		return nil
@@ -239,19 +249,26 @@ func (pp *podProcess) Signal(sig syscall.Signal) error {
 	return fmt.Errorf("%w: signal %v to a kernel pod", jupyter.ErrNotSupported, sig)
 }
 
-// Cleanup deletes the pod and its Secret.
+// Cleanup stops watching the pod and deletes it, unless a signal already
+// did, and its Secret.
 func (pp *podProcess) Cleanup() error {
 	pp.mu.Lock()
-	done := pp.cleaned
+	done, deleted := pp.cleaned, pp.deleted
 	pp.cleaned, pp.deleting = true, true
 	pp.mu.Unlock()
 	if done {
 		return nil
 	}
 	pp.p.untrack(pp)
-	pp.p.deleteObjects(pp.name, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), deleteTimeout)
+	defer cancel()
+	var errPod error
+	if !deleted {
+		errPod = pp.p.deletePod(ctx, pp.name, 0)
+	}
+	errSecret := pp.p.deleteSecret(ctx, pp.name)
 	pp.finish("pod deleted by the gateway", "", "")
-	return nil
+	return errors.Join(errPod, errSecret)
 }
 
 // Release stops watching the pod and leaves it running (for another

@@ -33,16 +33,10 @@ type Provisioner struct {
 	// Release scopes the pods: gateways of different releases (or
 	// namespaces) never touch each other's pods.
 	Release string
-	// Launcher is the container command when a kernelspec gives none;
-	// default kernelgate kernel-entry.
-	Launcher []string
-	// Grace is the pods' termination grace period in seconds (default 5).
-	Grace  int64
-	Logger *slog.Logger
+	Logger  *slog.Logger
 
 	cancel  context.CancelFunc
 	factory informers.SharedInformerFactory
-	wg      sync.WaitGroup
 
 	mu    sync.Mutex
 	procs map[string]*podProcess // by pod name
@@ -174,7 +168,6 @@ func (p *Provisioner) Launch(ctx context.Context, req jupyter.LaunchRequest) (ju
 	pp := podParams{
 		Name: podName(req.KernelID), Namespace: p.Namespace, Release: p.Release,
 		KernelID: req.KernelID, Kind: req.Kind, Spec: req.Spec, Config: cfg, Env: req.Env,
-		Launcher: p.Launcher, Grace: p.Grace,
 	}
 	if req.Limits != nil {
 		pp.MemoryBytes = req.Limits.MemoryBytes
@@ -195,7 +188,7 @@ func (p *Provisioner) Launch(ctx context.Context, req jupyter.LaunchRequest) (ju
 	created, err := pods.Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		p.untrack(proc)
-		p.deleteObjects(pp.Name, 0)
+		p.deleteObjectsSoon(pp.Name)
 		return nil, fmt.Errorf("%w: %w", jupyter.ErrStartFailed, accessError("create a pod", p.Namespace, err))
 	}
 	proc.setUID(created.UID)
@@ -206,7 +199,7 @@ func (p *Provisioner) Launch(ctx context.Context, req jupyter.LaunchRequest) (ju
 	}
 	if err := proc.waitRunning(ctx); err != nil {
 		p.untrack(proc)
-		p.deleteObjects(pp.Name, 0)
+		p.deleteObjectsSoon(pp.Name)
 		proc.finish("start failed", "", "")
 		return nil, fmt.Errorf("%w: %w", jupyter.ErrStartFailed, err)
 	}
@@ -214,17 +207,45 @@ func (p *Provisioner) Launch(ctx context.Context, req jupyter.LaunchRequest) (ju
 	return proc, nil
 }
 
-// deleteObjects deletes a kernel's pod and Secret (the garbage collector
-// would remove the Secret with its pod; a cluster without one still ends
-// up clean).
-func (p *Provisioner) deleteObjects(name string, grace int64) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+// deleteTimeout bounds a delete made when no caller's context fits (a
+// signal, a cleanup, a failed start whose context may have ended).
+const deleteTimeout = 30 * time.Second
+
+// deletePod deletes a kernel's pod, giving it grace seconds to stop; a pod
+// already gone is no error.
+func (p *Provisioner) deletePod(ctx context.Context, name string, grace int64) error {
+	err := p.Client.CoreV1().Pods(p.Namespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("kubernetes-provisioner: delete pod %s: %w", name, err)
+	}
+	return nil
+}
+
+// deleteSecret deletes a kernel's Secret (the garbage collector would
+// remove it with its pod; a cluster without one still ends up clean).
+func (p *Provisioner) deleteSecret(ctx context.Context, name string) error {
+	err := p.Client.CoreV1().Secrets(p.Namespace).Delete(ctx, name, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("kubernetes-provisioner: delete secret %s: %w", name, err)
+	}
+	return nil
+}
+
+// deleteObjectsSoon is deleteObjects on a context of its own, for a
+// start whose context may have ended.
+func (p *Provisioner) deleteObjectsSoon(name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), deleteTimeout)
 	defer cancel()
-	opts := metav1.DeleteOptions{GracePeriodSeconds: &grace}
-	if err := p.Client.CoreV1().Pods(p.Namespace).Delete(ctx, name, opts); err != nil && !apierrors.IsNotFound(err) {
+	p.deleteObjects(ctx, name)
+}
+
+// deleteObjects deletes a kernel's pod at once and its Secret, logging
+// what it could not delete.
+func (p *Provisioner) deleteObjects(ctx context.Context, name string) {
+	if err := p.deletePod(ctx, name, 0); err != nil {
 		p.log().Warn("kernel pod not deleted", "pod", name, "err", err)
 	}
-	if err := p.Client.CoreV1().Secrets(p.Namespace).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+	if err := p.deleteSecret(ctx, name); err != nil {
 		p.log().Warn("kernel secret not deleted", "secret", name, "err", err)
 	}
 }
@@ -324,8 +345,10 @@ func (p *Provisioner) Sweep(ctx context.Context, keep map[string]bool) (int, err
 			continue
 		}
 		p.log().Info("deleting a kernel pod no gateway serves", "pod", pod.Name)
-		p.deleteObjects(pod.Name, 0)
-		n++
+		if err := p.deletePod(ctx, pod.Name, 0); err != nil {
+			p.log().Warn("kernel pod not deleted", "pod", pod.Name, "err", err)
+		}
+		n++ // its Secret goes below, with every Secret of no live pod
 	}
 	secrets, err := p.Client.CoreV1().Secrets(p.Namespace).List(ctx, opts)
 	if err != nil {
@@ -333,7 +356,7 @@ func (p *Provisioner) Sweep(ctx context.Context, keep map[string]bool) (int, err
 	}
 	for _, s := range secrets.Items {
 		if !live[s.Name] {
-			if err := p.Client.CoreV1().Secrets(p.Namespace).Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			if err := p.deleteSecret(ctx, s.Name); err != nil {
 				p.log().Warn("kernel secret not deleted", "secret", s.Name, "err", err)
 			}
 		}

@@ -36,6 +36,9 @@ const (
 	// SecretKey is the Secret's key holding the connection key.
 	SecretKey = "key"
 	container = "kernel"
+	// terminationGrace is the seconds a kernel pod has to stop, from
+	// SIGTERM to SIGKILL.
+	terminationGrace int64 = 5
 )
 
 // Ports are the kernel's fixed ports on its own pod IP: shell, iopub,
@@ -128,8 +131,6 @@ type podParams struct {
 	Config                   *SpecConfig
 	Env                      map[string]string // the request's allowed env
 	MemoryBytes              int64
-	Launcher                 []string
-	Grace                    int64
 }
 
 func (pp podParams) labels() map[string]string {
@@ -157,9 +158,6 @@ func buildPod(pp podParams) (*corev1.Pod, error) {
 		argv, _ = pp.Spec.Command("{connection_file}", nil)
 	}
 	command := cfg.Command
-	if len(command) == 0 {
-		command = pp.Launcher
-	}
 	if len(command) == 0 {
 		command = []string{"kernelgate", "kernel-entry"}
 	}
@@ -215,10 +213,6 @@ func buildPod(pp podParams) (*corev1.Pod, error) {
 	for i, name := range []string{"shell", "iopub", "stdin", "control", "hb"} {
 		cports = append(cports, corev1.ContainerPort{Name: name, ContainerPort: int32(Ports[i]), Protocol: corev1.ProtocolTCP})
 	}
-	grace := pp.Grace
-	if grace <= 0 {
-		grace = 5
-	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: pp.Name, Namespace: pp.Namespace,
@@ -230,7 +224,7 @@ func buildPod(pp podParams) (*corev1.Pod, error) {
 		},
 		Spec: corev1.PodSpec{
 			RestartPolicy:                 corev1.RestartPolicyNever,
-			TerminationGracePeriodSeconds: &grace,
+			TerminationGracePeriodSeconds: ptr(terminationGrace),
 			AutomountServiceAccountToken:  ptr(false),
 			EnableServiceLinks:            ptr(false),
 			ServiceAccountName:            cfg.ServiceAccount,

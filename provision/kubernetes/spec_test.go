@@ -30,7 +30,7 @@ func TestPodSpec(t *testing.T) {
 	}
 	hostile := "x\"; rm -rf / #\n---\nkind: Pod"
 	pod, err := buildPod(podParams{Name: "kernel-abc-12345", Namespace: "ns", Release: "rel", KernelID: "abc", Spec: spec, Config: cfg,
-		Env: map[string]string{"KERNEL_USER": hostile}, MemoryBytes: 512 << 20, Launcher: []string{"kernelgate", "kernel-entry"}})
+		Env: map[string]string{"KERNEL_USER": hostile}, MemoryBytes: 512 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,8 +3,12 @@ package kubernetes
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -269,4 +273,172 @@ func TestCyclesLeakNothing(t *testing.T) {
 		cycle()
 	}
 	leakcheck.Check(t, before)
+}
+
+// A kernel the gateway stops ends when its pod does, not when the delete
+// is sent: SIGTERM deletes the pod with its grace period, SIGKILL deletes
+// it at once, and Cleanup deletes only the Secret after them (the pod
+// once, with its grace period whole, when only SIGTERM was needed).
+func TestSignalEndsWithThePod(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		kill   bool
+		graces []int64
+		exit   string
+	}{
+		{"TermThenPodEnds", false, []int64{terminationGrace}, "exit code 0"},
+		{"TermThenKill", true, []int64{terminationGrace, 0}, "pod deleted by the gateway"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			client := fake.NewClientset()
+			var (
+				mu            sync.Mutex
+				graces        []int64
+				secretDeletes int
+			)
+			// The fake clientset deletes at once; a delete with a grace
+			// period marks the pod terminating, as the API server does.
+			client.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				d := a.(k8stesting.DeleteAction)
+				grace := int64(-1)
+				if g := d.GetDeleteOptions().GracePeriodSeconds; g != nil {
+					grace = *g
+				}
+				mu.Lock()
+				graces = append(graces, grace)
+				mu.Unlock()
+				if grace == 0 {
+					return false, nil, nil
+				}
+				obj, err := client.Tracker().Get(podsGVR, ns, d.GetName())
+				if err != nil {
+					return true, nil, err
+				}
+				pod := obj.(*corev1.Pod).DeepCopy()
+				now := metav1.Now()
+				pod.DeletionTimestamp, pod.DeletionGracePeriodSeconds = &now, &grace
+				return true, nil, client.Tracker().Update(podsGVR, pod, ns)
+			})
+			client.PrependReactor("delete", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
+				mu.Lock()
+				secretDeletes++
+				mu.Unlock()
+				return false, nil, nil
+			})
+			p := startProvisioner(t, client)
+			ch := launch(p, 30*time.Second)
+			pod := createdPod(t, client)
+			setRunning(t, client, pod, "10.1.2.7")
+			l := wait(t, ch)
+			if l.err != nil {
+				t.Fatal(l.err)
+			}
+			if err := l.proc.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-l.proc.Done():
+				t.Fatal("Done closed while the pod was still terminating")
+			default:
+			}
+			if c.kill {
+				if err := l.proc.Signal(syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+			} else { // the kernel exits on SIGTERM
+				cur, err := client.CoreV1().Pods(ns).Get(context.Background(), pod.Name, metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				cur.Status.Phase = corev1.PodSucceeded
+				cur.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: container,
+					State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}}}
+				if _, err := client.CoreV1().Pods(ns).UpdateStatus(context.Background(), cur, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			select {
+			case <-l.proc.Done():
+			case <-time.After(10 * time.Second):
+				t.Fatal("the pod's end did not end the kernel")
+			}
+			if err := l.proc.Cleanup(); err != nil {
+				t.Fatal(err)
+			}
+			if got := l.proc.ExitStatus(); got != c.exit {
+				t.Errorf("ended %q, want %q", got, c.exit)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !slices.Equal(graces, c.graces) || secretDeletes != 1 {
+				t.Errorf("pod deletes with grace %v and %d Secret deletes; want %v and 1", graces, secretDeletes, c.graces)
+			}
+		})
+	}
+}
+
+// Sweep deletes the kernel pods of the release it is not told to keep
+// and every Secret without a kept pod, each once; kept kernels and other
+// releases' objects stay.
+func TestSweep(t *testing.T) {
+	client := fake.NewClientset()
+	var (
+		mu      sync.Mutex
+		deletes = map[string]int{}
+	)
+	client.PrependReactor("delete", "*", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		deletes[a.GetResource().Resource+"/"+a.(k8stesting.DeleteAction).GetName()]++
+		mu.Unlock()
+		return false, nil, nil
+	})
+	ctx := context.Background()
+	add := func(release, kernelID string, withPod bool) string {
+		pp := podParams{Name: podName(kernelID), Namespace: ns, Release: release, KernelID: kernelID, Kind: "jupyter"}
+		if _, err := client.CoreV1().Secrets(ns).Create(ctx, buildSecret(pp, "k"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if withPod {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pp.Name, Namespace: ns, Labels: pp.labels()}}
+			if _, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return pp.Name
+	}
+	kept := add("test", "kept", true)
+	stale := add("test", "stale", true)
+	orphan := add("test", "orphan", false)
+	other := add("other", "stale", true)
+	p := startProvisioner(t, client)
+	n, err := p.Sweep(ctx, map[string]bool{"kept": true})
+	if err != nil || n != 1 {
+		t.Fatalf("Sweep: %d pods, %v; want 1", n, err)
+	}
+	exists := func(res, name string) bool {
+		var err error
+		if res == "pods" {
+			_, err = client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		} else {
+			_, err = client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+		}
+		return err == nil
+	}
+	for _, c := range []struct {
+		res, name string
+		want      bool
+	}{
+		{"pods", kept, true}, {"secrets", kept, true}, {"pods", other, true}, {"secrets", other, true},
+		{"pods", stale, false}, {"secrets", stale, false}, {"secrets", orphan, false},
+	} {
+		if got := exists(c.res, c.name); got != c.want {
+			t.Errorf("%s/%s exists: %v, want %v", c.res, c.name, got, c.want)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[string]int{"pods/" + stale: 1, "secrets/" + stale: 1, "secrets/" + orphan: 1}
+	if !maps.Equal(deletes, want) {
+		t.Errorf("deletes %v, want %v", deletes, want)
+	}
 }
