@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	k8s "k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"kernelgate/jupyter"
@@ -137,14 +140,27 @@ func (p *Provisioner) observe(obj any, deleted bool) {
 	}
 }
 
-func (p *Provisioner) track(proc *podProcess) {
+// track hands the pod's events to proc from now on, and the pod as the
+// informer has it now; it reports whether the informer has the pod (an
+// event before track reached no one).
+func (p *Provisioner) track(proc *podProcess) bool {
 	p.mu.Lock()
 	p.procs[proc.name] = proc
 	p.mu.Unlock()
-	// The informer may have seen the pod before it was tracked.
-	if obj, ok, _ := p.factory.Core().V1().Pods().Informer().GetStore().GetByKey(p.Namespace + "/" + proc.name); ok {
+	obj, ok, _ := p.factory.Core().V1().Pods().Informer().GetStore().GetByKey(p.Namespace + "/" + proc.name)
+	if ok {
 		p.observe(obj, false)
 	}
+	return ok
+}
+
+// cachedPods reads the release's pods from the informer, which Start
+// synced with the API server before returning.
+func (p *Provisioner) cachedPods() (corelisters.PodNamespaceLister, error) {
+	if p.factory == nil {
+		return nil, fmt.Errorf("kubernetes-provisioner not started")
+	}
+	return p.factory.Core().V1().Pods().Lister().Pods(p.Namespace), nil
 }
 
 func (p *Provisioner) untrack(proc *podProcess) {
@@ -267,15 +283,20 @@ type Found struct {
 }
 
 // List returns the running kernel pods of the release, from the API
-// server alone.
+// server alone (through the informer's cache; the keys from their
+// Secrets).
 func (p *Provisioner) List(ctx context.Context) ([]Found, error) {
-	list, err := p.Client.CoreV1().Pods(p.Namespace).List(ctx, metav1.ListOptions{LabelSelector: p.selector().String()})
+	pods, err := p.cachedPods()
 	if err != nil {
-		return nil, accessError("list pods", p.Namespace, err)
+		return nil, err
 	}
+	list, err := pods.List(p.selector())
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(list, func(a, b *corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
 	var out []Found
-	for i := range list.Items {
-		pod := &list.Items[i]
+	for _, pod := range list {
 		if pod.DeletionTimestamp != nil || pod.Status.Phase != corev1.PodRunning || pod.Status.PodIP == "" {
 			continue
 		}
@@ -306,7 +327,11 @@ func (p *Provisioner) Adopt(ctx context.Context, info jupyter.ProvisionerInfo) (
 	if d.Namespace != p.Namespace {
 		return nil, fmt.Errorf("%w: pod %s/%s is not in namespace %s", jupyter.ErrNotAdoptable, d.Namespace, d.Pod, p.Namespace)
 	}
-	pod, err := p.Client.CoreV1().Pods(p.Namespace).Get(ctx, d.Pod, metav1.GetOptions{})
+	pods, err := p.cachedPods()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", jupyter.ErrNotAdoptable, err)
+	}
+	pod, err := pods.Get(d.Pod)
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("%w: pod %s: %v", jupyter.ErrNotAdoptable, d.Pod, err)
@@ -319,8 +344,11 @@ func (p *Provisioner) Adopt(ctx context.Context, info jupyter.ProvisionerInfo) (
 	}
 	proc := newPodProcess(p, d.Pod, info.Connection.KernelName, info.Connection.Key)
 	proc.setUID(pod.UID)
-	p.track(proc)
-	proc.update(pod, false)
+	if !p.track(proc) {
+		p.untrack(proc)
+		proc.finish("not adopted", "", "")
+		return nil, fmt.Errorf("%w: pod %s deleted meanwhile", jupyter.ErrNotAdoptable, d.Pod)
+	}
 	if err := proc.waitRunning(ctx); err != nil {
 		p.untrack(proc)
 		proc.finish("not adopted", "", "")
@@ -330,16 +358,20 @@ func (p *Provisioner) Adopt(ctx context.Context, info jupyter.ProvisionerInfo) (
 }
 
 // Sweep deletes the kernel pods of the release whose kernel id keep does
-// not hold, and Secrets left without their pod.
+// not hold, and Secrets left without their pod. It runs before the
+// gateway starts kernels: the Secret of a pod being created would go too.
 func (p *Provisioner) Sweep(ctx context.Context, keep map[string]bool) (int, error) {
-	opts := metav1.ListOptions{LabelSelector: p.selector().String()}
-	pods, err := p.Client.CoreV1().Pods(p.Namespace).List(ctx, opts)
+	cached, err := p.cachedPods()
 	if err != nil {
-		return 0, accessError("list pods", p.Namespace, err)
+		return 0, err
+	}
+	pods, err := cached.List(p.selector())
+	if err != nil {
+		return 0, err
 	}
 	live := map[string]bool{}
 	n := 0
-	for _, pod := range pods.Items {
+	for _, pod := range pods {
 		if keep[pod.Labels[LabelKernelID]] {
 			live[pod.Name] = true
 			continue
@@ -350,7 +382,7 @@ func (p *Provisioner) Sweep(ctx context.Context, keep map[string]bool) (int, err
 		}
 		n++ // its Secret goes below, with every Secret of no live pod
 	}
-	secrets, err := p.Client.CoreV1().Secrets(p.Namespace).List(ctx, opts)
+	secrets, err := p.Client.CoreV1().Secrets(p.Namespace).List(ctx, metav1.ListOptions{LabelSelector: p.selector().String()})
 	if err != nil {
 		return n, accessError("list secrets", p.Namespace, err)
 	}

@@ -442,3 +442,51 @@ func TestSweep(t *testing.T) {
 		t.Errorf("deletes %v, want %v", deletes, want)
 	}
 }
+
+// A new gateway lists and adopts a running kernel pod from its informer's
+// cache, without asking the API server for pods again.
+func TestReadoptFromCache(t *testing.T) {
+	client := fake.NewClientset()
+	first := startProvisioner(t, client)
+	ch := launch(first, 30*time.Second)
+	setRunning(t, client, createdPod(t, client), "10.1.2.8")
+	l := wait(t, ch)
+	if l.err != nil {
+		t.Fatal(l.err)
+	}
+	want, err := l.proc.(jupyter.InfoProcess).ProvisionerInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.proc.(jupyter.Releaser).Release()
+
+	p := startProvisioner(t, client)
+	var podReads atomic.Int32
+	client.PrependReactor("*", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetVerb() == "get" || a.GetVerb() == "list" {
+			podReads.Add(1)
+		}
+		return false, nil, nil
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	found, err := p.List(ctx)
+	if err != nil || len(found) != 1 {
+		t.Fatalf("List: %v %v", found, err)
+	}
+	if f := found[0]; f.KernelID != "0d7a1a0e-1111-4222-8333-444455556666" || f.Spec != "python3" ||
+		f.Info.Connection != want.Connection || string(f.Info.Data) != string(want.Data) {
+		t.Errorf("found %+v, want info %+v", f, want)
+	}
+	proc, err := p.Adopt(ctx, found[0].Info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ip := proc.ConnInfo().IP; ip != "10.1.2.8" {
+		t.Errorf("adopted kernel at %q", ip)
+	}
+	if n := podReads.Load(); n != 0 {
+		t.Errorf("%d pod reads from the API server", n)
+	}
+	proc.Cleanup()
+}
