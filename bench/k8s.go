@@ -183,13 +183,11 @@ type benchTB struct {
 
 var errTBStop = errors.New("k8s section stopped")
 
-func (t *benchTB) Helper()                   {}
-func (t *benchTB) Cleanup(f func())          { t.cleanups = append(t.cleanups, f) }
-func (t *benchTB) Errorf(f string, a ...any) { progress("k8s: "+f, a...) }
-func (t *benchTB) Fatal(a ...any)            { t.msg = fmt.Sprint(a...); panic(errTBStop) }
+func (t *benchTB) Helper()          {}
+func (t *benchTB) Cleanup(f func()) { t.cleanups = append(t.cleanups, f) }
+func (t *benchTB) Fatal(a ...any)   { t.msg = fmt.Sprint(a...); panic(errTBStop) }
 func (t *benchTB) Fatalf(f string, a ...any) {
 	t.msg = fmt.Sprintf(f, a...)
 	panic(errTBStop)
 }
-func (t *benchTB) Skip(a ...any)      { t.msg, t.skipped = fmt.Sprint(a...), true; panic(errTBStop) }
-func (t *benchTB) Setenv(k, v string) { os.Setenv(k, v) }
+func (t *benchTB) Skip(a ...any) { t.msg, t.skipped = fmt.Sprint(a...), true; panic(errTBStop) }

@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-
-	"kernelgate/jupyter"
 )
 
 // Entry is `kernelgate kernel-entry -- ARGV...`, the launcher of a kernel
@@ -40,10 +38,10 @@ func Entry(args []string) error {
 		}
 		p[i] = n
 	}
-	ci := jupyter.ConnInfo{ShellPort: p[0], IOPubPort: p[1], StdinPort: p[2], ControlPort: p[3], HBPort: p[4],
-		IP: ip, Key: key, Transport: "tcp", SignatureScheme: os.Getenv(EnvScheme), KernelName: os.Getenv(EnvName)}
-	if ci.SignatureScheme == "" {
-		ci.SignatureScheme = "hmac-sha256"
+	ci := connInfo(ip, key, os.Getenv(EnvName))
+	ci.ShellPort, ci.IOPubPort, ci.StdinPort, ci.ControlPort, ci.HBPort = p[0], p[1], p[2], p[3], p[4]
+	if s := os.Getenv(EnvScheme); s != "" {
+		ci.SignatureScheme = s
 	}
 	dir, err := os.MkdirTemp("", "kernel-")
 	if err != nil {

@@ -2,7 +2,6 @@ package kubernetes
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -281,11 +280,6 @@ func (pp *podProcess) Release() {
 // ProvisionerInfo says how to find the pod again.
 func (pp *podProcess) ProvisionerInfo() (jupyter.ProvisionerInfo, error) {
 	pp.mu.Lock()
-	d := podData{Namespace: pp.p.Namespace, Pod: pp.name, UID: pp.uid}
-	pp.mu.Unlock()
-	data, err := json.Marshal(d)
-	if err != nil {
-		return jupyter.ProvisionerInfo{}, err
-	}
-	return jupyter.ProvisionerInfo{Provisioner: jupyter.KubernetesProvisionerName, Connection: pp.ConnInfo(), Data: data}, nil
+	defer pp.mu.Unlock()
+	return podInfo(podData{Namespace: pp.p.Namespace, Pod: pp.name, UID: pp.uid}, connInfo(pp.ip, pp.key, pp.kernelName)), nil
 }

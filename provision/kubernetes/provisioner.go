@@ -306,12 +306,8 @@ func (p *Provisioner) List(ctx context.Context) ([]Found, error) {
 		}
 		f := Found{KernelID: pod.Labels[LabelKernelID], Spec: pod.Annotations[AnnotationSpec], Kind: pod.Labels[LabelKind]}
 		_ = json.Unmarshal([]byte(pod.Annotations[AnnotationEnv]), &f.Env)
-		data, _ := json.Marshal(podData{Namespace: pod.Namespace, Pod: pod.Name, UID: pod.UID})
-		f.Info = jupyter.ProvisionerInfo{
-			Provisioner: jupyter.KubernetesProvisionerName,
-			Connection:  connInfo(pod.Status.PodIP, string(s.Data[SecretKey]), f.Spec),
-			Data:        data,
-		}
+		f.Info = podInfo(podData{Namespace: pod.Namespace, Pod: pod.Name, UID: pod.UID},
+			connInfo(pod.Status.PodIP, string(s.Data[SecretKey]), f.Spec))
 		out = append(out, f)
 	}
 	return out, nil

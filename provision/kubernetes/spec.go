@@ -153,9 +153,9 @@ func ptr[T any](v T) *T { return &v }
 // interpreted as text: values go into typed fields only.
 func buildPod(pp podParams) (*corev1.Pod, error) {
 	cfg := pp.Config
-	argv := cfg.Argv
-	if len(argv) == 0 {
-		argv, _ = pp.Spec.Command("{connection_file}", nil)
+	argv, specEnv := pp.Spec.Command("{connection_file}", nil)
+	if len(cfg.Argv) > 0 {
+		argv = cfg.Argv
 	}
 	command := cfg.Command
 	if len(command) == 0 {
@@ -177,7 +177,7 @@ func buildPod(pp podParams) (*corev1.Pod, error) {
 		{Name: EnvName, Value: pp.Spec.Name},
 		{Name: EnvScheme, Value: "hmac-sha256"},
 	}
-	env = append(env, sortedEnv(specEnv(pp.Spec))...)
+	env = append(env, sortedEnv(specEnv)...)
 	env = append(env, sortedEnv(cfg.Env)...)
 	env = append(env, sortedEnv(pp.Env)...)
 	names := make([]string, 0, len(cfg.SecretEnv))
@@ -247,11 +247,6 @@ func buildPod(pp podParams) (*corev1.Pod, error) {
 	}, nil
 }
 
-func specEnv(spec *kernelspecs.Spec) map[string]string {
-	_, env := spec.Command("", nil)
-	return env
-}
-
 func sortedEnv(m map[string]string) []corev1.EnvVar {
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -272,6 +267,13 @@ func buildSecret(pp podParams, key string) *corev1.Secret {
 		Type:       corev1.SecretTypeOpaque,
 		Data:       map[string][]byte{SecretKey: []byte(key)},
 	}
+}
+
+// podInfo is the ProvisionerInfo of a kernel pod: how to find it again
+// and reach its kernel.
+func podInfo(d podData, ci jupyter.ConnInfo) jupyter.ProvisionerInfo {
+	data, _ := json.Marshal(d) // strings only: it cannot fail
+	return jupyter.ProvisionerInfo{Provisioner: jupyter.KubernetesProvisionerName, Connection: ci, Data: data}
 }
 
 // connInfo is how the gateway reaches the kernel of a pod at ip.
