@@ -46,7 +46,12 @@ type gatewayProcess struct {
 // startGateway runs kernelgate serve on a free port and waits for its URL.
 func startGateway(t *testing.T, bin string, args ...string) *gatewayProcess {
 	t.Helper()
-	args = append([]string{"serve", "--port", "0", "--kernelspec-dir", kernelsDir(t)}, args...)
+	return startGatewayArgs(t, bin, append([]string{"serve", "--port", "0", "--kernelspec-dir", kernelsDir(t)}, args...)...)
+}
+
+// startGatewayArgs is startGateway with the whole command line given.
+func startGatewayArgs(t *testing.T, bin string, args ...string) *gatewayProcess {
+	t.Helper()
 	cmd := exec.Command(bin, args...)
 	// Each gateway keeps its state in a directory of its own test, not
 	// in the user's (--state-dir given in args wins).
@@ -72,7 +77,7 @@ func startGateway(t *testing.T, bin string, args ...string) *gatewayProcess {
 	case p.url = <-urls:
 	case err := <-p.done:
 		t.Fatalf("kernelgate exited: %v\n%s", err, logs)
-	case <-time.After(30 * time.Second):
+	case <-time.After(60 * time.Second):
 		cmd.Process.Kill()
 		t.Fatalf("kernelgate did not print its URL\n%s", logs)
 	}

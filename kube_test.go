@@ -155,50 +155,6 @@ func (e *kubeEnv) gateway(t *testing.T, release string, args ...string) *gateway
 	return startGatewayArgs(t, e.bin, args...)
 }
 
-// startGatewayArgs is startGateway with the whole command line given.
-func startGatewayArgs(t *testing.T, bin string, args ...string) *gatewayProcess {
-	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "KERNELGATE_LOG_LEVEL=info")
-	stdout, _ := cmd.StdoutPipe()
-	logs := &lockedBuffer{}
-	cmd.Stderr = logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &gatewayProcess{cmd: cmd, logs: logs, done: make(chan error, 1)}
-	urls := make(chan string, 1)
-	go func() {
-		buf := make([]byte, 4096)
-		var acc string
-		for {
-			n, err := stdout.Read(buf)
-			acc += string(buf[:n])
-			if _, u, ok := strings.Cut(acc, "serving at "); ok {
-				if line, _, ok := strings.Cut(u, "\n"); ok {
-					urls <- line
-					io.Copy(io.Discard, stdout)
-					return
-				}
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	go func() { p.done <- cmd.Wait() }()
-	select {
-	case p.url = <-urls:
-	case err := <-p.done:
-		t.Fatalf("kernelgate exited: %v\n%s", err, logs)
-	case <-time.After(60 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("kernelgate did not print its URL\n%s", logs)
-	}
-	t.Cleanup(func() { p.stop(t) })
-	return p
-}
-
 func (p *gatewayProcess) call(t *testing.T, method, path string, body any) (int, []byte) {
 	t.Helper()
 	var r io.Reader

@@ -166,7 +166,11 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		log.Info("state kept", "dir", stateDir, "keep_kernels", cfg.KeepKernels, "orphan_timeout", cfg.OrphanTimeout)
 	} else {
 		log.Info("state kept in memory only: a restart loses kernels, contexts, sessions and runs")
+		if cfg.KeepKernels {
+			log.Warn("--keep-kernels needs a state directory: kernels will be shut down at exit")
+		}
 	}
+	keep := cfg.KeepKernels && store != nil
 	// Contexts' workspaces: --workspace-root, else with a state directory
 	// a folder of it (context files live as long as the contexts kept),
 	// else a temporary folder. Only --workspace-root also bounds the
@@ -257,11 +261,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	// What gateway processes that died left behind goes next: processes
 	// their kernels started, kernel directories with keys, cgroups; the
 	// kernels adopted again are kept.
-	keepIDs := make([]string, 0, len(restored.Keep))
-	for _, k := range restored.Keep {
-		keepIDs = append(keepIDs, k.ID)
-	}
-	swept, err := local.Sweep(keepIDs)
+	swept, err := local.Sweep(restored.Keep)
 	if swept != (jupyter.Swept{}) {
 		log.Info("removed what earlier gateway processes left", "kernel_dirs", swept.Dirs, "cgroups", swept.Cgroups, "processes_killed", swept.Processes)
 	}
@@ -332,10 +332,6 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	}
 	// From here a second SIGINT or SIGTERM ends the process at once.
 	stop()
-	keep := cfg.KeepKernels && store != nil
-	if cfg.KeepKernels && store == nil {
-		log.Warn("--keep-kernels needs a state directory: kernels shut down")
-	}
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
@@ -348,9 +344,12 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	select {
 	case <-finished:
 	case <-bound.C:
+		// The process ends here, without the deferred closes: they would
+		// run beside the shutdown still under way and are not bounded.
 		// The next start removes what kernels that outlived the process
 		// leave (LocalProvisioner.Sweep).
-		return fmt.Errorf("shutdown did not finish within --shutdown-grace %v plus %v: exiting anyway", cfg.ShutdownGrace, shutdownStop)
+		fmt.Fprintf(stderr, "kernelgate: shutdown did not finish within --shutdown-grace %v plus %v: exiting anyway\n", cfg.ShutdownGrace, shutdownStop)
+		os.Exit(1)
 	}
 	if keep {
 		log.Info("kernels left running for the next start", "dir", stateDir, "orphan_timeout", cfg.OrphanTimeout)

@@ -75,16 +75,12 @@ func kernelProcs(dir string, watchdogs bool) []int {
 func waitProcs(t *testing.T, dir string, watchdogs bool, want []int) {
 	t.Helper()
 	slices.Sort(want)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		got := kernelProcs(dir, watchdogs)
-		if slices.Equal(got, want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("kernel processes %v, want %v", got, want)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var got []int
+	if !pollUntil(30*time.Second, func() bool {
+		got = kernelProcs(dir, watchdogs)
+		return slices.Equal(got, want)
+	}) {
+		t.Fatalf("kernel processes %v, want %v", got, want)
 	}
 }
 
@@ -343,8 +339,10 @@ func TestRestartAfterSIGKILL(t *testing.T) {
 	defer open.Close()
 	run := streamRun(t, g.url, "agent", "import time\nfor i in range(40):\n    print(i, flush=True)\n    time.sleep(0.1)\nx + 1", 3)
 
-	before := kernelProcs(dirs.runtime, false)
-	if len(before) != 3 { // the context's, the notebook's, the warm pool's
+	// The context's, the notebook's and the warm pool's (refilled once the
+	// context took its kernel).
+	var before []int
+	if !pollUntil(30*time.Second, func() bool { before = kernelProcs(dirs.runtime, false); return len(before) == 3 }) {
 		for _, pid := range before {
 			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 			t.Logf("%d: %q", pid, b)
@@ -415,12 +413,8 @@ func TestRestartAfterSIGKILL(t *testing.T) {
 // waitFor waits until ok holds, failing with the message and its args.
 func waitFor(t *testing.T, ok func() bool, msg string, args func() []any) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf(msg, args()...)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !pollUntil(30*time.Second, ok) {
+		t.Fatalf(msg, args()...)
 	}
 }
 
@@ -620,12 +614,8 @@ func TestOrphanTimeoutEndsKeptKernels(t *testing.T) {
 	}
 	waitProcs(t, dirs.runtime, false, []int{*c.KernelProcessID})
 	// Lease 10 s, a check every 2.5 s, 5 s of grace after SIGTERM.
-	deadline := time.Now().Add(40 * time.Second)
-	for len(kernelProcs(dirs.runtime, true)) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("kept kernel processes %v outlived the orphan timeout", kernelProcs(dirs.runtime, true))
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !pollUntil(40*time.Second, func() bool { return len(kernelProcs(dirs.runtime, true)) == 0 }) {
+		t.Fatalf("kept kernel processes %v outlived the orphan timeout", kernelProcs(dirs.runtime, true))
 	}
 	if left, _ := filepath.Glob(filepath.Join(dirs.runtime, "kernel-*")); len(left) > 0 {
 		t.Fatalf("kernel directories left: %v", left)

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"kernelgate/internal/leakcheck"
 )
 
 // SIGTERM while a run streams output for ever: the run ends lost once the
@@ -123,7 +125,7 @@ func TestStartAfterCrashRemovesWhatWasLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	dirs, _ := filepath.Glob(filepath.Join(runtime, "kernel-*"))
-	cgroups := kernelgateCgroupsOf(t, child)
+	cgroups := leakcheck.KernelgateCgroups(t, child)
 	if len(dirs) == 0 {
 		t.Fatalf("no kernel directory in %s", runtime)
 	}
@@ -143,33 +145,6 @@ func TestStartAfterCrashRemovesWhatWasLeft(t *testing.T) {
 			t.Errorf("%s is still there after the next start", p)
 		}
 	}
-}
-
-// kernelgateCgroupsOf lists the cgroup directories kernelgate made that hold pid.
-func kernelgateCgroupsOf(t *testing.T, pid int) []string {
-	t.Helper()
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 || !strings.Contains(parts[2], "/kernelgate/") {
-			continue
-		}
-		candidates := []string{"/sys/fs/cgroup" + parts[2], "/sys/fs/cgroup/unified" + parts[2]}
-		if parts[1] != "" {
-			candidates = []string{"/sys/fs/cgroup/" + strings.Split(parts[1], ",")[0] + parts[2]}
-		}
-		for _, c := range candidates {
-			if fi, err := os.Stat(c); err == nil && fi.IsDir() {
-				out = append(out, c)
-				break
-			}
-		}
-	}
-	return out
 }
 
 // pollUntil polls cond until it holds or d has passed, and reports whether it

@@ -71,26 +71,7 @@ func (b *bench) benchK8s(ctx context.Context) (err error) {
 		var pod, loc, podRun, locRun sample
 		startReady := func(s *server, out *sample) func() error {
 			return func() error {
-				sctx, cancel := within(ctx, 2*time.Minute)
-				defer cancel()
-				var id string
-				d, err := measure(func() error {
-					var err error
-					if id, err = s.startKernel(sctx, k.spec); err != nil {
-						return err
-					}
-					ws, err := dialKernel(sctx, s, id, true)
-					if err != nil {
-						return err
-					}
-					defer ws.Close()
-					return ws.kernelInfo(sctx)
-				})
-				if id != "" {
-					if derr := s.deleteKernel(sctx, id); err == nil {
-						err = derr
-					}
-				}
+				d, err := startToReady(ctx, s, k.spec, true)
 				if err == nil {
 					*out = append(*out, d)
 				}

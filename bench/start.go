@@ -53,26 +53,7 @@ func (b *bench) benchStart(ctx context.Context) error {
 			return nil
 		}
 		viaWS := func(s *server, v1 bool, out *sample) error {
-			sctx, cancel := within(ctx, 2*time.Minute)
-			defer cancel()
-			var id string
-			d, err := measure(func() error {
-				var err error
-				if id, err = s.startKernel(sctx, k.spec); err != nil {
-					return err
-				}
-				ws, err := dialKernel(sctx, s, id, v1)
-				if err != nil {
-					return err
-				}
-				defer ws.Close()
-				return ws.kernelInfo(sctx)
-			})
-			if id != "" {
-				if derr := s.deleteKernel(sctx, id); err == nil {
-					err = derr
-				}
-			}
+			d, err := startToReady(ctx, s, k.spec, v1)
 			if err == nil {
 				*out = append(*out, d)
 			}
@@ -200,4 +181,30 @@ func (b *bench) retry(step func() error) error {
 	b.failures.Add(1)
 	progress("a step failed, trying once more: %v", err)
 	return step()
+}
+
+// startToReady starts a kernel of spec on s, times it until its websocket
+// answers kernel_info, and deletes it.
+func startToReady(ctx context.Context, s *server, spec string, v1 bool) (time.Duration, error) {
+	sctx, cancel := within(ctx, 2*time.Minute)
+	defer cancel()
+	var id string
+	d, err := measure(func() error {
+		var err error
+		if id, err = s.startKernel(sctx, spec); err != nil {
+			return err
+		}
+		ws, err := dialKernel(sctx, s, id, v1)
+		if err != nil {
+			return err
+		}
+		defer ws.Close()
+		return ws.kernelInfo(sctx)
+	})
+	if id != "" {
+		if derr := s.deleteKernel(sctx, id); err == nil {
+			err = derr
+		}
+	}
+	return d, err
 }

@@ -5,12 +5,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"kernelgate/internal/leakcheck"
 	"kernelgate/jupyter"
 )
 
@@ -36,7 +36,7 @@ func TestDeleteWhoseClientLeavesFinishes(t *testing.T) {
 	}
 	pid := k.PID()
 	kernelDir := filepath.Dir(filepath.Dir(home)) // <runtime>/kernel-*/kernel/home
-	cgroups := cgroupDirsOf(t, pid)
+	cgroups := leakcheck.KernelgateCgroups(t, pid)
 	if _, err := os.Stat(kernelDir); err != nil {
 		t.Fatalf("kernel directory %s: %v", kernelDir, err)
 	}
@@ -84,39 +84,6 @@ func TestDeleteWhoseClientLeavesFinishes(t *testing.T) {
 	case <-time.After(40 * time.Second):
 		t.Fatal("the gateway did not shut down after the deletion")
 	}
-}
-
-// cgroupDirsOf lists the cgroup directories kernelgate made for process
-// pid (none where cgroups are unavailable).
-func cgroupDirsOf(t *testing.T, pid int) []string {
-	t.Helper()
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 || !strings.Contains(parts[2], "/kernelgate/") {
-			continue
-		}
-		var candidates []string
-		if parts[1] == "" {
-			candidates = []string{"/sys/fs/cgroup" + parts[2], "/sys/fs/cgroup/unified" + parts[2]}
-		} else {
-			candidates = []string{"/sys/fs/cgroup/" + strings.Split(parts[1], ",")[0] + parts[2], "/sys/fs/cgroup/" + parts[1] + parts[2]}
-		}
-		for _, c := range candidates {
-			if fi, err := os.Stat(c); err == nil && fi.IsDir() {
-				out = append(out, c)
-				break
-			}
-		}
-	}
-	if len(out) == 0 {
-		t.Logf("process %d is in no cgroup of kernelgate: cgroups unavailable here", pid)
-	}
-	return out
 }
 
 // pollUntil polls cond until it holds, failing the test after d.

@@ -307,6 +307,8 @@ func (s *socket) readFrameHeader() (flag byte, size uint64, err error) {
 // keeping what lim.keep allows (readCut).
 func (s *socket) readMessage() (frames [][]byte, command bool, cut *cutInfo, err error) {
 	var total uint64
+	var outputType MsgType // once typed: whether the message can be cut
+	typed := false
 	for {
 		flag, size, err := s.readFrameHeader()
 		if err != nil {
@@ -315,8 +317,11 @@ func (s *socket) readMessage() (frames [][]byte, command bool, cut *cutInfo, err
 		total += size
 		over := total > s.lim.message || total < size || len(frames) >= s.lim.frames
 		if s.lim.keep > 0 && flag&flagCommand == 0 && (over || total > s.lim.cutAbove()) {
-			if t := cuttable(frames); t != "" {
-				cut, err := s.readCut(frames, t, flag, size)
+			if !typed {
+				outputType, typed = cuttable(frames)
+			}
+			if outputType != "" {
+				cut, err := s.readCut(frames, outputType, flag, size)
 				return cut.frames, false, cut, err
 			}
 		}

@@ -189,14 +189,17 @@ func Stop(ctx context.Context, p Provisioner, info ProvisionerInfo, grace time.D
 	defer t.Stop()
 	select {
 	case <-proc.Done():
+		return proc.Cleanup()
 	case <-t.C:
-		proc.Signal(syscall.SIGKILL)
-		select {
-		case <-proc.Done():
-		case <-time.After(killWait):
-			release(proc)
-			return fmt.Errorf("jupyter: kernel process %d did not exit after SIGKILL", proc.PID())
-		}
+	case <-ctx.Done(): // no more grace
+	}
+	proc.Signal(syscall.SIGKILL)
+	t.Reset(killWait)
+	select {
+	case <-proc.Done():
+	case <-t.C:
+		release(proc)
+		return fmt.Errorf("jupyter: kernel process %d did not exit after SIGKILL", proc.PID())
 	}
 	return proc.Cleanup()
 }

@@ -41,21 +41,22 @@ const minCutContent = 4 << 10
 // cuttable returns the type of the message whose frames so far are frames
 // when it is output that can be cut from the next frame on: its header,
 // parent header and metadata were read, and the next frame is its content
-// or a buffer. "" otherwise.
-func cuttable(frames [][]byte) MsgType {
+// or a buffer. "" otherwise; decided says whether the answer holds for the
+// rest of the message (its header was read).
+func cuttable(frames [][]byte) (t MsgType, decided bool) {
 	d := delimiterIndex(frames)
 	if d < 0 || len(frames) < d+5 {
-		return ""
+		return "", false
 	}
 	var h Header
 	if decodeFlat(frames[d+2], &h, headerKeys, []*string{&h.MsgID, &h.Session, &h.Username, &h.Date, (*string)(&h.MsgType), &h.Version}) != nil {
-		return ""
+		return "", true
 	}
 	switch h.MsgType {
 	case StreamMsg, DisplayData, UpdateDisplayData, ExecuteResult:
-		return h.MsgType
+		return h.MsgType, true
 	}
-	return ""
+	return "", true
 }
 
 func delimiterIndex(frames [][]byte) int {

@@ -129,13 +129,30 @@ func (g *orphanGuard) release() {
 	g.renewing.Wait()
 }
 
+// watchdogArgs is the watchdog's command line after the shell:
+// -c script kernelgate-watchdog pid start lease dir every grace cgroups...
+// (parseWatchdogArgs reads it back from /proc).
+func watchdogArgs(pid int, start uint64, lease, dir string, every int, cgroups []string) []string {
+	args := []string{"-c", watchdogScript, watchdogName, strconv.Itoa(pid), strconv.FormatUint(start, 10),
+		lease, dir, strconv.Itoa(every), strconv.Itoa(orphanGrace)}
+	return append(args, cgroups...)
+}
+
+// parseWatchdogArgs returns the kernel directory and cgroups of a
+// watchdog's command line (the shell first), if it is one.
+func parseWatchdogArgs(cmdline []string) (dir string, cgroups []string, ok bool) {
+	// sh, then watchdogArgs: -c script name pid start lease dir every grace cgroups...
+	if len(cmdline) < 10 || cmdline[3] != watchdogName {
+		return "", nil, false
+	}
+	return cmdline[7], cmdline[10:], true
+}
+
 // startWatchdog starts the watchdog of kernel pid, started at start, with
 // its cgroup directories.
 func (g *orphanGuard) startWatchdog(pid int, start uint64, dir string, cgroups []string) error {
 	every := int(min(max(g.timeout/4, time.Second), 30*time.Second) / time.Second)
-	args := []string{"-c", watchdogScript, watchdogName, strconv.Itoa(pid), strconv.FormatUint(start, 10),
-		g.lease, dir, strconv.Itoa(every), strconv.Itoa(orphanGrace)}
-	cmd := exec.Command(gateShell, append(args, cgroups...)...)
+	cmd := exec.Command(gateShell, watchdogArgs(pid, start, g.lease, dir, every, cgroups)...)
 	cmd.Dir = "/"
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

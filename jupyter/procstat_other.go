@@ -9,4 +9,9 @@ func processStart(pid int) (uint64, error) {
 	return 0, errors.New("process start time unknown on this system")
 }
 
+// procStat is unknown without /proc.
+func procStat(pid int) (pgrp int, start uint64, err error) {
+	return 0, 0, errors.New("process status unknown on this system")
+}
+
 func bootID() string { return "" }

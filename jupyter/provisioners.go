@@ -109,9 +109,6 @@ func (r *Registry) Register(name string, p Provisioner) {
 	r.mu.Unlock()
 }
 
-// Default is the name of the provisioner of kernelspecs that name none.
-func (r *Registry) Default() string { return r.def }
-
 // Names lists the registered provisioners.
 func (r *Registry) Names() []string {
 	r.mu.RLock()

@@ -353,19 +353,7 @@ func groupMembers(pgid int, start uint64) []int {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		i := strings.LastIndexByte(string(b), ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) < 20 || f[0] == "Z" || f[0] == "X" || f[2] != strconv.Itoa(pgid) {
-			continue
-		}
-		if s, err := strconv.ParseUint(f[19], 10, 64); err == nil && s >= start {
+		if g, s, err := procStat(pid); err == nil && g == pgid && s >= start {
 			out = append(out, pid)
 		}
 	}
@@ -389,13 +377,12 @@ func watchedPaths() map[string]bool {
 		if err != nil || !strings.Contains(string(b), watchdogName) {
 			continue
 		}
-		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		// sh -c script kernelgate-watchdog pid start lease dir every grace cgroups...
-		if len(args) < 10 || args[3] != watchdogName {
+		dir, cgroups, ok := parseWatchdogArgs(strings.Split(strings.TrimRight(string(b), "\x00"), "\x00"))
+		if !ok {
 			continue
 		}
-		out[args[7]] = true
-		for _, c := range args[10:] {
+		out[dir] = true
+		for _, c := range cgroups {
 			out[c] = true
 		}
 	}

@@ -260,8 +260,8 @@ func (b *builder) message(ch jupyter.Channel, m *jupyter.Message) {
 		}
 		// Cut as it was read: its head, the marker, its tail; or the
 		// marker alone.
-		head, tail, _ := strings.Cut(c.Text, jupyter.TruncationMarker(m.Cut))
-		if head == c.Text {
+		head, tail, found := strings.Cut(c.Text, jupyter.TruncationMarker(m.Cut))
+		if !found {
 			tail = ""
 		}
 		b.stream(c.Name, head)
@@ -432,12 +432,7 @@ func (b *builder) stream(name, text string) {
 
 func (b *builder) appendHead(name, text string) {
 	b.headBytes += len(text)
-	if name == "stdout" {
-		b.exec.Logs.Stdout = append(b.exec.Logs.Stdout, text)
-	} else {
-		b.exec.Logs.Stderr = append(b.exec.Logs.Stderr, text)
-	}
-	b.emit(name, map[string]string{"text": text})
+	b.appendLog(name, text)
 }
 
 // appendTail keeps text as the newest output, dropping the oldest of the

@@ -150,8 +150,7 @@ func (m *Manager) CreateContext(ctx context.Context, req ContextRequest) (*Conte
 		m.deleteContext(context.Background(), c)
 		return nil, err
 	}
-	m.putContext(c)
-	return c, nil
+	return c, nil // recorded by ensureKernel, with its kernel
 }
 
 func (m *Manager) addContext(c *Context) error {
@@ -554,10 +553,9 @@ func (m *Manager) newRunWithID(id string, c *Context, req ExecuteRequest) *Run {
 		r.ps = &runStore{store: m.store}
 	}
 	m.mu.Lock()
-	m.pruneRunsLocked()
+	pruned := m.pruneRunsLocked()
 	m.runs[id] = r
 	m.runOrder = append(m.runOrder, r)
-	pruned := m.takePrunedLocked()
 	m.mu.Unlock()
 	m.deleteRuns(pruned)
 	r.persist()
@@ -580,9 +578,7 @@ func (m *Manager) dropRun(r *Run, why error) {
 	}
 	m.mu.Unlock()
 	r.refuse(why)
-	if m.store != nil {
-		m.deleteRuns([]string{r.ID})
-	}
+	m.deleteRuns([]string{r.ID})
 }
 
 // runEnded counts a finished run's memory and prunes the records.
@@ -593,8 +589,7 @@ func (m *Manager) runEnded(r *Run) {
 		r.counted = true
 		m.runBytes += size
 	}
-	m.pruneRunsLocked()
-	pruned := m.takePrunedLocked()
+	pruned := m.pruneRunsLocked()
 	m.mu.Unlock()
 	m.deleteRuns(pruned)
 }
@@ -604,8 +599,9 @@ func (m *Manager) runEnded(r *Run) {
 // retention time. It goes from the oldest run and stops at the first
 // finished run it keeps; runs still queued or running are passed over and
 // kept whatever their age, so one long run does not hold back the pruning
-// of those after it.
-func (m *Manager) pruneRunsLocked() {
+// of those after it. It returns the ids of the runs pruned whose records
+// the store keeps, for deleteRuns once m.mu is released.
+func (m *Manager) pruneRunsLocked() (pruned []string) {
 	now := time.Now()
 	n := len(m.runOrder)
 	kept := m.runOrder[:0:0]
@@ -624,7 +620,7 @@ func (m *Manager) pruneRunsLocked() {
 		}
 		delete(m.runs, r.ID)
 		if m.store != nil {
-			m.pruned = append(m.pruned, r.ID)
+			pruned = append(pruned, r.ID)
 		}
 		if r.counted {
 			m.runBytes -= size
@@ -632,11 +628,12 @@ func (m *Manager) pruneRunsLocked() {
 		n--
 	}
 	if n == len(m.runOrder) {
-		return
+		return nil
 	}
 	kept = append(kept, m.runOrder[i:]...)
 	clear(m.runOrder[len(kept):])
 	m.runOrder = append(m.runOrder[:0], kept...)
+	return pruned
 }
 
 // deletedBeforeStart says why a run queued on a deleted context ends.
@@ -647,14 +644,13 @@ func deletedBeforeStart(c *Context) string {
 // keptRuns returns the ids whose runs are still kept, in their order.
 func (m *Manager) keptRuns(ids []string) []string {
 	m.mu.Lock()
-	m.pruneRunsLocked()
+	pruned := m.pruneRunsLocked()
 	out := make([]string, 0, len(ids))
 	for _, id := range ids {
 		if _, ok := m.runs[id]; ok {
 			out = append(out, id)
 		}
 	}
-	pruned := m.takePrunedLocked()
 	m.mu.Unlock()
 	m.deleteRuns(pruned)
 	return out
@@ -663,9 +659,8 @@ func (m *Manager) keptRuns(ids []string) []string {
 // Run returns a run by id.
 func (m *Manager) Run(id string) (*Run, error) {
 	m.mu.Lock()
-	m.pruneRunsLocked()
+	pruned := m.pruneRunsLocked()
 	r, ok := m.runs[id]
-	pruned := m.takePrunedLocked()
 	m.mu.Unlock()
 	m.deleteRuns(pruned)
 	if !ok {

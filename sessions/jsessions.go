@@ -216,7 +216,6 @@ func (m *Manager) UpdateSession(ctx context.Context, id string, r SessionRequest
 		return SessionModel{}, errorf(ErrNoSuchSession, "Session not found: %s", id)
 	}
 	*s = next
-	defer m.putSession(next)
 	shared := false
 	for _, o := range m.sessions {
 		if o.KernelID == cur.KernelID {
@@ -224,6 +223,7 @@ func (m *Manager) UpdateSession(ctx context.Context, id string, r SessionRequest
 		}
 	}
 	m.mu.Unlock()
+	m.putSession(next)
 	if next.KernelID != cur.KernelID && !shared {
 		m.ShutdownKernel(ctx, cur.KernelID)
 	}

@@ -225,9 +225,6 @@ type Manager struct {
 	runBytes int64  // memory of the finished runs in runs
 	pools    map[string]*pool
 	closed   bool
-	// pruned are the runs pruned from runs whose records the store still
-	// holds (deleted once m.mu is released).
-	pruned []string
 	// langVersions: the language version kernels of a spec reported.
 	langVersions map[string]string
 

@@ -21,7 +21,8 @@ import (
 //     call that made or changed them returns, and deleted with them;
 //   - a run's record is written when it is queued, starts and ends, and
 //     its events as they come; those writes are queued by the store and
-//     committed together (one fsync for many), never waited for.
+//     committed together (one fsync for many), waited for only while the
+//     store's queue of them is full (state.Options.MaxQueued).
 //
 // With no store (an empty --state-dir) nothing of this runs.
 
@@ -175,19 +176,14 @@ func (m *Manager) deleteSessionRecord(id string) {
 
 // deleteRuns forgets the records of runs the manager pruned.
 func (m *Manager) deleteRuns(ids []string) {
+	if m.store == nil {
+		return
+	}
 	for _, id := range ids {
 		if err := m.store.DeleteRun(id); err != nil && !errors.Is(err, state.ErrClosed) {
 			m.log.Warn("state: run record not deleted", "run", id, "err", err)
 		}
 	}
-}
-
-// takePruned returns the ids of the runs pruned since the last call; the
-// caller holds m.mu and deletes them from the store once it released it.
-func (m *Manager) takePrunedLocked() []string {
-	ids := m.pruned
-	m.pruned = nil
-	return ids
 }
 
 // checkpoint writes, now and then, the last activity of the kernels

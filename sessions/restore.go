@@ -42,16 +42,9 @@ type RestoreReport struct {
 	Contexts, Sessions     int
 	// Runs are the run records restored; PickedUp those still running.
 	Runs, PickedUp int
-	// Keep are the kernels adopted: their processes, directories and
-	// cgroups are not leftovers.
-	Keep []KeptKernel
-}
-
-// KeptKernel names an adopted kernel's process and directory.
-type KeptKernel struct {
-	ID         string
-	PID        int
-	RuntimeDir string
+	// Keep are the ids of the kernels adopted: their processes,
+	// directories and cgroups are not leftovers.
+	Keep []string
 }
 
 // Restore loads what the store kept and takes it over: call it once,
@@ -106,9 +99,7 @@ func (m *Manager) Restore(ctx context.Context) (RestoreReport, error) {
 			switch outcome {
 			case adopted:
 				rep.Adopted++
-				if pid := k.PID(); pid > 0 {
-					rep.Keep = append(rep.Keep, KeptKernel{ID: k.id, PID: pid, RuntimeDir: runtimeDirOf(rec)})
-				}
+				rep.Keep = append(rep.Keep, k.id)
 			case lost:
 				rep.Lost++
 			case stopped:
@@ -151,15 +142,6 @@ func (m *Manager) Restore(ctx context.Context) (RestoreReport, error) {
 		"contexts", rep.Contexts, "sessions", rep.Sessions, "runs", rep.Runs, "picked_up", rep.PickedUp,
 		"took", time.Since(t0).Round(time.Millisecond))
 	return rep, nil
-}
-
-// runtimeDirOf is the directory of a local kernel's record, or "".
-func runtimeDirOf(rec state.Kernel) string {
-	info, err := jupyter.UnmarshalProvisionerInfo(rec.ProvisionerInfo)
-	if err != nil || info.Local == nil {
-		return ""
-	}
-	return info.Local.RuntimeDir
 }
 
 type restoreOutcome int
@@ -560,6 +542,7 @@ func (c *Context) pickUp(r *Run, k *Kernel, jk process) {
 		barrierDone = barrier.Done()
 		defer jk.Forget(barrier)
 	}
+	var grace <-chan time.Time
 	for {
 		select {
 		case <-idle:
@@ -582,7 +565,21 @@ func (c *Context) pickUp(r *Run, k *Kernel, jk process) {
 			ictx, cancel := context.WithTimeout(context.Background(), c.m.cfg.InterruptGrace)
 			k.Interrupt(ictx)
 			cancel()
+			if grace == nil {
+				grace = time.After(c.m.cfg.InterruptGrace)
+			}
 			continue
+		case <-grace:
+			// The kernel did not stop, as in execute: restart it; the
+			// run's state is lost.
+			c.m.log.Warn("kernel did not stop after an interrupt: restarting it", "context", c.ID, "run", r.ID)
+			rctx, rcancel := context.WithTimeout(context.Background(), c.m.cfg.StartTimeout)
+			if err := c.restart(rctx); err != nil {
+				c.m.log.Info("restarting the kernel failed; the next run starts one", "context", c.ID, "err", err)
+			}
+			rcancel()
+			c.lose(r, "the kernel did not stop after an interrupt and was restarted; its state is gone")
+			return
 		}
 		break
 	}

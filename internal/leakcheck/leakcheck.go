@@ -98,3 +98,35 @@ func isZygote(pid string) bool {
 	}
 	return false
 }
+
+// KernelgateCgroups lists the cgroup directories kernelgate made that hold
+// process pid, in either cgroup hierarchy (none where cgroups are
+// unavailable): what must be gone once its kernel is.
+func KernelgateCgroups(t testing.TB, pid int) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 || !strings.Contains(parts[2], "/kernelgate/") {
+			continue
+		}
+		candidates := []string{"/sys/fs/cgroup" + parts[2], "/sys/fs/cgroup/unified" + parts[2]}
+		if parts[1] != "" {
+			candidates = []string{"/sys/fs/cgroup/" + strings.Split(parts[1], ",")[0] + parts[2], "/sys/fs/cgroup/" + parts[1] + parts[2]}
+		}
+		for _, c := range candidates {
+			if fi, err := os.Stat(c); err == nil && fi.IsDir() {
+				out = append(out, c)
+				break
+			}
+		}
+	}
+	if len(out) == 0 {
+		t.Logf("process %d is in no cgroup of kernelgate: cgroups unavailable here", pid)
+	}
+	return out
+}
