@@ -215,7 +215,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	}
 	seed := filepath.Join(runtimeDir, "home-seed")
 	local := &jupyter.LocalProvisioner{RuntimeDir: runtimeDir, Logger: log, HomeSeed: seed, PythonLauncher: cfg.PythonLauncher,
-		Detached: store != nil, OrphanTimeout: cfg.OrphanTimeout}
+		Detached: store != nil && jupyter.LocalAdoption, OrphanTimeout: cfg.OrphanTimeout}
 	prov := jupyter.NewRegistry(cfg.DefaultProvisioner)
 	prov.Register(jupyter.LocalProvisionerName, local)
 	kube, err := startKubernetes(cfg, specs, prov, log)

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"kernelgate/internal/sysproc"
 	"kernelgate/internal/tailbuf"
 	"kernelgate/kernelspecs"
 )
@@ -213,7 +214,7 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	cmd.Env = envList(env)
 	cmd.Dir = startDir
 	cmd.Stdout, cmd.Stderr = lp.tail, lp.tail
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = sysproc.GroupAttr()
 	if p.Detached {
 		if err := lp.detach(cmd, iso.sandbox != nil); err != nil {
 			gate.Close()
@@ -221,7 +222,7 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 		}
 	}
 	if iso.sandbox != nil {
-		cmd.SysProcAttr.Credential = iso.user.credential()
+		iso.user.setCredential(cmd.SysProcAttr)
 	}
 	// A kernel's children may hold its output pipes open after it exits.
 	cmd.WaitDelay = time.Second
@@ -327,7 +328,7 @@ func (lp *localProcess) wait() {
 	}
 	lp.reason = lp.exitReason(lp.cmd.ProcessState)
 	// Whatever the kernel left in its group (or its cgroup) goes with it.
-	syscall.Kill(-lp.cmd.Process.Pid, syscall.SIGKILL)
+	sysproc.Kill(-lp.cmd.Process.Pid, syscall.SIGKILL)
 	lp.cg.kill()
 	lp.bridge.Close()
 	close(lp.done)
@@ -340,7 +341,7 @@ func (lp *localProcess) Signal(sig syscall.Signal) error {
 		return os.ErrProcessDone
 	default:
 	}
-	return syscall.Kill(-lp.cmd.Process.Pid, sig)
+	return sysproc.Kill(-lp.cmd.Process.Pid, sig)
 }
 
 func (lp *localProcess) Cleanup() error {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
+
+	"kernelgate/internal/sysproc"
 )
 
 // Detached kernels: LocalProvisioner.Detached launches a kernel that does
@@ -29,8 +31,7 @@ const outputFileName = "output.log"
 // detach makes cmd start a kernel that outlives this process.
 func (lp *localProcess) detach(cmd *exec.Cmd, sandboxed bool) error {
 	lp.detached = true
-	cmd.SysProcAttr.Setpgid, cmd.SysProcAttr.Pdeathsig = false, 0
-	cmd.SysProcAttr.Setsid = true // a new session and process group
+	cmd.SysProcAttr = sysproc.SessionAttr() // a new session and process group
 	lp.outFile = filepath.Join(lp.dir, outputFileName)
 	f, err := os.OpenFile(lp.outFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {

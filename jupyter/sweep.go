@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"kernelgate/internal/sysproc"
 )
 
 // A gateway that dies without shutting its kernels down (SIGKILL, a
@@ -333,12 +335,12 @@ func killGroup(pid int, start uint64) int {
 			return 0
 		}
 		members := groupMembers(pid, start)
-		syscall.Kill(-pid, syscall.SIGKILL)
+		sysproc.Kill(-pid, syscall.SIGKILL)
 		return len(members)
 	}
 	members := groupMembers(pid, start)
 	for _, m := range members {
-		syscall.Kill(m, syscall.SIGKILL)
+		sysproc.Kill(m, syscall.SIGKILL)
 	}
 	return len(members)
 }
