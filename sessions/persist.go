@@ -58,6 +58,11 @@ type infoProcess interface {
 	ProvisionerInfo() (jupyter.ProvisionerInfo, error)
 }
 
+// Store is the store the manager keeps its records in (Config.Store), nil
+// when they are kept in memory only. Packages built on the manager (e2b)
+// keep their own records of the contexts they make beside them.
+func (m *Manager) Store() state.Store { return m.store }
+
 // storeCtx bounds a durable write.
 func storeCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), storeTimeout)
