@@ -385,7 +385,7 @@ func (h *Handler) createSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.sandboxes[sb.id] = sb
-	h.setLifeLocked(sb, life)
+	h.setLifeLocked(sb, life) // a change: the record is written below
 	h.mu.Unlock()
 	// The default Python context starts now, as E2B's sandbox starts its
 	// kernel: the first runCode finds it ready.
@@ -400,16 +400,22 @@ func (h *Handler) createSandbox(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, h.sandboxModel(sb, true))
 }
 
-// setLifeLocked (re)arms the sandbox's timeout; h.mu is held.
+// setLifeLocked (re)arms the sandbox's timeout, a change of its record;
+// h.mu is held.
 func (h *Handler) setLifeLocked(sb *sandbox, life time.Duration) {
 	sb.end = time.Now().Add(life)
+	sb.rec.changes++
 	h.armLocked(sb)
 }
 
-// armLocked sets the sandbox's timer to kill it at its end; h.mu is held.
+// armLocked sets the sandbox's timer to kill it at its end (not once it
+// is killed); h.mu is held.
 func (h *Handler) armLocked(sb *sandbox) {
 	if sb.timer != nil {
 		sb.timer.Stop()
+	}
+	if sb.gone {
+		return
 	}
 	sb.timer = time.AfterFunc(time.Until(sb.end), func() { h.expire(sb) })
 }
@@ -471,10 +477,8 @@ func (h *Handler) connectSandbox(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	h.mu.Lock()
-	changed := false
 	if body.Timeout != nil && time.Now().Add(life).After(sb.end) {
 		h.setLifeLocked(sb, life)
-		changed = true
 	}
 	if sb.token == "" {
 		// Kept across a restart as a hash only: the connecting client
@@ -484,12 +488,12 @@ func (h *Handler) connectSandbox(w http.ResponseWriter, r *http.Request) {
 		if len(sb.hashes) > maxTokens { // the one of create, and the newest
 			sb.hashes = append(sb.hashes[:1], sb.hashes[len(sb.hashes)-maxTokens+1:]...)
 		}
-		changed = true
+		sb.rec.changes++
 	}
 	h.mu.Unlock()
-	if changed {
-		h.save(sb)
-	}
+	// Its token's hash and its end are durable before they are handed
+	// (also when a concurrent connect changed them).
+	h.save(sb)
 	writeJSON(w, http.StatusOK, h.sandboxModel(sb, true))
 }
 

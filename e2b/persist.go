@@ -37,7 +37,7 @@ const maxTokens = 8
 // recordWrites orders the writes of a sandbox's record (fields guarded by
 // Handler.mu): one at a time, none under a lock.
 type recordWrites struct {
-	changes uint64        // changes asked to be written so far
+	changes uint64        // changes made so far (each bumps it under Handler.mu)
 	written uint64        // the changes the last write held
 	writing chan struct{} // closed when the write under way ends; nil: none
 }
@@ -48,16 +48,16 @@ func (sb *sandbox) recordLocked() state.Sandbox {
 		TokenHashes: append([][32]byte(nil), sb.hashes...), Started: sb.started, Ends: sb.end}
 }
 
-// save writes the sandbox's record as it is now and returns once that is
-// durable (a failure is logged): the API answers after it. A caller that
-// finds a write under way waits for it, then writes again unless a later
-// write held its change. A killed sandbox is not written again.
+// save returns once the changes made to the sandbox so far are durable
+// (a failure is logged), writing its record if no write did: the API
+// answers after it. A caller that finds a write under way waits for it,
+// then writes unless that write held its changes. A killed sandbox is not
+// written again.
 func (h *Handler) save(sb *sandbox) {
 	if h.store == nil {
 		return
 	}
 	h.mu.Lock()
-	sb.rec.changes++
 	want := sb.rec.changes
 	for !sb.gone && sb.rec.written < want {
 		if w := sb.rec.writing; w != nil {

@@ -245,21 +245,20 @@ func TestSaveKeepsTheLastChange(t *testing.T) {
 	}
 	sb.ws = ws
 	h.sandboxes[sb.id] = sb
-	first, second := time.Now().Add(time.Minute), time.Now().Add(time.Hour)
-	change := func(end time.Time) chan struct{} {
+	change := func(life time.Duration) chan struct{} {
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
 			h.mu.Lock()
-			sb.end = end
+			h.setLifeLocked(sb, life)
 			h.mu.Unlock()
 			h.save(sb)
 		}()
 		return done
 	}
-	firstDone := change(first)
+	firstDone := change(time.Minute)
 	<-store.entered // the first write is under way
-	secondDone := change(second)
+	secondDone := change(time.Hour)
 	// The second save has been asked for (or, if it does not wait for
 	// the first write, has written).
 	if !pollFor(10*time.Second, func() bool {
@@ -277,8 +276,11 @@ func TestSaveKeepsTheLastChange(t *testing.T) {
 	close(store.release)
 	<-firstDone
 	<-secondDone
-	if rec, ok := record(t, store, sb.id); !ok || !rec.Ends.Equal(second) {
-		t.Fatalf("stored end %v, want the last change %v", rec.Ends, second)
+	h.mu.Lock()
+	last := sb.end
+	h.mu.Unlock()
+	if rec, ok := record(t, store, sb.id); !ok || !rec.Ends.Equal(last) || time.Until(last) < 50*time.Minute {
+		t.Fatalf("stored end %v, want the last change %v, an hour away", rec.Ends, last)
 	}
 
 	var wg sync.WaitGroup
@@ -287,7 +289,7 @@ func TestSaveKeepsTheLastChange(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			h.mu.Lock()
-			sb.end = sb.end.Add(time.Duration(i) * time.Second)
+			h.setLifeLocked(sb, time.Hour+time.Duration(i)*time.Second)
 			h.mu.Unlock()
 			h.save(sb)
 		}()
