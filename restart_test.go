@@ -328,6 +328,11 @@ func TestRestartAfterSIGKILL(t *testing.T) {
 	if e := execute(t, g.url, "agent", "x = 41"); e.Process.Reason != "completed" {
 		t.Fatalf("setting x: %+v", e)
 	}
+	// Python kernels are forked from the zygote (the default launcher)
+	// with the state directory on too: sys.orig_argv names the zygote.
+	if e := execute(t, g.url, "agent", "import sys\nany('kernelgate-zygote' in a for a in sys.orig_argv)"); e.text() != "True" {
+		t.Fatalf("the context's kernel was not forked: %+v", e)
+	}
 	var s sessionModel
 	call(t, "POST", g.url+"api/sessions", map[string]any{"path": "work.ipynb", "type": "notebook", "kernel": map[string]any{"name": "python3"}}, 201, &s)
 	notebookPID := wsExecute(t, g.url, s.Kernel.ID, "import os; y = 7; os.getpid()")
