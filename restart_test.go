@@ -17,6 +17,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/gorilla/websocket"
+
+	"kernelgate/internal/testkernels"
 )
 
 // These tests restart the real binary on the same state directory, with
@@ -327,6 +329,15 @@ func TestRestartAfterSIGKILL(t *testing.T) {
 	call(t, "POST", g.url+"api/contexts", map[string]any{"id": "agent", "language": "python"}, 201, &c)
 	if e := execute(t, g.url, "agent", "x = 41"); e.Process.Reason != "completed" {
 		t.Fatalf("setting x: %+v", e)
+	}
+	// Python kernels are forked from the zygote (the default launcher)
+	// with the state directory on too: sys.orig_argv names the zygote.
+	forked := "True"
+	if os.Getenv(testkernels.ZygoteEnv) == "0" {
+		forked = "False"
+	}
+	if e := execute(t, g.url, "agent", "import sys\nany('kernelgate-zygote' in a for a in sys.orig_argv)"); e.text() != forked {
+		t.Fatalf("the context's kernel forked: %+v, want %s", e, forked)
 	}
 	var s sessionModel
 	call(t, "POST", g.url+"api/sessions", map[string]any{"path": "work.ipynb", "type": "notebook", "kernel": map[string]any{"name": "python3"}}, 201, &s)

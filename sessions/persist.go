@@ -344,7 +344,7 @@ func (c *Context) stopRuns(keep bool) {
 	running := c.running
 	c.mu.Unlock()
 	for _, r := range queued {
-		r.lose("the gateway stopped before the run started; it never ran")
+		r.lose(stoppedBeforeStart)
 	}
 	if running != nil && !keep {
 		running.lose("the gateway stopped during the run and shut its kernel down; the next run starts a new kernel without the earlier state")
