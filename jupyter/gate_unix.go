@@ -7,6 +7,10 @@ import (
 	"os/exec"
 )
 
+// parentPIDEnv: ipykernel reads JPY_PARENT_PID as its parent's pid and
+// exits when its parent changes.
+const parentPIDEnv = true
+
 // Go's exec has no hook between fork and exec, so a kernel starts behind a
 // gate: /bin/sh waits for one line on fd 3, then closes it and execs the
 // kernel (or bwrap) in place, keeping its pid. While it waits the gateway

@@ -5,6 +5,11 @@ import (
 	"os/exec"
 )
 
+// parentPIDEnv: on Windows ipykernel reads JPY_PARENT_PID as a handle
+// it inherited (jupyter_client duplicates one), not a pid, so it is not
+// set: a kernel outlives a gateway that is killed.
+const parentPIDEnv = false
+
 // gatedCommand returns a command that starts argv at once: there is no
 // /bin/sh to wait at a gate, and nothing to apply before the kernel's
 // first instruction (no cgroups, no rlimits). The gate is the null

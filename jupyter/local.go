@@ -182,7 +182,7 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	}
 	// ipykernel exits when this process goes away; in a sandbox its
 	// parent is the sandbox's init (pid 1), and --die-with-parent does it.
-	if iso.sandbox == nil && !p.Detached {
+	if iso.sandbox == nil && !p.Detached && parentPIDEnv {
 		env["JPY_PARENT_PID"] = strconv.Itoa(os.Getpid())
 	}
 	cwd, startDir := req.Cwd, req.Cwd
