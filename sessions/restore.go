@@ -226,7 +226,7 @@ func (m *Manager) restoreKernel(ctx context.Context, rec state.Kernel, wanted bo
 		if conn, err = m.reconnect(actx, info, k.config()); err != nil {
 			cancel()
 		} else {
-			t := time.NewTimer(promptAdopt)
+			t := time.NewTimer(m.promptAdopt)
 			select {
 			case <-conn.Done():
 				t.Stop()
