@@ -228,8 +228,12 @@ func TestExecuteErrorCodes(t *testing.T) {
 		}
 	})
 	t.Run("queue full", func(t *testing.T) {
-		first := startStream(t, g, map[string]any{"code": "import time; time.sleep(3)", "context": "busy"})
+		first := startStream(t, g, map[string]any{"code": "import time; print('running', flush=True); time.sleep(3)", "context": "busy"})
 		defer first.Body.Close()
+		// The first runs (it left the queue) before the second is queued.
+		if evs := readEvents(t, bufio.NewScanner(first.Body), func(ev event) bool { return ev.Type == "stdout" }); len(evs) == 0 || evs[len(evs)-1].Type != "stdout" {
+			t.Fatalf("the first run did not print: %+v", evs)
+		}
 		second := startStream(t, g, map[string]any{"code": "1", "context": "busy"})
 		defer second.Body.Close()
 		status, body := g.do("POST", "/api/execute", map[string]any{"code": "1", "context": "busy"})

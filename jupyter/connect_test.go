@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"kernelgate/internal/testkernels"
+	"kernelgate/kernelspecs"
 )
 
 // settledSnapshot counts resources once the process-wide launch thread
@@ -47,15 +48,46 @@ func resultText(t *testing.T, k *Kernel, code string) string {
 	return content.Data["text/plain"]
 }
 
+// launcherSpec is the python3 kernelspec whose kernels are forked from a
+// zygote (LauncherFork, preloading testkernels.Preload) or exec'd.
+func launcherSpec(t *testing.T, launcher string) *kernelspecs.Spec {
+	t.Helper()
+	if launcher == LauncherFork {
+		return forkSpec(t)
+	}
+	dir := testkernels.WithLauncher(t, testkernels.Dir(t), LauncherExec, nil)
+	s, err := kernelspecs.Load([]string{dir}).Get("python3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// eachLauncher runs f for a forked and for an exec'd python3 kernelspec.
+func eachLauncher(t *testing.T, f func(t *testing.T, launcher string, spec *kernelspecs.Spec)) {
+	for _, l := range []string{LauncherFork, LauncherExec} {
+		t.Run(l, func(t *testing.T) { f(t, l, launcherSpec(t, l)) })
+	}
+}
+
+// checkLauncher fails unless k was started the way launcher says.
+func checkLauncher(t *testing.T, launcher string, k *Kernel) {
+	t.Helper()
+	if _, forked := k.proc.(*forkedProcess); forked != (launcher == LauncherFork) {
+		t.Fatalf("a %s kernel started as %T", launcher, k.proc)
+	}
+}
+
 // TestReconnect is a gateway restart in one process: a detached python
-// kernel is started, its provisioner info saved and its client dropped
-// without stopping it; a new client built from the saved info alone finds
-// its state. Info that names another process (start time) or another key
-// is refused and leaves the kernel alone. Killed, the adopted kernel (not
-// a child of its client) is seen to die.
-func TestReconnect(t *testing.T) {
+// kernel, forked or exec'd, is started, its provisioner info saved and its
+// client dropped without stopping it; a new client built from the saved
+// info alone finds its state. Info that names another process (start
+// time) or another key is refused and leaves the kernel alone. Killed, the
+// adopted kernel (not a child of its client) is seen to die.
+func TestReconnect(t *testing.T) { eachLauncher(t, testReconnect) }
+
+func testReconnect(t *testing.T, launcher string, spec *kernelspecs.Spec) {
 	before := settledSnapshot(t)
-	spec := testkernels.Spec(t, "python3")
 	p := &LocalProvisioner{RuntimeDir: t.TempDir(), Detached: true}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -63,6 +95,7 @@ func TestReconnect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkLauncher(t, launcher, k1)
 	pid := k1.PID()
 	if got := resultText(t, k1, "x = 41; x"); got != "41" {
 		t.Fatalf("x = %q", got)
@@ -194,13 +227,14 @@ func leaseUntil(t *testing.T, info ProvisionerInfo) int64 {
 	return n
 }
 
-// TestOrphanWatchdog: a detached kernel whose client is dropped and that
-// no gateway adopts again is stopped by its watchdog once its lease runs
-// out, its directory removed; one adopted again in time (a rolling
-// restart) lives on past its first lease.
-func TestOrphanWatchdog(t *testing.T) {
+// TestOrphanWatchdog: a detached kernel, forked or exec'd, whose client
+// is dropped and that no gateway adopts again is stopped by its watchdog
+// once its lease runs out, its directory removed; one adopted again in
+// time (a rolling restart) lives on past its first lease.
+func TestOrphanWatchdog(t *testing.T) { eachLauncher(t, testOrphanWatchdog) }
+
+func testOrphanWatchdog(t *testing.T, launcher string, spec *kernelspecs.Spec) {
 	before := settledSnapshot(t)
-	spec := testkernels.Spec(t, "python3")
 	p := &LocalProvisioner{RuntimeDir: t.TempDir(), Detached: true, OrphanTimeout: 2 * time.Second}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -210,6 +244,7 @@ func TestOrphanWatchdog(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		checkLauncher(t, launcher, k)
 		info, err := k.ProvisionerInfo()
 		if err != nil {
 			t.Fatal(err)
@@ -320,8 +355,12 @@ func TestReconnectSandboxed(t *testing.T) {
 
 // gatewayHelperEnv makes TestHelperGateway a gateway that starts a
 // detached kernel in the runtime directory it names, prints the kernel's
-// provisioner info and dies by SIGKILL.
-const gatewayHelperEnv = "KERNELGATE_TEST_GATEWAY_RUNTIME"
+// provisioner info and dies by SIGKILL; gatewayLauncherEnv says how the
+// kernel starts (LauncherFork or LauncherExec).
+const (
+	gatewayHelperEnv   = "KERNELGATE_TEST_GATEWAY_RUNTIME"
+	gatewayLauncherEnv = "KERNELGATE_TEST_GATEWAY_LAUNCHER"
+)
 
 func TestHelperGateway(t *testing.T) {
 	dir := os.Getenv(gatewayHelperEnv)
@@ -330,11 +369,13 @@ func TestHelperGateway(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	launcher := os.Getenv(gatewayLauncherEnv)
 	p := &LocalProvisioner{RuntimeDir: dir, Detached: true}
-	k, err := Start(ctx, p, Config{Spec: testkernels.Spec(t, "python3")})
+	k, err := Start(ctx, p, Config{Spec: launcherSpec(t, launcher)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkLauncher(t, launcher, k)
 	if got := resultText(t, k, "z = 7; print('to stdout of the kernel'); z"); got != "7" {
 		t.Fatalf("z = %q", got)
 	}
@@ -348,14 +389,16 @@ func TestHelperGateway(t *testing.T) {
 }
 
 // TestReconnectAfterGatewayDied: a gateway process starts a detached
-// kernel and is killed; the kernel lives on, no longer a child of anyone
-// here, and a client made from the saved info alone finds its state and
-// learns of its death.
-func TestReconnectAfterGatewayDied(t *testing.T) {
+// kernel, forked or exec'd, and is killed; the kernel lives on, no longer
+// a child of anyone here, and a client made from the saved info alone
+// finds its state and learns of its death.
+func TestReconnectAfterGatewayDied(t *testing.T) { eachLauncher(t, testReconnectAfterGatewayDied) }
+
+func testReconnectAfterGatewayDied(t *testing.T, launcher string, spec *kernelspecs.Spec) {
 	before := settledSnapshot(t)
 	runtime := t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperGateway$")
-	cmd.Env = append(os.Environ(), gatewayHelperEnv+"="+runtime)
+	cmd.Env = append(os.Environ(), gatewayHelperEnv+"="+runtime, gatewayLauncherEnv+"="+launcher)
 	out, _ := cmd.Output()
 	var saved string
 	for _, line := range strings.Split(string(out), "\n") {
@@ -378,7 +421,7 @@ func TestReconnectAfterGatewayDied(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	p := &LocalProvisioner{RuntimeDir: runtime, Detached: true}
-	k, err := Reconnect(ctx, p, info, Config{Spec: testkernels.Spec(t, "python3")})
+	k, err := Reconnect(ctx, p, info, Config{Spec: spec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,8 +432,11 @@ func TestReconnectAfterGatewayDied(t *testing.T) {
 	if ppid, err := parentOf(pid); err != nil || ppid == os.Getpid() {
 		t.Errorf("the kernel's parent is %d (%v): it should not be this process", ppid, err)
 	}
-	ppid, _ := parentOf(pid)
-	t.Logf("kernel %d, parent %d, output: %q", pid, ppid, k.Output())
+	// Its stdout and stderr went to its output file, not to the dead
+	// gateway's pipe.
+	if out := k.Output(); !strings.Contains(out, "--existing") {
+		t.Errorf("the kernel's output after the gateway died: %q", out)
+	}
 	syscall.Kill(pid, syscall.SIGKILL)
 	select {
 	case <-k.Done():

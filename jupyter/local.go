@@ -200,7 +200,15 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 		if err != nil {
 			return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
 		}
-		p.recordOwner(dir, req.KernelID, fp.PID(), lp.cg)
+		if p.Detached {
+			if fp.guard, err = guardOrphan(fp.pid, dir, fp.cg, p.guardTimeout()); err != nil {
+				fp.Signal(syscall.SIGKILL)
+				<-fp.Done()
+				fp.Cleanup()
+				return nil, fmt.Errorf("%w: orphan watchdog: %v", ErrStartFailed, err)
+			}
+		}
+		p.recordOwner(dir, req.KernelID, fp.PID(), fp.cg)
 		return fp, nil
 	}
 	if argv, err = iso.command(argv, env["PATH"], root, kd, cwd, startDir, transport); err != nil {
@@ -244,7 +252,7 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 		return fail(fmt.Errorf("%w: %v%s", ErrStartFailed, err, outputSuffix(lp.Output())))
 	}
 	if lp.detached {
-		if err := lp.guardOrphan(p.guardTimeout()); err != nil {
+		if lp.guard, err = guardOrphan(cmd.Process.Pid, dir, lp.cg, p.guardTimeout()); err != nil {
 			lp.killGroup()
 			return fail(fmt.Errorf("%w: orphan watchdog: %v", ErrStartFailed, err))
 		}

@@ -49,65 +49,80 @@ func (lp *localProcess) detach(cmd *exec.Cmd, sandboxed bool) error {
 
 // ProvisionerInfo says how to find and control the kernel again.
 func (lp *localProcess) ProvisionerInfo() (ProvisionerInfo, error) {
-	pid := lp.cmd.Process.Pid
-	if lp.exited() {
+	li := &LocalInfo{RuntimeDir: lp.dir, OutputFile: lp.outFile, Sandboxed: lp.sandboxed,
+		Bridged: lp.bridge != nil, Detached: lp.detached}
+	return localInfo(lp.ci, lp.cmd.Process.Pid, lp.done, lp.guard, lp.cg, li)
+}
+
+// ProvisionerInfo says how to find and control the kernel again.
+func (fp *forkedProcess) ProvisionerInfo() (ProvisionerInfo, error) {
+	li := &LocalInfo{RuntimeDir: fp.dir, OutputFile: fp.outFile, Detached: fp.detached}
+	return localInfo(fp.ci, fp.pid, fp.done, fp.guard, fp.cg, li)
+}
+
+// localInfo completes li with what identifies the running process pid (a
+// child of this process, reaped once done is closed), its lease and its
+// cgroups.
+func localInfo(ci ConnInfo, pid int, done <-chan struct{}, g *orphanGuard, cg *kernelCgroup, li *LocalInfo) (ProvisionerInfo, error) {
+	if closed(done) {
 		return ProvisionerInfo{}, fmt.Errorf("%w: the process has ended", ErrNotAdoptable)
 	}
 	start, err := processStart(pid)
-	// Until wait has reaped it the pid is the kernel's: if it has not
-	// ended after the read, the start time read was its own.
-	if err != nil || lp.exited() {
+	// Until it is reaped the pid is the kernel's: if it has not ended
+	// after the read, the start time read was its own.
+	if err != nil || closed(done) {
 		return ProvisionerInfo{}, fmt.Errorf("%w: process %d: %v", ErrNotAdoptable, pid, err)
 	}
-	li := &LocalInfo{PID: pid, StartTime: start, BootID: bootID(), PGID: pid, RuntimeDir: lp.dir,
-		OutputFile: lp.outFile, Sandboxed: lp.sandboxed, Bridged: lp.bridge != nil, Detached: lp.detached}
-	if g := lp.guard; g != nil {
+	li.PID, li.StartTime, li.BootID, li.PGID = pid, start, bootID(), pid
+	if g != nil {
 		li.Lease, li.OrphanTimeout, li.WatchdogPID, li.WatchdogStart = g.lease, g.timeout, g.wdPID, g.wdStart
 	}
-	if lp.cg != nil {
-		for _, l := range lp.cg.snapshot() {
+	if cg != nil {
+		for _, l := range cg.snapshot() {
 			li.Cgroups = append(li.Cgroups, CgroupInfo{Dir: l.dir, V2: l.v2, Controllers: l.controllers})
 		}
 	}
-	return ProvisionerInfo{Provisioner: "local", Connection: lp.ci, Local: li}, nil
+	return ProvisionerInfo{Provisioner: "local", Connection: ci, Local: li}, nil
 }
 
-func (lp *localProcess) exited() bool {
+func closed(done <-chan struct{}) bool {
 	select {
-	case <-lp.done:
+	case <-done:
 		return true
 	default:
 		return false
 	}
 }
 
-// guardOrphan gives a detached kernel its lease and watchdog.
-func (lp *localProcess) guardOrphan(timeout time.Duration) error {
-	pid := lp.cmd.Process.Pid
+// guardOrphan gives the detached kernel pid, with its directory and
+// cgroup, its lease and watchdog.
+func guardOrphan(pid int, dir string, cg *kernelCgroup, timeout time.Duration) (*orphanGuard, error) {
 	start, err := processStart(pid)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	g, err := newGuard(lp.dir, timeout)
+	g, err := newGuard(dir, timeout)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var cgroups []string
-	for _, l := range lp.cg.snapshot() {
+	for _, l := range cg.snapshot() {
 		cgroups = append(cgroups, l.dir)
 	}
-	if err := g.startWatchdog(pid, start, lp.dir, cgroups); err != nil {
+	if err := g.startWatchdog(pid, start, dir, cgroups); err != nil {
 		g.release()
-		return err
+		return nil, err
 	}
-	lp.guard = g
-	return nil
+	return g, nil
 }
 
 // Release stops renewing the kernel's lease (Kernel.Detach): the kernel
 // has the orphan timeout to be adopted again. The process stays watched
 // by wait until it ends.
 func (lp *localProcess) Release() { lp.guard.release() }
+
+// Release: as localProcess's.
+func (fp *forkedProcess) Release() { fp.guard.release() }
 
 // closeOutput closes this process's copy of a detached kernel's output
 // file once the child has it.
@@ -121,4 +136,6 @@ func (lp *localProcess) closeOutput() {
 var (
 	_ InfoProcess = (*localProcess)(nil)
 	_ Releaser    = (*localProcess)(nil)
+	_ InfoProcess = (*forkedProcess)(nil)
+	_ Releaser    = (*forkedProcess)(nil)
 )

@@ -64,8 +64,14 @@ import (
 //     and already moved into a cgroup of its own (spareChild): a launch
 //     claims it, sets the launch's limits on that cgroup and gates it as
 //     above, so it skips the fork and the cgroup move.
-//   - The child calls setpgid(0, 0): signals and interrupts go to its
-//     process group as for an exec'd kernel.
+//   - The child calls setsid(): signals and interrupts go to its process
+//     group as for an exec'd kernel, and no terminal's hangup reaches it.
+//   - A detached launch (LocalProvisioner.Detached, localinfo.go) forks a
+//     kernel that outlives the gateway as a detached exec'd one does: no
+//     parent-death signal, no JPY_PARENT_PID, output into a file of its
+//     directory, a lease and a watchdog (orphan.go). A gateway started
+//     again adopts it like any other local kernel: it is no child of the
+//     zygote, whose end does not concern it.
 //   - A zygote that died is noticed (reaped) at the next launch and
 //     started again; that launch waits for it. A zygote that cannot start
 //     (an import fails, a library leaves a thread running) is logged and
@@ -147,9 +153,7 @@ func (p *LocalProvisioner) zygotePlan(req LaunchRequest, iso isolation, argv []s
 	if err != nil {
 		return zygotePlan{}, false, err
 	}
-	// A detached kernel (localinfo.go) is exec'd: a forked one writes
-	// into the gateway's pipe and is not adopted again.
-	if launcher == LauncherExec || p.PythonLauncher == LauncherExec || iso.sandbox != nil || p.Detached ||
+	if launcher == LauncherExec || p.PythonLauncher == LauncherExec || iso.sandbox != nil ||
 		len(argv) < 3 || argv[1] != "-m" || !zygoteModules[argv[2]] {
 		return zygotePlan{}, false, nil
 	}
@@ -215,7 +219,7 @@ func isModuleName(s string) bool {
 // launchForked forks the kernel of req from its zygote. It returns a nil
 // Process and nil error when the kernel is to be exec'd instead: it cannot
 // be forked or no zygote is available.
-func (p *LocalProvisioner) launchForked(ctx context.Context, req LaunchRequest, iso isolation, lp *localProcess, argv []string, env map[string]string, startDir string) (Process, error) {
+func (p *LocalProvisioner) launchForked(ctx context.Context, req LaunchRequest, iso isolation, lp *localProcess, argv []string, env map[string]string, startDir string) (*forkedProcess, error) {
 	plan, ok, err := p.zygotePlan(req, iso, argv, env["PATH"])
 	if !ok {
 		return nil, err
@@ -230,7 +234,7 @@ func (p *LocalProvisioner) launchForked(ctx context.Context, req LaunchRequest, 
 			return nil, nil // logged when the start failed
 		}
 		if s := z.takeSpare(); s != nil {
-			fp, err := z.fork(ctx, lp, s, argv, env, startDir, iso.limits)
+			fp, err := z.fork(ctx, lp, s, argv, env, startDir, iso.limits, p.Detached)
 			z.refill()
 			switch {
 			case err == nil:
@@ -239,7 +243,7 @@ func (p *LocalProvisioner) launchForked(ctx context.Context, req LaunchRequest, 
 				return nil, err
 			}
 		}
-		fp, err := z.fork(ctx, lp, nil, argv, env, startDir, iso.limits)
+		fp, err := z.fork(ctx, lp, nil, argv, env, startDir, iso.limits, p.Detached)
 		if errors.Is(err, errZygoteGone) {
 			z.gone()
 			continue
@@ -689,8 +693,10 @@ type forkReply struct {
 // or, with spare, hands that to the spare child; then it gates the kernel
 // into lp's cgroup (the spare's own, with lp's limits set) and limits. An
 // error wrapping errZygoteGone means the zygote did not answer,
-// errSpareGone that the spare did not; either way no child was made.
-func (z *zygote) fork(ctx context.Context, lp *localProcess, spare *spareChild, argv []string, env map[string]string, startDir string, limits Limits) (*forkedProcess, error) {
+// errSpareGone that the spare did not; either way no child was made. A
+// detached kernel outlives the gateway and writes its output into a file
+// of its directory (localinfo.go).
+func (z *zygote) fork(ctx context.Context, lp *localProcess, spare *spareChild, argv []string, env map[string]string, startDir string, limits Limits, detached bool) (*forkedProcess, error) {
 	deadline := time.Now().Add(zygoteForkWait)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
@@ -705,12 +711,21 @@ func (z *zygote) fork(ctx context.Context, lp *localProcess, spare *spareChild, 
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
 	defer stop()
 
-	outR, outW, err := os.Pipe()
+	// The kernel's stdout and stderr: the write end of a pipe that feeds
+	// its output tail, or a detached kernel's output file.
+	var outR, outW *os.File
+	var outFile string
+	if detached {
+		outFile = filepath.Join(lp.dir, outputFileName)
+		outW, err = os.OpenFile(outFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	} else {
+		outR, outW, err = os.Pipe()
+	}
 	if err != nil {
 		spare.discard()
 		return nil, err
 	}
-	req := forkRequest{Kind: "fork", Argv: argv, Env: env, Cwd: startDir, Parent: os.Getpid(), DieWithParent: true}
+	req := forkRequest{Kind: "fork", Argv: argv, Env: env, Cwd: startDir, Parent: os.Getpid(), DieWithParent: !detached}
 	if spare != nil {
 		req.Kind, req.Pid = "claim", spare.pid
 	}
@@ -726,7 +741,7 @@ func (z *zygote) fork(ctx context.Context, lp *localProcess, spare *spareChild, 
 		err = fmt.Errorf("spare %d answered as %d", spare.pid, reply.Pid)
 	}
 	if err != nil {
-		outR.Close()
+		closeFile(outR)
 		switch {
 		case spare != nil:
 			spare.discard()
@@ -747,7 +762,7 @@ func (z *zygote) fork(ctx context.Context, lp *localProcess, spare *spareChild, 
 		if err := lp.cg.applyLimits(limits); err != nil {
 			syscall.Kill(reply.Pid, syscall.SIGKILL)
 			reap(reply.Pid)
-			outR.Close()
+			closeFile(outR)
 			return nil, fmt.Errorf("cgroup: %w", err)
 		}
 	}
@@ -756,19 +771,23 @@ func (z *zygote) fork(ctx context.Context, lp *localProcess, spare *spareChild, 
 	if err != nil {
 		syscall.Kill(reply.Pid, syscall.SIGKILL)
 		reap(reply.Pid)
-		outR.Close()
+		closeFile(outR)
 		return nil, err
 	}
 	fp := &forkedProcess{
 		ci: lp.ci, dir: lp.dir, tail: lp.tail, cg: lp.cg,
-		pid: reply.Pid, proc: proc, out: outR,
+		pid: reply.Pid, proc: proc, out: outR, outFile: outFile, detached: detached,
 		copied: make(chan struct{}), done: make(chan struct{}),
 	}
-	go fp.copyOutput()
+	if outR != nil {
+		go fp.copyOutput()
+	} else {
+		close(fp.copied)
+	}
 	go fp.wait()
 	if err := fp.setup(conn, limits, joined); err != nil {
 		syscall.Kill(-fp.pid, syscall.SIGKILL)
-		syscall.Kill(fp.pid, syscall.SIGKILL) // before its setpgid
+		syscall.Kill(fp.pid, syscall.SIGKILL) // before its setsid
 		<-fp.done
 		if ctx.Err() != nil {
 			err = ctx.Err()
@@ -847,8 +866,13 @@ type forkedProcess struct {
 	pid  int
 	proc *os.Process
 	tail *tailbuf.Buffer
-	out  *os.File // read end of the kernel's stdout and stderr
+	out  *os.File // read end of the kernel's stdout and stderr; nil when detached
 	cg   *kernelCgroup
+
+	// set for a detached kernel (localinfo.go)
+	detached bool
+	outFile  string // its stdout and stderr
+	guard    *orphanGuard
 
 	copied chan struct{} // closed when out is drained
 	done   chan struct{}
@@ -864,7 +888,12 @@ var (
 func (fp *forkedProcess) ConnInfo() ConnInfo    { return fp.ci }
 func (fp *forkedProcess) PID() int              { return fp.pid }
 func (fp *forkedProcess) Done() <-chan struct{} { return fp.done }
-func (fp *forkedProcess) Output() string        { return fp.tail.String() }
+func (fp *forkedProcess) Output() string {
+	if fp.outFile != "" {
+		return fileTail(fp.outFile, outputTailDefault)
+	}
+	return fp.tail.String()
+}
 
 func (fp *forkedProcess) ExitStatus() string {
 	select {
@@ -930,5 +959,13 @@ func (fp *forkedProcess) Signal(sig syscall.Signal) error {
 }
 
 func (fp *forkedProcess) Cleanup() error {
+	fp.guard.end()
 	return errors.Join(fp.cg.remove(), os.RemoveAll(fp.dir))
+}
+
+// closeFile closes f unless it is nil.
+func closeFile(f *os.File) {
+	if f != nil {
+		f.Close()
+	}
 }

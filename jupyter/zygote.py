@@ -254,11 +254,15 @@ class Child:
     def detach(zygote, req):
         # Die with the gateway as an exec'd kernel does (Pdeathsig), unless
         # the gateway lets its kernels outlive it.
+        # A spare dies with the gateway while parked; a claim that lets the
+        # kernel outlive it clears the signal (Child.spare).
         if req.get("die_with_parent", True):
             zygote.libc.prctl(zygote.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
             if os.getppid() != req["parent"]:
                 os._exit(1)
-        os.setpgid(0, 0)
+        # A session of its own, and so a process group of its own: signals
+        # go to the group, and no terminal's hangup or Ctrl-C reaches it.
+        os.setsid()
         # Nothing of the zygote's own stays open: its listener, the sockets
         # of its spare children, and (once replaced below) its log; the
         # ready pipe closed at start.

@@ -551,7 +551,7 @@ func (m *Manager) close(ctx context.Context, keep bool) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				m.deleteContext(ctx, c)
+				m.deleteContext(ctx, c, true)
 			}()
 		}
 		for _, p := range pools {
