@@ -53,10 +53,10 @@ test: test-deps vet cross k8s-binaries
 	KERNELGATE_REQUIRE_ALL=1 $(GO) test -count=1 -timeout 15m ./...
 	$(MAKE) fuzz
 
-# The packages that start kernels again with every Python kernel exec'd
-# (make test forks them from a zygote: docs/launcher.md).
-test-exec: test-deps
-	KERNELGATE_ZYGOTE=0 $(GO) test -count=1 -timeout 15m ./jupyter ./sessions ./gateway
+# The whole suite again with every Python kernel exec'd (make test forks
+# them from a zygote: docs/launcher.md); CI runs both.
+test-exec: test-deps k8s-binaries
+	KERNELGATE_REQUIRE_ALL=1 KERNELGATE_ZYGOTE=0 $(GO) test -count=1 -timeout 15m ./...
 
 # Short, bounded fuzzing of the parsers that take untrusted input. The
 # budgets are counts of inputs (about 5-10 s each here), not durations: a

@@ -385,7 +385,7 @@ func (h *Handler) createSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.sandboxes[sb.id] = sb
-	h.setLifeLocked(sb, life) // a change: the record is written below
+	sb.end = time.Now().Add(life) // armed once the sandbox is there
 	h.mu.Unlock()
 	// The default Python context starts now, as E2B's sandbox starts its
 	// kernel: the first runCode finds it ready.
@@ -395,6 +395,11 @@ func (h *Handler) createSandbox(w http.ResponseWriter, r *http.Request) {
 		apiError(w, status, msg)
 		return
 	}
+	// The timeout counts from the answer: a kernel slower to start than
+	// a short timeout must not kill the sandbox before it was created.
+	h.mu.Lock()
+	h.setLifeLocked(sb, life) // a change: the record is written below
+	h.mu.Unlock()
 	h.save(sb)
 	h.cfg.Logger.Info("e2b sandbox created", "sandbox", sb.id)
 	writeJSON(w, http.StatusCreated, h.sandboxModel(sb, true))

@@ -56,6 +56,11 @@ type LocalProvisioner struct {
 	// localinfo.go): kernelgate with a state directory sets it, so a
 	// restarted gateway can adopt them again.
 	Detached bool
+	// StateID names the state store that records the kernels of a
+	// Detached provisioner (kernelgate uses its directory): Sweep removes
+	// a kernel launched for the same store that the store does not
+	// record (its gateway died between the launch and the record).
+	StateID string
 	// OrphanTimeout is how long a detached kernel lives on once no
 	// gateway renews its lease (orphan.go); 0 means
 	// DefaultOrphanTimeout.
@@ -129,7 +134,7 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	}
 	// The directory says which gateway process made it, so that the next
 	// gateway removes it should this one die without doing so (sweep.go).
-	if err := writeOwner(dir, req.KernelID, 0, nil); err != nil {
+	if err := writeOwner(dir, req.KernelID, 0, nil, p.StateID); err != nil {
 		return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
 	}
 	// The kernel's own directories (its sandbox user's, sandboxuser.go);
@@ -267,7 +272,7 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 // owner record; without them a sweep still removes the directory and the
 // cgroups, but cannot find the processes of a kernel without cgroups.
 func (p *LocalProvisioner) recordOwner(dir, id string, pid int, cg *kernelCgroup) {
-	if err := writeOwner(dir, id, pid, cg); err != nil {
+	if err := writeOwner(dir, id, pid, cg, p.StateID); err != nil {
 		p.logger().Warn("kernel directory: owner record not updated", "kernel", id, "err", err)
 	}
 }

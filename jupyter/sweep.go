@@ -41,6 +41,8 @@ type ownerRecord struct {
 	PID      int      `json:"pid,omitempty"`
 	PIDStart uint64   `json:"pid_start,omitempty"`
 	Cgroups  []string `json:"cgroups,omitempty"`
+	// State is the LocalProvisioner.StateID the kernel was launched for.
+	State string `json:"state,omitempty"`
 }
 
 // gatewayID names one gateway process for as long as the machine runs.
@@ -132,12 +134,12 @@ func cgroupKernel(name string) string {
 
 // writeOwner records in dir that this gateway made it for kernel id, with
 // the kernel's process and cgroups once known.
-func writeOwner(dir, id string, pid int, cg *kernelCgroup) error {
+func writeOwner(dir, id string, pid int, cg *kernelCgroup, stateID string) error {
 	g, ok := thisGateway()
 	if !ok {
 		return nil
 	}
-	rec := ownerRecord{Gateway: g, KernelID: id, PID: pid}
+	rec := ownerRecord{Gateway: g, KernelID: id, PID: pid, State: stateID}
 	if pid > 0 {
 		rec.PIDStart, _ = processStart(pid)
 	}
@@ -191,7 +193,10 @@ const legacyCgroupAge = time.Minute
 // directories and cgroups. Kernels whose id is in keep, detached kernels
 // whose lease has not run out or whose watchdog runs, and everything a
 // running gateway made are left alone. A gateway calls it once as it
-// starts, before it launches kernels.
+// starts, before it launches kernels, and after it adopted again what its
+// state store records (keep): a detached kernel launched for the same
+// store (StateID) but not kept is then one its gateway died before
+// recording, which no gateway will adopt, and it goes despite its lease.
 func (p *LocalProvisioner) Sweep(keep []string) (Swept, error) {
 	var out Swept
 	if _, ok := thisGateway(); !ok {
@@ -222,7 +227,8 @@ func (p *LocalProvisioner) Sweep(keep []string) (Swept, error) {
 		if err != nil {
 			continue // unmarked: not known to be left
 		}
-		if rec.Gateway.mayRun() || kept[rec.KernelID] || watched[dir] || leaseRuns(dir) {
+		unrecorded := p.StateID != "" && rec.State == p.StateID
+		if rec.Gateway.mayRun() || kept[rec.KernelID] || !unrecorded && (watched[dir] || leaseRuns(dir)) {
 			for _, c := range rec.Cgroups {
 				protected[c] = true
 			}
