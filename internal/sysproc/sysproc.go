@@ -4,7 +4,7 @@
 // per system:
 //   - Linux (sysproc_linux.go): the child also gets SIGKILL when this
 //     process dies (the parent-death signal).
-//   - other Unix systems (sysproc_unix.go): no parent-death signal; a
+//   - other Unix systems (sysproc_unixother.go): no parent-death signal; a
 //     child outlives a gateway that is killed.
 //   - Windows (sysproc_windows.go): a new process group; Kill ends the
 //     process alone (TerminateProcess), whatever the signal that ends a
