@@ -206,15 +206,6 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 		if err != nil {
 			return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
 		}
-		if p.Detached {
-			if fp.guard, err = guardOrphan(fp.pid, dir, fp.cg, p.guardTimeout()); err != nil {
-				fp.Signal(syscall.SIGKILL)
-				<-fp.Done()
-				fp.Cleanup()
-				return nil, fmt.Errorf("%w: orphan watchdog: %v", ErrStartFailed, err)
-			}
-		}
-		p.recordOwner(dir, req.KernelID, fp.PID(), fp.cg)
 		return fp, nil
 	}
 	if argv, err = iso.command(argv, env["PATH"], root, kd, cwd, startDir, transport); err != nil {

@@ -55,12 +55,6 @@ func (lp *localProcess) ProvisionerInfo() (ProvisionerInfo, error) {
 	return localInfo(lp.ci, lp.cmd.Process.Pid, lp.done, lp.guard, lp.cg, li)
 }
 
-// ProvisionerInfo says how to find and control the kernel again.
-func (fp *forkedProcess) ProvisionerInfo() (ProvisionerInfo, error) {
-	li := &LocalInfo{RuntimeDir: fp.dir, OutputFile: fp.outFile, Detached: fp.detached}
-	return localInfo(fp.ci, fp.pid, fp.done, fp.guard, fp.cg, li)
-}
-
 // localInfo completes li with what identifies the running process pid (a
 // child of this process, reaped once done is closed), its lease and its
 // cgroups.
@@ -122,9 +116,6 @@ func guardOrphan(pid int, dir string, cg *kernelCgroup, timeout time.Duration) (
 // by wait until it ends.
 func (lp *localProcess) Release() { lp.guard.release() }
 
-// Release: as localProcess's.
-func (fp *forkedProcess) Release() { fp.guard.release() }
-
 // closeOutput closes this process's copy of a detached kernel's output
 // file once the child has it.
 func (lp *localProcess) closeOutput() {
@@ -137,6 +128,4 @@ func (lp *localProcess) closeOutput() {
 var (
 	_ InfoProcess = (*localProcess)(nil)
 	_ Releaser    = (*localProcess)(nil)
-	_ InfoProcess = (*forkedProcess)(nil)
-	_ Releaser    = (*forkedProcess)(nil)
 )
