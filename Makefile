@@ -56,7 +56,7 @@ test: test-deps vet cross k8s-binaries
 # The whole suite again with every Python kernel exec'd (make test forks
 # them from a zygote: docs/launcher.md); CI runs both.
 test-exec: test-deps k8s-binaries
-	KERNELGATE_REQUIRE_ALL=1 KERNELGATE_ZYGOTE=0 $(GO) test -count=1 -timeout 15m ./...
+	KERNELGATE_REQUIRE_ALL=1 KERNELGATE_ZYGOTE=0 $(GO) test -count=1 -timeout 25m ./...
 
 # Short, bounded fuzzing of the parsers that take untrusted input. The
 # budgets are counts of inputs (about 5-10 s each here), not durations: a
