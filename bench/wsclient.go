@@ -78,14 +78,25 @@ func dialKernel(ctx context.Context, s *server, kernelID string, v1 bool) (*kern
 
 func (c *kernelWS) Close() error { return c.conn.Close() }
 
+// read reads each message into one buffer it keeps, as the direct
+// client's socket does (gorilla's ReadMessage would grow a new one through
+// io.ReadAll for every message: for 1 MiB of output, more CPU than the
+// gateway spends on it, taken from the cores the kernel runs on). What it
+// hands on holds no reference to the buffer.
 func (c *kernelWS) read() {
 	defer close(c.closed)
+	var buf bytes.Buffer
 	for {
-		mt, data, err := c.conn.ReadMessage()
+		mt, r, err := c.conn.NextReader()
+		if err == nil {
+			buf.Reset()
+			_, err = buf.ReadFrom(r)
+		}
 		if err != nil {
 			c.err = err
 			return
 		}
+		data := buf.Bytes()
 		var m wsMsg
 		if c.v1 {
 			m, err = decodeV1(data)
