@@ -17,6 +17,18 @@ import (
 
 func newID() string { return uuid.NewString() }
 
+// newRunID is the id of a new run: a UUID whose leading bits are its
+// time (version 7), so that the store adds the records of new runs, and
+// prunes those of the oldest, at the two ends of its keys instead of all
+// over them (a random key dirtied a page of each of the store's trees per
+// run and commit).
+func newRunID() string {
+	if id, err := uuid.NewV7(); err == nil {
+		return id.String()
+	}
+	return newID()
+}
+
 // contextID is what a client may name a context.
 var contextID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 
@@ -387,7 +399,7 @@ func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*Run
 	if err != nil {
 		return nil, err
 	}
-	runID := newID()
+	runID := newRunID()
 	c := &Context{ID: "isolated-" + runID, Language: lang, Env: req.Env, Isolated: true, m: m, spec: spec, created: time.Now()}
 	if req.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -542,7 +554,7 @@ func (m *Manager) Pools() []PoolStats {
 }
 
 func (m *Manager) newRun(c *Context, req ExecuteRequest) *Run {
-	return m.newRunWithID(newID(), c, req)
+	return m.newRunWithID(newRunID(), c, req)
 }
 
 func (m *Manager) newRunWithID(id string, c *Context, req ExecuteRequest) *Run {

@@ -282,7 +282,7 @@ func (r *Run) persist() {
 			Created: r.created, Deadline: r.deadline, State: r.state, Kernel: r.kernelID, MsgID: r.msgID}
 		if r.state == RunDone {
 			rec.Finished = r.finished
-			rec.Execution, _ = json.Marshal(&r.b.exec)
+			rec.Execution = r.executionJSONLocked()
 			if r.failure != nil {
 				rec.Failure = r.failure.Error()
 			}

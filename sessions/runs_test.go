@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"kernelgate/jupyter"
 )
 
@@ -172,4 +174,55 @@ func mustContext(t *testing.T, m *Manager, id string) *Context {
 		t.Fatalf("no context %s", id)
 	}
 	return c
+}
+
+// Run ids are UUIDs that sort in the order the runs were made (version 7:
+// the time first), so that the store keeps adding and pruning run records
+// at the ends of its keys.
+func TestRunIDsSortInCreationOrder(t *testing.T) {
+	m := newFakeManager(t, Config{}, &fakeKernels{})
+	var ids []string
+	for range 20 {
+		r, _ := run(t, m, ExecuteRequest{Code: "print x"})
+		ids = append(ids, r.ID)
+	}
+	for i, id := range ids {
+		u, err := uuid.Parse(id)
+		if err != nil || u.Version() != 7 || u.String() != id {
+			t.Fatalf("run id %q: a version 7 UUID in canonical form expected (%v)", id, err)
+		}
+		if i > 0 && id <= ids[i-1] {
+			t.Fatalf("run %d's id %s sorts before the id %s of the run made before it", i, id, ids[i-1])
+		}
+	}
+}
+
+// The Execution of an ended run reads the same however often and wherever
+// it is read (the answer, GET /api/runs/{id}, the store's record), and
+// does not change when read again.
+func TestEndedRunExecutionReadsTheSame(t *testing.T) {
+	store := openStore(t, t.TempDir())
+	defer store.Close()
+	m := newFakeManager(t, Config{Store: store}, &fakeKernels{})
+	r, e := run(t, m, ExecuteRequest{Code: "print hello"})
+	first := string(r.ExecutionJSON())
+	if model := r.Model(); string(model.Execution) != first || model.State != RunDone {
+		t.Fatalf("GET /api/runs/{id}: %s (%s), the answer: %s", model.Execution, model.State, first)
+	}
+	if err := store.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var rec runRecord
+	for _, kr := range load(t, store).Runs {
+		if kr.ID == r.ID {
+			json.Unmarshal(kr.Data, &rec)
+		}
+	}
+	var kept Execution
+	if err := json.Unmarshal(rec.Execution, &kept); err != nil || kept.ID != r.ID || len(kept.Logs.Stdout) != 1 || kept.Logs.Stdout[0] != e.Logs.Stdout[0] {
+		t.Fatalf("the store's Execution %s (%v), want that of the answer %s", rec.Execution, err, first)
+	}
+	if again := string(r.ExecutionJSON()); again != first {
+		t.Fatalf("read again: %s, first: %s", again, first)
+	}
 }
