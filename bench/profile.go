@@ -219,13 +219,15 @@ func profileLoad(ctx context.Context, kg *server, ws bool, n int) error {
 		}
 		profiledLoad = g
 	}
-	wsPhase, restPhase := profiledLoad.phases("kernelgate", max(1, n/len(profiledLoad.clients)))
+	wsPhase, restPhase := profiledLoad.phases("kernelgate", max(1, n/len(profiledLoad.rest)))
 	p := restPhase
 	if ws {
 		p = wsPhase
 	}
 	p.cpu = selfCPU
-	p.run(ctx, true)
+	if err := p.run(ctx, true); err != nil {
+		return err
+	}
 	if p.res.errs > 0 {
 		return fmt.Errorf("load: %d errors, the first: %w", p.res.errs, p.res.first)
 	}

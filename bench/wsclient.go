@@ -259,6 +259,8 @@ func decodeV1(b []byte) (wsMsg, error) {
 	return parseParts(string(part(0)), part(1), part(2), part(4))
 }
 
+var msgTypeKey, msgIDKey = []string{"msg_type"}, []string{"msg_id"}
+
 // envelopeKeys are the members of a JSON-framed message the harness reads.
 var envelopeKeys = []string{"channel", "header", "parent_header", "content"}
 
@@ -286,6 +288,10 @@ func decodeJSON(b []byte) (wsMsg, error) {
 
 // parseParts reads the fields the harness needs; it leaves a stream's
 // text unparsed and counts its bytes.
+// The header and parent header are read with jsonscan (encoding/json
+// where it gives up), as the gateway reads them: with 64 websockets each
+// receiving every message of its kernel, the harness's parsing would
+// otherwise take a good share of the cores the kernels need.
 func parseParts(channel string, h, parent, content []byte) (wsMsg, error) {
 	var hd struct {
 		MsgType string `json:"msg_type"`
@@ -293,10 +299,12 @@ func parseParts(channel string, h, parent, content []byte) (wsMsg, error) {
 	var p struct {
 		MsgID string `json:"msg_id"`
 	}
-	if err := json.Unmarshal(h, &hd); err != nil {
-		return wsMsg{}, err
+	if !jsonscan.Strings(h, msgTypeKey, []*string{&hd.MsgType}) {
+		if err := json.Unmarshal(h, &hd); err != nil {
+			return wsMsg{}, err
+		}
 	}
-	if len(parent) > 2 {
+	if len(parent) > 2 && !jsonscan.Strings(parent, msgIDKey, []*string{&p.MsgID}) {
 		if err := json.Unmarshal(parent, &p); err != nil {
 			return wsMsg{}, err
 		}
