@@ -642,9 +642,14 @@ func (m *Manager) pruneRunsLocked() (pruned []string) {
 	if n == len(m.runOrder) {
 		return nil
 	}
-	kept = append(kept, m.runOrder[i:]...)
-	clear(m.runOrder[len(kept):])
-	m.runOrder = append(m.runOrder[:0], kept...)
+	// The unfinished runs passed over go right before the first run kept
+	// after them, and the order starts there: the runs after it are not
+	// copied (a copy of the whole order per run was O(RunsKept) under
+	// m.mu); append reallocates once the front's room is used up.
+	start := i - len(kept)
+	copy(m.runOrder[start:i], kept)
+	clear(m.runOrder[:start])
+	m.runOrder = m.runOrder[start:]
 	return pruned
 }
 

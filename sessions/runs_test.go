@@ -226,3 +226,43 @@ func TestEndedRunExecutionReadsTheSame(t *testing.T) {
 		t.Fatalf("read again: %s, first: %s", again, first)
 	}
 }
+
+// Pruning keeps the runs in the order they were made: the unfinished runs
+// it passes over stay ahead of the finished runs kept after them.
+func TestPruningKeepsTheOrder(t *testing.T) {
+	m := newFakeManager(t, Config{RunsKept: 4}, &fakeKernels{})
+	var want []*Run
+	for i, id := range []string{"long1", "long2"} {
+		if _, err := m.CreateContext(context.Background(), ContextRequest{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+		long, err := m.Execute(context.Background(), ExecuteRequest{Code: "sleep", Context: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, long)
+		for range 3 + i {
+			run(t, m, ExecuteRequest{Code: "print x"})
+		}
+	}
+	for range 5 {
+		r, _ := run(t, m, ExecuteRequest{Code: "print x"})
+		want = append(want, r)
+	}
+	// RunsKept 4: the two unfinished runs and the newest finished ones.
+	want = append(want[:2], want[len(want)-2:]...)
+	m.mu.Lock()
+	got := append([]*Run(nil), m.runOrder...)
+	m.mu.Unlock()
+	if len(got) != len(want) {
+		t.Fatalf("%d runs kept, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("run %d kept is %s, want %s", i, got[i].ID, want[i].ID)
+		}
+		if _, err := m.Run(want[i].ID); err != nil {
+			t.Fatalf("run %s is in the order but not kept: %v", want[i].ID, err)
+		}
+	}
+}
