@@ -266,3 +266,21 @@ func TestPruningKeepsTheOrder(t *testing.T) {
 		}
 	}
 }
+
+// A context lists the ids of its runs still kept, oldest first.
+func TestContextListsItsKeptRunsInOrder(t *testing.T) {
+	m := newFakeManager(t, Config{RunsKept: 3}, &fakeKernels{})
+	c, err := m.CreateContext(context.Background(), ContextRequest{ID: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range 7 {
+		r, _ := run(t, m, ExecuteRequest{Code: "print x", Context: "c"})
+		ids = append(ids, r.ID)
+	}
+	got := c.Model().ProcessIDs
+	if want := ids[len(ids)-3:]; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("processIds %v, want %v", got, want)
+	}
+}
