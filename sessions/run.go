@@ -161,11 +161,16 @@ type endEvent struct {
 // types are plain words, written as they are.
 func eventJSON(typ string, seq int, payload any) ([]byte, error) {
 	var body []byte
-	if payload != nil {
-		var err error
-		if body, err = json.Marshal(payload); err != nil {
-			return nil, err
-		}
+	var err error
+	switch p := payload.(type) {
+	case nil:
+	case *Result: // compact JSON already: not checked and compacted again
+		body, err = p.MarshalJSON()
+	default:
+		body, err = json.Marshal(payload)
+	}
+	if err != nil {
+		return nil, err
 	}
 	out := make([]byte, 0, 32+len(body))
 	out = append(out, `{"type":"`...)
