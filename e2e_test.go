@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -15,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"kernelgate/internal/testkernels"
 )
 
 // These tests run the real binary against real Jupyter clients: the
@@ -162,12 +166,7 @@ func (l *lockedBuffer) String() string {
 
 func kernelsDir(t *testing.T) string {
 	t.Helper()
-	wd, _ := os.Getwd()
-	dir := filepath.Join(wd, ".kernels")
-	if _, err := os.Stat(filepath.Join(dir, "python3", "kernel.json")); err != nil {
-		t.Fatalf("no kernelspecs in %s: run `make kernels`", dir)
-	}
-	return dir
+	return testkernels.Dir(t)
 }
 
 // node runs a script of e2e/ with env, failing the test on a non-zero exit.

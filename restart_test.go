@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -17,6 +19,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/gorilla/websocket"
+
+	"kernelgate/internal/testkernels"
 )
 
 // These tests restart the real binary on the same state directory, with
@@ -330,8 +334,12 @@ func TestRestartAfterSIGKILL(t *testing.T) {
 	}
 	// Python kernels are forked from the zygote (the default launcher)
 	// with the state directory on too: sys.orig_argv names the zygote.
-	if e := execute(t, g.url, "agent", "import sys\nany('kernelgate-zygote' in a for a in sys.orig_argv)"); e.text() != "True" {
-		t.Fatalf("the context's kernel was not forked: %+v", e)
+	forked := "True"
+	if os.Getenv(testkernels.ZygoteEnv) == "0" {
+		forked = "False"
+	}
+	if e := execute(t, g.url, "agent", "import sys\nany('kernelgate-zygote' in a for a in sys.orig_argv)"); e.text() != forked {
+		t.Fatalf("the context's kernel forked: %+v, want %s", e, forked)
 	}
 	var s sessionModel
 	call(t, "POST", g.url+"api/sessions", map[string]any{"path": "work.ipynb", "type": "notebook", "kernel": map[string]any{"name": "python3"}}, 201, &s)
@@ -622,6 +630,201 @@ func TestOrphanTimeoutEndsKeptKernels(t *testing.T) {
 	if !pollUntil(40*time.Second, func() bool { return len(kernelProcs(dirs.runtime, true)) == 0 }) {
 		t.Fatalf("kept kernel processes %v outlived the orphan timeout", kernelProcs(dirs.runtime, true))
 	}
+	if left, _ := filepath.Glob(filepath.Join(dirs.runtime, "kernel-*")); len(left) > 0 {
+		t.Fatalf("kernel directories left: %v", left)
+	}
+}
+
+// e2bSandbox is a sandbox as the E2B sandbox API answers.
+type e2bSandbox struct {
+	SandboxID       string `json:"sandboxID"`
+	EnvdAccessToken string `json:"envdAccessToken"`
+	EndAt           string `json:"endAt"`
+}
+
+// e2bDo sends an E2B request (X-API-KEY for the sandbox API, the
+// sandbox's headers for the rest) and returns status and body.
+func e2bDo(t *testing.T, method, url string, body any, headers map[string]string) (int, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, url, rd)
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+var e2bKey = map[string]string{"X-API-KEY": "any-key-0123456789"}
+
+// e2bRun runs code in the sandbox's Python context as the E2B SDK does
+// and returns the text of its result and the name of its error.
+func e2bRun(t *testing.T, url string, sb e2bSandbox, code string) (text, errName string) {
+	t.Helper()
+	status, out := e2bDo(t, "POST", url+"e2b/execute", map[string]any{"code": code},
+		map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "X-Access-Token": sb.EnvdAccessToken})
+	if status != http.StatusOK {
+		t.Fatalf("execute in sandbox %s: %d %s", sb.SandboxID, status, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		var ev struct{ Type, Text, Name string }
+		json.Unmarshal([]byte(line), &ev)
+		switch ev.Type {
+		case "result":
+			text = ev.Text
+		case "error":
+			errName = ev.Name
+		}
+	}
+	return text, errName
+}
+
+// sandboxStatus is the status of GET /e2b/v2/sandboxes/{id}.
+func sandboxStatus(t *testing.T, url, id string) int {
+	t.Helper()
+	status, _ := e2bDo(t, "GET", url+"e2b/v2/sandboxes/"+id, nil, e2bKey)
+	return status
+}
+
+// TestE2BSandboxAfterRestart: an E2B sandbox outlives a SIGKILL of the
+// gateway: the next start on the same state directory lists it under its
+// id, the access token of its create still opens it and its variables are
+// there, in the same kernel process. A timeout set before the crash still
+// ends a sandbox after the restart, its context and kernel with it. A
+// default SIGTERM keeps the sandbox (its kernel stops, as a context's); a
+// kill deletes it for good.
+func TestE2BSandboxAfterRestart(t *testing.T) {
+	bin := buildBinary(t)
+	dirs := newRestartDirs(t)
+	g := dirs.start(t, bin, "--pool-size", "0")
+	create := func(url string) e2bSandbox {
+		t.Helper()
+		status, out := e2bDo(t, "POST", url+"e2b/v2/sandboxes", map[string]any{"timeout": 600}, e2bKey)
+		var sb e2bSandbox
+		if status != http.StatusCreated || json.Unmarshal(out, &sb) != nil || sb.EnvdAccessToken == "" {
+			t.Fatalf("create sandbox: %d %s", status, out)
+		}
+		return sb
+	}
+	a := create(g.url)
+	pidText, errName := e2bRun(t, g.url, a, "import os\nx = 41\nos.getpid()")
+	var pid int
+	if _, err := fmt.Sscan(pidText, &pid); err != nil || errName != "" {
+		t.Fatalf("setting x in sandbox %s: %q %s", a.SandboxID, pidText, errName)
+	}
+	b := create(g.url)
+	var bContexts []ctxModel
+	call(t, "GET", g.url+"api/contexts", nil, 200, &bContexts)
+	bContexts = slices.DeleteFunc(bContexts, func(c ctxModel) bool { return !strings.HasPrefix(c.ID, "e2b-"+b.SandboxID+"-") })
+	if len(bContexts) != 1 || bContexts[0].KernelProcessID == nil {
+		t.Fatalf("contexts of sandbox %s: %+v", b.SandboxID, bContexts)
+	}
+	// b's timeout, set last before the crash, runs out after the restart.
+	if status, out := e2bDo(t, "POST", g.url+"e2b/v2/sandboxes/"+b.SandboxID+"/timeout", map[string]any{"timeout": 20}, e2bKey); status != http.StatusNoContent {
+		t.Fatalf("set timeout: %d %s", status, out)
+	}
+	g.kill(t, syscall.SIGKILL)
+
+	g2 := dirs.start(t, bin, "--pool-size", "0")
+	var listed []e2bSandbox
+	status, out := e2bDo(t, "GET", g2.url+"e2b/v2/sandboxes", nil, e2bKey)
+	json.Unmarshal(out, &listed)
+	ids := map[string]string{}
+	for _, sb := range listed {
+		ids[sb.SandboxID] = sb.EndAt
+	}
+	if status != http.StatusOK || len(listed) != 2 || ids[a.SandboxID] != a.EndAt || ids[b.SandboxID] == "" {
+		t.Fatalf("sandboxes after the restart: %d %s, want %s (ends %s) and %s\n%s", status, out, a.SandboxID, a.EndAt, b.SandboxID, g2.logs)
+	}
+	if text, errName := e2bRun(t, g2.url, a, "(x + 1, os.getpid())"); text != fmt.Sprintf("(42, %d)", pid) {
+		t.Fatalf("sandbox %s after the restart: %q %s, want (42, %d)", a.SandboxID, text, errName, pid)
+	}
+	// b's timeout ends it, with its context and kernel; a's kernel stays.
+	waitFor(t, func() bool { return sandboxStatus(t, g2.url, b.SandboxID) == http.StatusNotFound },
+		"sandbox %s still there after its timeout", func() []any { return []any{b.SandboxID} })
+	var cs []ctxModel
+	waitFor(t, func() bool {
+		call(t, "GET", g2.url+"api/contexts", nil, 200, &cs)
+		return len(cs) == 1 && strings.HasPrefix(cs[0].ID, "e2b-"+a.SandboxID+"-")
+	}, "contexts after sandbox %s timed out: %+v", func() []any { return []any{b.SandboxID, cs} })
+	waitProcs(t, dirs.runtime, false, []int{pid})
+
+	// The default SIGTERM keeps the sandbox, not its kernel.
+	if err := g2.kill(t, syscall.SIGTERM); err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, g2.logs)
+	}
+	waitProcs(t, dirs.runtime, true, nil)
+	g3 := dirs.start(t, bin, "--pool-size", "0")
+	if _, errName := e2bRun(t, g3.url, a, "x"); errName != "NameError" {
+		t.Fatalf("sandbox %s after a default SIGTERM: error %q, want NameError (a new kernel)", a.SandboxID, errName)
+	}
+	if status, out := e2bDo(t, "DELETE", g3.url+"e2b/v2/sandboxes/"+a.SandboxID, nil, e2bKey); status != http.StatusNoContent {
+		t.Fatalf("kill: %d %s", status, out)
+	}
+	g3.kill(t, syscall.SIGKILL)
+
+	g4 := dirs.start(t, bin, "--pool-size", "0")
+	if status := sandboxStatus(t, g4.url, a.SandboxID); status != http.StatusNotFound {
+		t.Fatalf("a killed sandbox after a restart: %d", status)
+	}
+	call(t, "GET", g4.url+"api/contexts", nil, 200, &cs)
+	if len(cs) != 0 {
+		t.Fatalf("contexts after the sandbox was killed: %+v", cs)
+	}
+	if err := g4.kill(t, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitProcs(t, dirs.runtime, true, nil)
+}
+
+// TestKernelStartingAtCrashIsRemoved: a gateway killed while a kernel it
+// launched is still starting (running, not yet recorded in the store)
+// leaves a process with a lease that no gateway will adopt; the next start
+// on the same state directory removes it at once rather than after the
+// orphan timeout.
+func TestKernelStartingAtCrashIsRemoved(t *testing.T) {
+	bin := buildBinary(t)
+	dirs := newRestartDirs(t)
+	specs := t.TempDir()
+	os.MkdirAll(filepath.Join(specs, "slowpy"), 0o755)
+	os.WriteFile(filepath.Join(specs, "slowpy", "kernel.json"), []byte(`{"argv":["/bin/sh","-c","sleep 5; exec /usr/bin/python3 -m ipykernel_launcher -f \"$0\"","{connection_file}"],"display_name":"slow","language":"python"}`), 0o644)
+	g := dirs.start(t, bin, "--pool-size", "0", "--kernelspec-dir", specs)
+	started := make(chan error, 1)
+	go func() {
+		b, _ := json.Marshal(map[string]any{"name": "slowpy"})
+		resp, err := http.Post(g.url+"api/kernels", "application/json", bytes.NewReader(b))
+		if err == nil {
+			resp.Body.Close()
+		}
+		started <- err
+	}()
+	var starting []int
+	if !pollUntil(30*time.Second, func() bool { starting = kernelProcs(dirs.runtime, false); return len(starting) == 1 }) {
+		t.Fatalf("the starting kernel's process: %v", starting)
+	}
+	g.kill(t, syscall.SIGKILL)
+	<-started
+	if syscall.Kill(starting[0], 0) != nil {
+		t.Fatal("the starting kernel died with its gateway: nothing to remove")
+	}
+
+	g2 := dirs.start(t, bin, "--pool-size", "0", "--kernelspec-dir", specs)
+	var ks []map[string]any
+	call(t, "GET", g2.url+"api/kernels", nil, 200, &ks)
+	if len(ks) != 0 {
+		t.Fatalf("kernels after the restart: %v, want none", ks)
+	}
+	waitProcs(t, dirs.runtime, true, nil)
 	if left, _ := filepath.Glob(filepath.Join(dirs.runtime, "kernel-*")); len(left) > 0 {
 		t.Fatalf("kernel directories left: %v", left)
 	}

@@ -18,6 +18,10 @@
 // credential for that sandbox alone. Killing a sandbox, or its timeout
 // running out, deletes every context it has, and with them their kernels.
 //
+// With the manager's state store, a sandbox is kept there too (its id,
+// template, metadata, token hashes and end) and comes back, with its
+// contexts, when a gateway starts again on that store (persist.go).
+//
 // It is an http.Handler built on sessions.Manager, mounted by the gateway;
 // it never reaches past sessions.
 package e2b
@@ -40,6 +44,7 @@ import (
 
 	"kernelgate/internal/timefmt"
 	"kernelgate/sessions"
+	"kernelgate/state"
 	"kernelgate/workspace"
 )
 
@@ -74,25 +79,32 @@ type Handler struct {
 	cfg Config
 	mgr *sessions.Manager
 	mux *http.ServeMux
+	// store keeps the sandboxes for the next start (the manager's; nil:
+	// memory only).
+	store state.Store
 
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
 	closed    bool
 }
 
-// sandbox is one sandbox: an id, an access token and a life.
+// sandbox is one sandbox: an id, access tokens and a life.
 type sandbox struct {
 	id       string
 	template string
-	token    string // handed again on connect
-	hash     [32]byte
 	metadata map[string]string
 	started  time.Time
 	ws       *workspace.Workspace // the sandbox's files, its contexts' cwd
 
 	// guarded by Handler.mu
-	end   time.Time
-	timer *time.Timer
+	// token is handed on connect: the token of create, or after a
+	// restart (which kept only its hash) one a connect minted.
+	token  string
+	hashes [][32]byte // of the tokens that open it
+	end    time.Time
+	timer  *time.Timer
+	gone   bool // killed: its record is not written again
+	rec    recordWrites
 }
 
 // New builds the handler over mgr.
@@ -115,7 +127,7 @@ func New(cfg Config, mgr *sessions.Manager) *Handler {
 	if cfg.Authorize == nil {
 		cfg.Authorize = func(string) (Access, error) { return Access{Read: true, Exec: true}, nil }
 	}
-	h := &Handler{cfg: cfg, mgr: mgr, mux: http.NewServeMux(), sandboxes: map[string]*sandbox{}}
+	h := &Handler{cfg: cfg, mgr: mgr, mux: http.NewServeMux(), store: mgr.Store(), sandboxes: map[string]*sandbox{}}
 	h.routes()
 	return h
 }
@@ -158,16 +170,24 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r)
 }
 
-// Close kills every sandbox (their contexts and files: a restarted
-// gateway would not know them) and refuses new ones.
+// Close refuses new sandboxes. Without a store it kills every sandbox
+// (their contexts and files: a restarted gateway would not know them);
+// with one it only stops their timers, and they are there at the next
+// start, as the contexts are.
 func (h *Handler) Close() {
 	h.mu.Lock()
 	h.closed = true
 	ids := make([]string, 0, len(h.sandboxes))
-	for id := range h.sandboxes {
+	for id, sb := range h.sandboxes {
 		ids = append(ids, id)
+		if sb.timer != nil {
+			sb.timer.Stop()
+		}
 	}
 	h.mu.Unlock()
+	if h.store != nil {
+		return
+	}
 	for _, id := range ids {
 		h.kill(id)
 	}
@@ -238,13 +258,24 @@ func (h *Handler) inSandbox(next func(http.ResponseWriter, *http.Request, *sandb
 		if tok == "" {
 			tok = r.Header.Get("E2B-Traffic-Access-Token")
 		}
-		th := sha256.Sum256([]byte(tok))
-		if tok == "" || subtle.ConstantTimeCompare(th[:], sb.hash[:]) != 1 {
+		if tok == "" || !h.opens(sb, tok) {
 			textError(w, http.StatusUnauthorized, "the sandbox's access token is required (X-Access-Token or E2B-Traffic-Access-Token)")
 			return
 		}
 		next(w, r, sb)
 	}
+}
+
+// opens says tok is one of the sandbox's access tokens.
+func (h *Handler) opens(sb *sandbox, tok string) bool {
+	th := sha256.Sum256([]byte(tok))
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ok := 0
+	for _, hash := range sb.hashes {
+		ok |= subtle.ConstantTimeCompare(th[:], hash[:])
+	}
+	return ok == 1
 }
 
 func (h *Handler) sandbox(id string) *sandbox {
@@ -281,7 +312,7 @@ type createBody struct {
 // sandboxModel is a sandbox as the sandbox API shows it.
 func (h *Handler) sandboxModel(sb *sandbox, withTokens bool) map[string]any {
 	h.mu.Lock()
-	end := sb.end
+	end, token := sb.end, sb.token
 	h.mu.Unlock()
 	m := map[string]any{
 		"sandboxID": sb.id, "templateID": sb.template, "alias": sb.template, "clientID": "kernelgate",
@@ -289,8 +320,8 @@ func (h *Handler) sandboxModel(sb *sandbox, withTokens bool) map[string]any {
 		"state": "running", "cpuCount": 1, "memoryMB": 0, "diskSizeMB": 0, "metadata": nonNil(sb.metadata),
 	}
 	if withTokens {
-		m["envdAccessToken"] = sb.token
-		m["trafficAccessToken"] = sb.token
+		m["envdAccessToken"] = token
+		m["trafficAccessToken"] = token
 		m["domain"] = nil
 	}
 	return m
@@ -334,7 +365,7 @@ func (h *Handler) createSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tok := "kgs_" + newSecret(32)
-	sb := &sandbox{id: "kg" + newSecret(10), template: body.TemplateID, token: tok, hash: sha256.Sum256([]byte(tok)),
+	sb := &sandbox{id: "kg" + newSecret(idBytes), template: body.TemplateID, token: tok, hashes: [][32]byte{sha256.Sum256([]byte(tok))},
 		metadata: body.Metadata, started: time.Now()}
 	if sb.template == "" {
 		sb.template = "code-interpreter-v1"
@@ -354,7 +385,7 @@ func (h *Handler) createSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.sandboxes[sb.id] = sb
-	h.setLifeLocked(sb, life)
+	sb.end = time.Now().Add(life) // armed once the sandbox is there
 	h.mu.Unlock()
 	// The default Python context starts now, as E2B's sandbox starts its
 	// kernel: the first runCode finds it ready.
@@ -364,21 +395,46 @@ func (h *Handler) createSandbox(w http.ResponseWriter, r *http.Request) {
 		apiError(w, status, msg)
 		return
 	}
+	// The timeout counts from the answer: a kernel slower to start than
+	// a short timeout must not kill the sandbox before it was created.
+	h.mu.Lock()
+	h.setLifeLocked(sb, life) // a change: the record is written below
+	h.mu.Unlock()
+	h.save(sb)
 	h.cfg.Logger.Info("e2b sandbox created", "sandbox", sb.id)
 	writeJSON(w, http.StatusCreated, h.sandboxModel(sb, true))
 }
 
-// setLifeLocked (re)arms the sandbox's timeout; h.mu is held.
+// setLifeLocked (re)arms the sandbox's timeout, a change of its record;
+// h.mu is held.
 func (h *Handler) setLifeLocked(sb *sandbox, life time.Duration) {
 	sb.end = time.Now().Add(life)
+	sb.rec.changes++
+	h.armLocked(sb)
+}
+
+// armLocked sets the sandbox's timer to kill it at its end (not once it
+// is killed); h.mu is held.
+func (h *Handler) armLocked(sb *sandbox) {
 	if sb.timer != nil {
 		sb.timer.Stop()
 	}
-	id := sb.id
-	sb.timer = time.AfterFunc(life, func() {
-		h.cfg.Logger.Info("e2b sandbox timed out", "sandbox", id)
-		h.kill(id)
-	})
+	if sb.gone {
+		return
+	}
+	sb.timer = time.AfterFunc(time.Until(sb.end), func() { h.expire(sb) })
+}
+
+// expire kills the sandbox if its end has come (a timeout set again since
+// the timer fired moved it).
+func (h *Handler) expire(sb *sandbox) {
+	h.mu.Lock()
+	due := h.sandboxes[sb.id] == sb && !time.Now().Before(sb.end)
+	h.mu.Unlock()
+	if due {
+		h.cfg.Logger.Info("e2b sandbox timed out", "sandbox", sb.id)
+		h.kill(sb.id)
+	}
 }
 
 func (h *Handler) listSandboxes(w http.ResponseWriter, r *http.Request) {
@@ -417,18 +473,32 @@ func (h *Handler) connectSandbox(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusBadRequest, "body: "+err.Error())
 		return
 	}
+	var life time.Duration
 	if body.Timeout != nil {
-		life, err := h.timeoutOf(body.Timeout)
-		if err != nil {
+		var err error
+		if life, err = h.timeoutOf(body.Timeout); err != nil {
 			apiError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		h.mu.Lock()
-		if time.Now().Add(life).After(sb.end) {
-			h.setLifeLocked(sb, life)
-		}
-		h.mu.Unlock()
 	}
+	h.mu.Lock()
+	if body.Timeout != nil && time.Now().Add(life).After(sb.end) {
+		h.setLifeLocked(sb, life)
+	}
+	if sb.token == "" {
+		// Kept across a restart as a hash only: the connecting client
+		// gets a token of its own; those handed before still open it.
+		sb.token = "kgs_" + newSecret(32)
+		sb.hashes = append(sb.hashes, sha256.Sum256([]byte(sb.token)))
+		if len(sb.hashes) > maxTokens { // the one of create, and the newest
+			sb.hashes = append(sb.hashes[:1], sb.hashes[len(sb.hashes)-maxTokens+1:]...)
+		}
+		sb.rec.changes++
+	}
+	h.mu.Unlock()
+	// Its token's hash and its end are durable before they are handed
+	// (also when a concurrent connect changed them).
+	h.save(sb)
 	writeJSON(w, http.StatusOK, h.sandboxModel(sb, true))
 }
 
@@ -453,6 +523,7 @@ func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	h.setLifeLocked(sb, life)
 	h.mu.Unlock()
+	h.save(sb)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -472,21 +543,39 @@ func (h *Handler) killSandbox(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// kill forgets a sandbox and deletes its contexts (their kernels with
-// them); false if there was no such sandbox.
+// kill forgets a sandbox, its record first, and deletes its contexts
+// (their kernels with them) and files; false if there was no such
+// sandbox.
 func (h *Handler) kill(id string) bool {
 	h.mu.Lock()
 	sb, ok := h.sandboxes[id]
+	var writing chan struct{}
 	if ok {
 		delete(h.sandboxes, id)
 		if sb.timer != nil {
 			sb.timer.Stop()
 		}
+		sb.gone = true
+		writing = sb.rec.writing
 	}
 	h.mu.Unlock()
 	if !ok {
 		return false
 	}
+	if writing != nil {
+		<-writing // a write of its record under way ends before the delete
+	}
+	h.deleteRecord(id)
+	h.deleteContexts(id)
+	if err := sb.ws.Delete(); err != nil {
+		h.cfg.Logger.Warn("e2b sandbox: workspace not deleted", "sandbox", id, "err", err)
+	}
+	h.cfg.Logger.Info("e2b sandbox killed", "sandbox", id)
+	return true
+}
+
+// deleteContexts deletes the contexts of sandbox id.
+func (h *Handler) deleteContexts(id string) {
 	prefix := contextPrefix(id)
 	for _, c := range h.mgr.Contexts() {
 		if strings.HasPrefix(c.ID, prefix) {
@@ -495,11 +584,6 @@ func (h *Handler) kill(id string) bool {
 			}
 		}
 	}
-	if err := sb.ws.Delete(); err != nil {
-		h.cfg.Logger.Warn("e2b sandbox: workspace not deleted", "sandbox", id, "err", err)
-	}
-	h.cfg.Logger.Info("e2b sandbox killed", "sandbox", id)
-	return true
 }
 
 // workspaceLanguage is the language whose kernels' user owns a sandbox's

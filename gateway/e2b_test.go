@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"kernelgate/sessions"
 )
 
 // e2bSandbox creates a sandbox over the E2B API and returns its id and
@@ -138,4 +140,21 @@ func TestE2BEndpoint(t *testing.T) {
 	if entries, _ := os.ReadDir(root); len(entries) != 0 {
 		t.Fatalf("sandbox folders after Close: %v", entries)
 	}
+}
+
+// A sandbox's timeout counts from its creation's answer: a kernel that
+// takes longer to start than a short timeout still gives a sandbox, which
+// the timeout then ends.
+func TestE2BShortTimeoutOutlastsASlowKernelStart(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "slowpy"), 0o755)
+	os.WriteFile(filepath.Join(dir, "slowpy", "kernel.json"), []byte(`{"argv":["/bin/sh","-c","sleep 2; exec /usr/bin/python3 -m ipykernel_launcher -f \"$0\"","{connection_file}"],"display_name":"slow","language":"python"}`), 0o644)
+	g := newGatewayWithDirs(t, []string{dir}, func(m *sessions.Config, _ *Config) {
+		m.Languages = map[string]string{"python": "slowpy"}
+	})
+	id, _ := e2bSandbox(t, g, `{"timeout":1}`)
+	if ctxs := sandboxContexts(t, g, id); len(ctxs) != 1 {
+		t.Fatalf("sandbox contexts = %v, want its python context", ctxs)
+	}
+	checkFor(t, 30*time.Second, "the sandbox's timeout kills it", func() bool { return len(sandboxContexts(t, g, id)) == 0 })
 }

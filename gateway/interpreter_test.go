@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"kernelgate/internal/sysproc"
 	"kernelgate/sessions"
 )
 
@@ -228,8 +229,12 @@ func TestExecuteErrorCodes(t *testing.T) {
 		}
 	})
 	t.Run("queue full", func(t *testing.T) {
-		first := startStream(t, g, map[string]any{"code": "import time; time.sleep(3)", "context": "busy"})
+		first := startStream(t, g, map[string]any{"code": "import time; print('running', flush=True); time.sleep(3)", "context": "busy"})
 		defer first.Body.Close()
+		// The first runs (it left the queue) before the second is queued.
+		if evs := readEvents(t, bufio.NewScanner(first.Body), func(ev event) bool { return ev.Type == "stdout" }); len(evs) == 0 || evs[len(evs)-1].Type != "stdout" {
+			t.Fatalf("the first run did not print: %+v", evs)
+		}
 		second := startStream(t, g, map[string]any{"code": "1", "context": "busy"})
 		defer second.Body.Close()
 		status, body := g.do("POST", "/api/execute", map[string]any{"code": "1", "context": "busy"})
@@ -462,7 +467,7 @@ func TestKilledContextKernelIsLost(t *testing.T) {
 	readEvents(t, sc, func(e event) bool { return e.Type == "stdout" })
 	ctx := decode[sessions.ContextModel](t, mustGet(t, g, "/api/contexts/victim"))
 	t0 := time.Now()
-	syscall.Kill(*ctx.KernelProcessID, syscall.SIGKILL)
+	sysproc.Kill(*ctx.KernelProcessID, syscall.SIGKILL)
 	evs := readEvents(t, sc, func(e event) bool { return e.Type == "end" })
 	end := evs[len(evs)-1]
 	if end.Type != "end" || end.Process.Reason != sessions.Lost || end.Process.ExitCode != nil || !strings.Contains(end.Process.Message, "killed") {

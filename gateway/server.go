@@ -124,6 +124,11 @@ func New(cfg Config, mgr *sessions.Manager, log *slog.Logger) *Server {
 	e.Logger.SetOutput(discard{})
 	s.echo = e
 	s.routes()
+	// The E2B sandboxes an earlier gateway kept, over the contexts the
+	// manager restored.
+	if _, err := s.e2b.Restore(context.Background()); err != nil {
+		log.Error("state: e2b sandboxes not restored", "err", err)
+	}
 	s.http = &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: 10 * time.Second,

@@ -276,7 +276,7 @@ func (c *Context) runQueue(justOne bool) {
 			if c.pool != nil {
 				c.pool.refill()
 			}
-			c.m.deleteContext(context.Background(), c)
+			c.m.deleteContext(context.Background(), c, false)
 		}
 	}
 }

@@ -155,11 +155,11 @@ func (m *Manager) CreateContext(ctx context.Context, req ContextRequest) (*Conte
 		return nil, err
 	}
 	if _, _, err := c.ensureKernel(ctx); err != nil {
-		m.deleteContext(context.Background(), c)
+		m.deleteContext(context.Background(), c, false)
 		return nil, err
 	}
 	if err := c.installPackages(ctx, req.Packages); err != nil {
-		m.deleteContext(context.Background(), c)
+		m.deleteContext(context.Background(), c, false)
 		return nil, err
 	}
 	return c, nil // recorded by ensureKernel, with its kernel
@@ -210,13 +210,13 @@ func (m *Manager) DeleteContext(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	m.deleteContext(ctx, c)
+	m.deleteContext(ctx, c, false)
 	return nil
 }
 
 // deleteContext forgets c and shuts its kernel down (at once once ctx
-// ends).
-func (m *Manager) deleteContext(ctx context.Context, c *Context) {
+// ends); stopping says the gateway is stopping, which its runs are told.
+func (m *Manager) deleteContext(ctx context.Context, c *Context, stopping bool) {
 	m.mu.Lock()
 	mine := m.contexts[c.ID] == c
 	if mine {
@@ -234,13 +234,17 @@ func (m *Manager) deleteContext(ctx context.Context, c *Context) {
 	c.queue = nil
 	running := c.running
 	c.mu.Unlock()
+	before, during := deletedBeforeStart(c), "context "+c.ID+" was deleted during the run and its kernel shut down"
+	if stopping {
+		before, during = stoppedBeforeStart, "the gateway stopped during the run and shut its kernel down"
+	}
 	for _, r := range queued {
-		r.lose(deletedBeforeStart(c))
+		r.lose(before)
 	}
 	// The running run ends first: the kernel's shutdown would end it
 	// without saying why.
 	if running != nil {
-		running.lose("context " + c.ID + " was deleted during the run and its kernel shut down")
+		running.lose(during)
 	}
 	if k != nil {
 		m.forget(k)
@@ -469,7 +473,7 @@ func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*Run
 	r := m.newRunWithID(runID, c, req)
 	if err := c.enqueue(r); err != nil {
 		m.dropRun(r, err)
-		m.deleteContext(context.Background(), c)
+		m.deleteContext(context.Background(), c, false)
 		return nil, err
 	}
 	return r, nil
@@ -685,3 +689,6 @@ func (m *Manager) Run(id string) (*Run, error) {
 	}
 	return r, nil
 }
+
+// stoppedBeforeStart is what a run queued when the gateway stopped says.
+const stoppedBeforeStart = "the gateway stopped before the run started; it never ran"

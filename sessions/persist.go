@@ -58,6 +58,11 @@ type infoProcess interface {
 	ProvisionerInfo() (jupyter.ProvisionerInfo, error)
 }
 
+// Store is the store the manager keeps its records in (Config.Store), nil
+// when they are kept in memory only. Packages built on the manager (e2b)
+// keep their own records of the contexts they make beside them.
+func (m *Manager) Store() state.Store { return m.store }
+
 // storeCtx bounds a durable write.
 func storeCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), storeTimeout)
@@ -317,6 +322,7 @@ func (r *Run) persist() {
 // leaving the process running and recorded for the next gateway
 // (Manager.Detach). Its last activity is written first.
 func (k *Kernel) leave() {
+	k.cancelAdoption() // a kept kernel not adopted yet stays as it is
 	k.life.Lock()
 	defer k.life.Unlock()
 	k.mu.Lock()
@@ -354,7 +360,7 @@ func (c *Context) stopRuns(keep bool) {
 	running := c.running
 	c.mu.Unlock()
 	for _, r := range queued {
-		r.lose("the gateway stopped before the run started; it never ran")
+		r.lose(stoppedBeforeStart)
 	}
 	if running != nil && !keep {
 		running.lose("the gateway stopped during the run and shut its kernel down; the next run starts a new kernel without the earlier state")

@@ -67,3 +67,40 @@ func TestPythonExitThenNextRunSaysStateIsGone(t *testing.T) {
 		t.Errorf("the run after exit() says %q, want that the earlier state is gone", e.Process.Message)
 	}
 }
+
+// A gateway that stops while a context runs ends the run and the one
+// queued behind it saying so, not that the context was deleted.
+func TestCloseTellsRunsTheGatewayStopped(t *testing.T) {
+	m := newRealManager(t, Config{})
+	ctx := context.Background()
+	c, err := m.CreateContext(ctx, ContextRequest{ID: "busy", Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	running, err := m.Execute(ctx, ExecuteRequest{Context: c.ID, Code: "import time\nprint('started', flush=True)\ntime.sleep(60)"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued, err := m.Execute(ctx, ExecuteRequest{Context: c.ID, Code: "1 + 1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the run to print", func() bool {
+		evs, _, _ := running.Events(0)
+		for _, ev := range evs {
+			if ev.Type == "stdout" {
+				return true
+			}
+		}
+		return false
+	})
+	closed, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	m.Close(closed)
+	for r, want := range map[*Run]string{running: "the gateway stopped during the run", queued: "the gateway stopped before the run started"} {
+		e := execution(t, r)
+		if e.Process.Reason != Lost || !strings.Contains(e.Process.Message, want) {
+			t.Errorf("run %q ended %+v, want lost saying %q", r.ID, e.Process, want)
+		}
+	}
+}

@@ -12,7 +12,6 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -30,18 +29,20 @@ const (
 	DefaultLockTimeout = 2 * time.Second
 )
 
-// Buckets of the file: meta holds "schema"; runs maps a run id to its
+// Buckets of the file: meta holds "schema"; kernels, contexts, sessions
+// and sandboxes map an id to its record in JSON; runs maps a run id to its
 // data; events holds one bucket per run, seq (8 bytes, big-endian) to
 // event.
 var (
-	bucketMeta     = []byte("meta")
-	bucketKernels  = []byte("kernels")
-	bucketContexts = []byte("contexts")
-	bucketSessions = []byte("sessions")
-	bucketRuns     = []byte("runs")
-	bucketEvents   = []byte("events")
-	keySchema      = []byte("schema")
-	allBuckets     = [][]byte{bucketMeta, bucketKernels, bucketContexts, bucketSessions, bucketRuns, bucketEvents}
+	bucketMeta      = []byte("meta")
+	bucketKernels   = []byte("kernels")
+	bucketContexts  = []byte("contexts")
+	bucketSessions  = []byte("sessions")
+	bucketSandboxes = []byte("sandboxes")
+	bucketRuns      = []byte("runs")
+	bucketEvents    = []byte("events")
+	keySchema       = []byte("schema")
+	allBuckets      = [][]byte{bucketMeta, bucketKernels, bucketContexts, bucketSessions, bucketSandboxes, bucketRuns, bucketEvents}
 )
 
 // Options tune a Bolt store; zero values take the defaults.
@@ -284,10 +285,9 @@ func moveAside(path, suffix string) (string, error) {
 		return "", err
 	}
 	defer f.Close()
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			return "", err
-		}
+	if held, err := tryLock(f); err != nil {
+		return "", err
+	} else if held {
 		// bbolt's Open may panic on a damaged file with the file still
 		// open and locked by this process: that lock is no one else's.
 		if others := lockHolders(f, os.Getpid()); len(others) > 0 {
@@ -339,7 +339,7 @@ func describe(path string) (out string) {
 	defer closeQuietly(db)
 	var parts []string
 	err = db.View(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketKernels, bucketContexts, bucketSessions, bucketRuns} {
+		for _, name := range [][]byte{bucketKernels, bucketContexts, bucketSessions, bucketRuns, bucketSandboxes} {
 			n := 0
 			if bk := tx.Bucket(name); bk != nil {
 				n = bk.Stats().KeyN
@@ -537,6 +537,12 @@ func (b *Bolt) PutSession(ctx context.Context, s Session) error {
 func (b *Bolt) DeleteSession(ctx context.Context, id string) error {
 	return b.deleteRecord(ctx, bucketSessions, id)
 }
+func (b *Bolt) PutSandbox(ctx context.Context, s Sandbox) error {
+	return b.putRecord(ctx, bucketSandboxes, s.ID, s)
+}
+func (b *Bolt) DeleteSandbox(ctx context.Context, id string) error {
+	return b.deleteRecord(ctx, bucketSandboxes, id)
+}
 
 // PutRun queues the run's data; the caller may reuse data after it
 // returns only if it does not change it (it is not copied).
@@ -572,6 +578,7 @@ func (b *Bolt) Load(ctx context.Context) (*Snapshot, error) {
 		decodeAll(b.log, tx, bucketKernels, &snap.Kernels)
 		decodeAll(b.log, tx, bucketContexts, &snap.Contexts)
 		decodeAll(b.log, tx, bucketSessions, &snap.Sessions)
+		decodeAll(b.log, tx, bucketSandboxes, &snap.Sandboxes)
 		events := tx.Bucket(bucketEvents)
 		runs := map[string]int{}
 		tx.Bucket(bucketRuns).ForEach(func(k, v []byte) error {

@@ -11,19 +11,21 @@ import (
 // Memory is a Store that keeps its records in this process only: what
 // kernelgate does with an empty --state-dir. Nothing survives a restart.
 type Memory struct {
-	mu       sync.Mutex
-	closed   bool
-	kernels  map[string]Kernel
-	contexts map[string]Context
-	sessions map[string]Session
-	runs     map[string]*Run
+	mu        sync.Mutex
+	closed    bool
+	kernels   map[string]Kernel
+	contexts  map[string]Context
+	sessions  map[string]Session
+	sandboxes map[string]Sandbox
+	runs      map[string]*Run
 }
 
 var _ Store = (*Memory)(nil)
 
 // NewMemory returns an empty memory store.
 func NewMemory() *Memory {
-	return &Memory{kernels: map[string]Kernel{}, contexts: map[string]Context{}, sessions: map[string]Session{}, runs: map[string]*Run{}}
+	return &Memory{kernels: map[string]Kernel{}, contexts: map[string]Context{}, sessions: map[string]Session{},
+		sandboxes: map[string]Sandbox{}, runs: map[string]*Run{}}
 }
 
 // put stores v under id in m (under the store's lock).
@@ -63,6 +65,13 @@ func (s *Memory) PutSession(_ context.Context, ss Session) error {
 }
 func (s *Memory) DeleteSession(_ context.Context, id string) error {
 	return del(s, s.sessions, id)
+}
+
+func (s *Memory) PutSandbox(_ context.Context, sb Sandbox) error {
+	return put(s, s.sandboxes, sb.ID, sb)
+}
+func (s *Memory) DeleteSandbox(_ context.Context, id string) error {
+	return del(s, s.sandboxes, id)
 }
 
 func (s *Memory) PutRun(id string, data []byte) error {
@@ -157,6 +166,9 @@ func (s *Memory) Load(context.Context) (*Snapshot, error) {
 	for _, ss := range s.sessions {
 		snap.Sessions = append(snap.Sessions, ss)
 	}
+	for _, sb := range s.sandboxes {
+		snap.Sandboxes = append(snap.Sandboxes, sb)
+	}
 	for _, r := range s.runs {
 		snap.Runs = append(snap.Runs, Run{ID: r.ID, Data: slices.Clone(r.Data), Events: slices.Clone(r.Events)})
 	}
@@ -176,5 +188,6 @@ func (snap *Snapshot) sort() {
 	sort.Slice(snap.Kernels, func(i, j int) bool { return snap.Kernels[i].ID < snap.Kernels[j].ID })
 	sort.Slice(snap.Contexts, func(i, j int) bool { return snap.Contexts[i].ID < snap.Contexts[j].ID })
 	sort.Slice(snap.Sessions, func(i, j int) bool { return snap.Sessions[i].ID < snap.Sessions[j].ID })
+	sort.Slice(snap.Sandboxes, func(i, j int) bool { return snap.Sandboxes[i].ID < snap.Sandboxes[j].ID })
 	slices.SortFunc(snap.Runs, func(a, b Run) int { return strings.Compare(a.ID, b.ID) })
 }

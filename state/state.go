@@ -1,6 +1,6 @@
 // Package state keeps what kernelgate must not lose when it restarts: its
-// kernels (and how to reach them again), contexts, Jupyter sessions and
-// run records.
+// kernels (and how to reach them again), contexts, Jupyter sessions, the
+// E2B endpoint's sandboxes and run records.
 //
 // A Store is the one interface the rest of kernelgate sees. Two
 // implementations live here: Memory, which keeps everything in this
@@ -9,9 +9,9 @@
 // kept by the Kubernetes provisioner) implements the same interface.
 //
 // Two kinds of write:
-//   - Records the API acknowledges (kernels, contexts, sessions, created
-//     or deleted) are durable when the call returns: a 201 survives a
-//     crash right after it.
+//   - Records the API acknowledges (kernels, contexts, sessions and
+//     sandboxes, created or deleted) are durable when the call returns: a
+//     201 survives a crash right after it.
 //   - Run records and their events are written at the rate runs finish
 //     (hundreds a second). Those calls only queue the write and return;
 //     a writer commits what is queued at most FlushDelay later, one fsync
@@ -94,6 +94,21 @@ type Session struct {
 	Extra    json.RawMessage `json:"extra,omitempty"`
 }
 
+// Sandbox is a sandbox of the E2B-compatible endpoint (package e2b). Its
+// contexts are kept as contexts, under ids that name the sandbox.
+type Sandbox struct {
+	ID       string            `json:"id"`
+	Template string            `json:"template,omitempty"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// TokenHashes are the SHA-256 hashes of its access tokens (never the
+	// tokens).
+	TokenHashes [][32]byte `json:"tokenHashes,omitempty"`
+	Started     time.Time  `json:"started"`
+	// Ends is when its timeout runs out.
+	Ends  time.Time       `json:"ends"`
+	Extra json.RawMessage `json:"extra,omitempty"`
+}
+
 // Event is one event of a run, as its owner encoded it.
 type Event struct {
 	Seq  uint64
@@ -110,22 +125,25 @@ type Run struct {
 
 // Snapshot is everything a store holds, as Load returns it.
 type Snapshot struct {
-	Kernels  []Kernel
-	Contexts []Context
-	Sessions []Session
-	Runs     []Run
+	Kernels   []Kernel
+	Contexts  []Context
+	Sessions  []Session
+	Sandboxes []Sandbox
+	Runs      []Run
 }
 
 // Store keeps kernelgate's records. It is safe for concurrent use.
 type Store interface {
-	// Put and Delete of kernels, contexts and sessions return once the
-	// change is durable. Deleting what is not there is no error.
+	// Put and Delete of kernels, contexts, sessions and sandboxes return
+	// once the change is durable. Deleting what is not there is no error.
 	PutKernel(ctx context.Context, k Kernel) error
 	DeleteKernel(ctx context.Context, id string) error
 	PutContext(ctx context.Context, c Context) error
 	DeleteContext(ctx context.Context, id string) error
 	PutSession(ctx context.Context, s Session) error
 	DeleteSession(ctx context.Context, id string) error
+	PutSandbox(ctx context.Context, s Sandbox) error
+	DeleteSandbox(ctx context.Context, id string) error
 
 	// PutRun replaces a run's data, AppendRunEvents adds events to it
 	// (an event of a seq already there replaces it) and DeleteRun removes

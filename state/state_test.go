@@ -64,6 +64,11 @@ func sampleContext(id string) Context {
 		Tokens: []TokenHash{{Hash: [32]byte{1, 2, 3}, Expires: t0.Add(time.Hour)}}, Created: t0}
 }
 
+func sampleSandbox(id string) Sandbox {
+	return Sandbox{ID: id, Template: "code-interpreter-v1", Metadata: map[string]string{"user": "a"},
+		TokenHashes: [][32]byte{{4, 5, 6}}, Started: t0, Ends: t0.Add(5 * time.Minute)}
+}
+
 // TestStores runs the same story on both stores: records put, replaced,
 // deleted; run data and events in seq order; a deleted run goes with its
 // events.
@@ -90,6 +95,9 @@ func TestStores(t *testing.T) {
 			must(t, s.PutSession(ctx, Session{ID: "s1", Path: "a.ipynb", Name: "a", Type: "notebook", KernelID: "k2", Created: t0}))
 			must(t, s.PutSession(ctx, Session{ID: "s2", KernelID: "k2", Created: t0}))
 			must(t, s.DeleteSession(ctx, "s2"))
+			must(t, s.PutSandbox(ctx, sampleSandbox("sb1")))
+			must(t, s.PutSandbox(ctx, sampleSandbox("sb2")))
+			must(t, s.DeleteSandbox(ctx, "sb2"))
 			must(t, s.PutRun("r1", []byte(`{"state":"running"}`)))
 			must(t, s.AppendRunEvents("r1", Event{2, []byte("b")}, Event{1, []byte("a")}))
 			must(t, s.AppendRunEvents("r1", Event{3, []byte("c")}))
@@ -103,10 +111,11 @@ func TestStores(t *testing.T) {
 			snap, err := s.Load(ctx)
 			must(t, err)
 			want := &Snapshot{
-				Kernels:  []Kernel{k2},
-				Contexts: []Context{sampleContext("c1")},
-				Sessions: []Session{{ID: "s1", Path: "a.ipynb", Name: "a", Type: "notebook", KernelID: "k2", Created: t0}},
-				Runs:     []Run{{ID: "r1", Data: []byte(`{"state":"done"}`), Events: []Event{{1, []byte("a")}, {2, []byte("b")}, {3, []byte("c")}}}},
+				Kernels:   []Kernel{k2},
+				Contexts:  []Context{sampleContext("c1")},
+				Sessions:  []Session{{ID: "s1", Path: "a.ipynb", Name: "a", Type: "notebook", KernelID: "k2", Created: t0}},
+				Sandboxes: []Sandbox{sampleSandbox("sb1")},
+				Runs:      []Run{{ID: "r1", Data: []byte(`{"state":"done"}`), Events: []Event{{1, []byte("a")}, {2, []byte("b")}, {3, []byte("c")}}}},
 			}
 			if !reflect.DeepEqual(snap, want) {
 				t.Errorf("loaded\n%+v\nwant\n%+v", snap, want)
