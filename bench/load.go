@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -24,7 +25,8 @@ type loadResult struct {
 	total   int
 	wall    time.Duration
 	cpu     time.Duration
-	first   error // the first error seen, for the log
+	self    time.Duration // this process's CPU: the clients'
+	first   error         // the first error seen, for the log
 }
 
 // record adds the outcome of one execute.
@@ -55,15 +57,28 @@ type loadPhase struct {
 	count   int
 	exec    func(ctx context.Context, worker int) (missing bool, err error)
 	cpu     func() time.Duration
+	// open and close, when set, run before and after the phase, outside
+	// what is measured (the websocket phase's websockets are open only
+	// during it).
+	open  func(ctx context.Context) error
+	close func()
 }
 
 // run runs the phase; measured phases add to their result.
-func (p loadPhase) run(ctx context.Context, measured bool) {
+func (p loadPhase) run(ctx context.Context, measured bool) error {
+	if p.open != nil {
+		if err := p.open(ctx); err != nil {
+			return err
+		}
+	}
+	if p.close != nil {
+		defer p.close()
+	}
 	res := p.res
 	if !measured {
 		res = &loadResult{}
 	}
-	cpu0, t0 := p.cpu(), time.Now()
+	cpu0, self0, t0 := p.cpu(), selfCPU(), time.Now()
 	var wg sync.WaitGroup
 	for w := range p.workers {
 		wg.Add(1)
@@ -83,17 +98,24 @@ func (p loadPhase) run(ctx context.Context, measured bool) {
 		res.mu.Lock()
 		res.wall += time.Since(t0)
 		res.cpu += p.cpu() - cpu0
+		res.self += selfCPU() - self0
 		res.total += p.workers * p.count
 		res.mu.Unlock()
 	}
+	return nil
 }
 
 // loadGateway is a kernelgate set up for the load test: one context per
-// kernel, and clients websockets on each context's kernel.
+// kernel; the websocket phase opens clients websockets on each context's
+// kernel for its run and closes them after, so that the REST phase's
+// iopub goes to no websocket.
 type loadGateway struct {
-	s        *server
-	contexts []string
-	clients  []*kernelWS
+	s         *server
+	contexts  []string
+	kernelIDs []string
+	clients   int // per kernel
+	ws        []*kernelWS
+	rest      []*restConn
 	// startFailures counts contexts whose kernel failed to start (then
 	// retried) while the test was set up.
 	startFailures int
@@ -101,13 +123,12 @@ type loadGateway struct {
 
 func (b *bench) setupLoad(ctx context.Context, s *server, language string) (*loadGateway, error) {
 	o := b.opt
-	g := &loadGateway{s: s, contexts: make([]string, o.loadKernels)}
-	kernelIDs := make([]string, o.loadKernels)
+	g := &loadGateway{s: s, contexts: make([]string, o.loadKernels), kernelIDs: make([]string, o.loadKernels), clients: o.loadClients}
 	var mu sync.Mutex
 	err := parallel(o.loadKernels, 4, func(i int) error {
 		var err error
 		for range 3 {
-			if g.contexts[i], kernelIDs[i], err = s.createContext(ctx, language); err == nil {
+			if g.contexts[i], g.kernelIDs[i], err = s.createContext(ctx, language); err == nil {
 				return nil
 			}
 			// A start can fail on a port another kernel took meanwhile:
@@ -122,21 +143,45 @@ func (b *bench) setupLoad(ctx context.Context, s *server, language string) (*loa
 	if err != nil {
 		return g, err
 	}
-	for i := range o.loadKernels * o.loadClients {
-		c, err := dialKernel(ctx, s, kernelIDs[i%o.loadKernels], true)
+	// One keep-alive connection per REST client, written and read on the
+	// caller's goroutine (as in the round-trip section).
+	for range o.loadKernels * o.loadClients {
+		c, err := newRESTConn(s)
 		if err != nil {
 			return g, err
 		}
-		g.clients = append(g.clients, c)
-		if err := c.kernelInfo(ctx); err != nil {
-			return g, err
-		}
+		g.rest = append(g.rest, c)
 	}
 	return g, nil
 }
 
+// openWS dials the websocket phase's clients.
+func (g *loadGateway) openWS(ctx context.Context) error {
+	for i := range len(g.kernelIDs) * g.clients {
+		c, err := dialKernel(ctx, g.s, g.kernelIDs[i%len(g.kernelIDs)], true)
+		if err != nil {
+			return err
+		}
+		g.ws = append(g.ws, c)
+		if err := c.kernelInfo(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// closeWS closes them and waits until the gateway has let them go.
+func (g *loadGateway) closeWS() {
+	for _, c := range g.ws {
+		c.Close()
+		<-c.closed
+	}
+	g.ws = nil
+}
+
 func (g *loadGateway) close() {
-	for _, c := range g.clients {
+	g.closeWS()
+	for _, c := range g.rest {
 		c.Close()
 	}
 	for _, id := range g.contexts {
@@ -149,17 +194,28 @@ func (g *loadGateway) close() {
 // phases returns the websocket and REST phases of the gateway.
 func (g *loadGateway) phases(name string, count int) (ws, rest loadPhase) {
 	cpu := func() time.Duration { d, _ := cpuTime(g.s.pid()); return d }
-	ws = loadPhase{name: name + " websocket", res: &loadResult{}, workers: len(g.clients), count: count, cpu: cpu,
+	workers := len(g.kernelIDs) * g.clients
+	ws = loadPhase{name: name + " websocket", res: &loadResult{}, workers: workers, count: count, cpu: cpu,
+		open: g.openWS, close: g.closeWS,
 		exec: func(ctx context.Context, w int) (bool, error) {
-			out, err := g.clients[w].execute(ctx, "1+1", 0)
+			out, err := g.ws[w].execute(ctx, "1+1", 0)
 			if err == nil && out.wrong("2") {
 				err = fmt.Errorf("%w: status %s, result %q", errWrong, out.status, out.text)
 			}
 			return out.text == "", err
 		}}
-	rest = loadPhase{name: name + " POST /api/execute", res: &loadResult{}, workers: len(g.clients), count: count, cpu: cpu,
+	bodies := make([][]byte, workers)
+	for w := range bodies {
+		bodies[w], _ = json.Marshal(map[string]any{"code": "1+1", "context": g.contexts[w%len(g.contexts)]})
+	}
+	rest = loadPhase{name: name + " POST /api/execute", res: &loadResult{}, workers: workers, count: count, cpu: cpu,
 		exec: func(ctx context.Context, w int) (bool, error) {
-			return g.s.execute(ctx, map[string]any{"code": "1+1", "context": g.contexts[w%len(g.contexts)]}, "2")
+			missing, err := g.rest[w].execute(ctx, bodies[w], "2")
+			if err != nil {
+				g.rest[w].Close() // a broken connection is dialled again
+				g.rest[w].conn = nil
+			}
+			return missing, err
 		}}
 	return ws, rest
 }
@@ -228,12 +284,16 @@ func (b *bench) benchLoad(ctx context.Context) error {
 	progress("load: warming up")
 	for _, p := range phases {
 		p.count = 2
-		p.run(sctx, false)
+		if err := p.run(sctx, false); err != nil {
+			return err
+		}
 	}
 	for r := range o.loadRounds {
 		for _, p := range phases {
 			progress("load: round %d/%d, %s, %d executes", r+1, o.loadRounds, p.name, p.workers*p.count)
-			p.run(sctx, true)
+			if err := p.run(sctx, true); err != nil {
+				return err
+			}
 		}
 	}
 	for _, p := range phases {
@@ -263,6 +323,8 @@ func (b *bench) benchLoad(ctx context.Context) error {
 		if a != nil {
 			rs += "; B/A " + ratio(perExec(r), perExec(a))
 		}
+		// The harness's clients share the cores with the kernels too.
+		rs += fmt.Sprintf("; the harness's clients %.2f CPU s", r.self.Seconds()/float64(r.total)*1000)
 		b.add(row{figure: "CPU per 1 000 executes, " + label + " (kernelgate: the gateway process; direct: the client process)",
 			kg: fmt.Sprintf("%.2f CPU s", perExec(r)*1000), direct: fmt.Sprintf("%.2f CPU s", perExec(d)*1000), ratios: rs})
 	}

@@ -101,7 +101,7 @@ func main() {
 	write := flag.String("write", "", "markdown file whose generated section gets the table (docs/benchmarks.md)")
 	only := flag.String("only", "", "comma-separated sections to run: start,roundtrip,pool,stream,load,density,launcher,files,agents,bigoutput,k8s,state (default all)")
 	profile := flag.String("profile", "", "instead of the benchmarks, serve the gateway in this process and write CPU profiles of -workloads into this directory")
-	workloads := flag.String("workloads", "ws-deno,rest-python,rest-deno", "workloads of -profile: ws-deno, ws-python, rest-python, rest-deno")
+	workloads := flag.String("workloads", "ws-deno,rest-python,rest-deno", "workloads of -profile: ws-deno, ws-python, rest-python, rest-deno, stream-python, stream-deno, load-rest, load-ws")
 	profileN := flag.Int("n", 2000, "round trips per -profile workload")
 	flag.BoolVar(&traceToo, "trace", false, "with -profile, also write an execution trace of each workload (go tool trace -pprof=sched shows hand-off latency)")
 	flag.StringVar(&compareBin, "compare", "", "a second kernelgate program measured beside bin/kernelgate (rows marked kernelgate B)")

@@ -17,6 +17,7 @@ import (
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
 	"kernelgate/sessions"
+	"kernelgate/state"
 )
 
 // The profiling run serves the gateway from this process (kernelgate has
@@ -26,10 +27,20 @@ import (
 // clients run in the same process; their functions are easy to tell apart
 // (package main, gorilla's client side).
 
-// inProcessGateway serves kernelgate's gateway on a loopback listener.
+// inProcessGateway serves kernelgate's gateway on a loopback listener,
+// keeping its state in a store of its own, as kernelgate does by default.
 func inProcessGateway(poolSize int) (*server, func(), error) {
 	dir, err := os.MkdirTemp("", "kgprof-")
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := os.Mkdir(filepath.Join(dir, "state"), 0o700); err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	store, err := state.Open(filepath.Join(dir, "state", state.FileName), state.Options{})
+	if err != nil {
+		os.RemoveAll(dir)
 		return nil, nil, err
 	}
 	metrics := gateway.NewMetrics()
@@ -39,11 +50,14 @@ func inProcessGateway(poolSize int) (*server, func(), error) {
 		RunsKept: 1000, InterruptGrace: 3 * time.Second, PoolSize: poolSize, LateOutputWait: 5 * time.Millisecond,
 		Observer:     metrics,
 		KernelLimits: jupyter.Limits{MemoryBytes: 4 << 30, Pids: 1024, NoFile: 4096},
+		Store:        store,
 	}, kernelspecs.Load([]string{specDir}), &jupyter.LocalProvisioner{RuntimeDir: filepath.Join(dir, "runtime")}, nil)
 	s := &server{name: "kernelgate (in process)", token: "bench-profile", dir: dir, http: newHTTPClient(), waited: make(chan struct{})}
 	srv := gateway.New(gateway.Config{Token: s.token, Metrics: metrics, MetricsOpen: true}, mgr, nil)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
+		mgr.Close(context.Background())
+		store.Close()
 		os.RemoveAll(dir)
 		return nil, nil, err
 	}
@@ -54,6 +68,7 @@ func inProcessGateway(poolSize int) (*server, func(), error) {
 		defer cancel()
 		srv.Shutdown(ctx)
 		mgr.Close(ctx)
+		store.Close()
 		s.http.CloseIdleConnections()
 		os.RemoveAll(dir)
 	}
@@ -66,6 +81,17 @@ var profileWorkloads = map[string]func(ctx context.Context, kg *server, n int) e
 	"ws-python":   func(ctx context.Context, kg *server, n int) error { return profileWS(ctx, kg, "python3", n) },
 	"rest-python": func(ctx context.Context, kg *server, n int) error { return profileREST(ctx, kg, "python", n) },
 	"rest-deno":   func(ctx context.Context, kg *server, n int) error { return profileREST(ctx, kg, "javascript", n) },
+	// 100 MiB of output in 1 MiB lines over the v1 websocket, n/200 times
+	// (10 for the default n).
+	"stream-python": func(ctx context.Context, kg *server, n int) error {
+		return profileStream(ctx, kg, "python3", "python", n)
+	},
+	"stream-deno": func(ctx context.Context, kg *server, n int) error {
+		return profileStream(ctx, kg, "deno", "javascript", n)
+	},
+	// The load section's 16 Deno kernels × 4 clients, n executes in all.
+	"load-rest": func(ctx context.Context, kg *server, n int) error { return profileLoad(ctx, kg, false, n) },
+	"load-ws":   func(ctx context.Context, kg *server, n int) error { return profileLoad(ctx, kg, true, n) },
 }
 
 // runProfiles records a CPU profile of each named workload into dir.
@@ -154,5 +180,63 @@ func profileREST(ctx context.Context, kg *server, language string, n int) error 
 			return err
 		}
 	}
+	return nil
+}
+
+func profileStream(ctx context.Context, kg *server, spec, language string, n int) error {
+	key := "stream " + spec
+	ws := profiled[key]
+	if ws == nil {
+		id, err := kg.startKernel(ctx, spec)
+		if err != nil {
+			return err
+		}
+		if ws, err = dialKernel(ctx, kg, id, true); err != nil {
+			return err
+		}
+		profiled[key] = ws
+	}
+	const mib = 100
+	runs := max(1, n/200)
+	c0, t0 := selfCPU(), time.Now()
+	for range runs {
+		o, err := ws.execute(ctx, streamCode(language, mib), mib<<20)
+		if err != nil {
+			return err
+		}
+		if o.status != "ok" {
+			return fmt.Errorf("stream: status %s", o.status)
+		}
+	}
+	progress("stream %s: %.0f MiB/s, %.2f ms of CPU per MiB (gateway and harness)", spec,
+		float64(runs*mib)/time.Since(t0).Seconds(), float64((selfCPU()-c0).Microseconds())/1000/float64(runs*mib))
+	return nil
+}
+
+// profiledLoad keeps the load workloads' contexts and websockets.
+var profiledLoad *loadGateway
+
+func profileLoad(ctx context.Context, kg *server, ws bool, n int) error {
+	if profiledLoad == nil {
+		b := &bench{opt: full}
+		g, err := b.setupLoad(ctx, kg, "javascript")
+		if err != nil {
+			return err
+		}
+		profiledLoad = g
+	}
+	wsPhase, restPhase := profiledLoad.phases("kernelgate", max(1, n/len(profiledLoad.rest)))
+	p := restPhase
+	if ws {
+		p = wsPhase
+	}
+	p.cpu = selfCPU
+	if err := p.run(ctx, true); err != nil {
+		return err
+	}
+	if p.res.errs > 0 {
+		return fmt.Errorf("load: %d errors, the first: %w", p.res.errs, p.res.first)
+	}
+	progress("%s: %.0f executes/s, %.2f CPU s per 1 000 (gateway and harness)", p.name, p.res.rate(), p.res.cpu.Seconds()/float64(p.res.total)*1000)
 	return nil
 }

@@ -40,7 +40,10 @@ func (b *bench) benchStream(ctx context.Context) error {
 			}
 			defer dc.Close()
 			var direct sample
+			// CPU of the direct client (this process) and of its kernel.
+			var directCPU, kernelCPU time.Duration
 			runs := []func() error{func() error {
+				c0, k0 := selfCPU(), cpuOf(dc.PID())
 				d, err := measure(func() error {
 					status, err := dc.Execute(sctx, code)
 					if err == nil && status != "ok" {
@@ -48,6 +51,8 @@ func (b *bench) benchStream(ctx context.Context) error {
 					}
 					return err
 				})
+				directCPU += selfCPU() - c0
+				kernelCPU += cpuOf(dc.PID()) - k0
 				direct = append(direct, d)
 				return err
 			}}
@@ -56,6 +61,8 @@ func (b *bench) benchStream(ctx context.Context) error {
 				lat  sample
 				late int
 				rss0 int64
+				// CPU of the gateway and of the harness's websocket client
+				cpu, client time.Duration
 			}
 			var gws []*via
 			for _, s := range []*server{b.kg, b.kgB} {
@@ -83,11 +90,14 @@ func (b *bench) benchStream(ctx context.Context) error {
 				}
 				runs = append(runs, func() error {
 					var o outcome
+					g0, c0 := cpuOf(s.pid()), selfCPU()
 					d, err := measure(func() error {
 						var err error
 						o, err = ws.execute(sctx, code, total)
 						return err
 					})
+					g.cpu += cpuOf(s.pid()) - g0
+					g.client += selfCPU() - c0
 					if err == nil && o.status != "ok" {
 						err = fmt.Errorf("%s: status %s", s.name, o.status)
 					}
@@ -104,9 +114,9 @@ func (b *bench) benchStream(ctx context.Context) error {
 					return err
 				}
 			}
-			direct = nil
+			direct, directCPU, kernelCPU = nil, 0, 0
 			for _, g := range gws {
-				g.lat, g.late = nil, 0
+				g.lat, g.late, g.cpu, g.client = nil, 0, 0, 0
 				if err := resetPeak(g.s.pid()); err != nil {
 					return fmt.Errorf("resetting the gateway's peak RSS: %w", err)
 				}
@@ -124,6 +134,9 @@ func (b *bench) benchStream(ctx context.Context) error {
 				return fmt.Sprintf("%.0f MiB/s (%s / %s s, n=%d)", float64(b.opt.streamMiB)/s.p50().Seconds(),
 					secs(s.p50()), secs(s.p90()), len(s))
 			}
+			perMiB := func(d time.Duration, runs int) string {
+				return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000/float64(runs*b.opt.streamMiB))
+			}
 			for i, g := range gws {
 				_, hwm, _ := memStatus(g.s.pid())
 				note := ""
@@ -140,6 +153,9 @@ func (b *bench) benchStream(ctx context.Context) error {
 				b.add(row{figure: fmt.Sprintf("%d MiB of output in 1 MiB lines, %s (kernelgate: v1 websocket)%s", b.opt.streamMiB, k.spec, suffix),
 					kg: rate(g.lat), direct: rate(direct),
 					ratios: "kg/direct throughput " + ratio(direct.p50().Seconds(), g.lat.p50().Seconds()) + note})
+				b.add(row{figure: "CPU per MiB streamed, " + k.spec + suffix + " (kernelgate: the gateway process; direct: the client; harness's websocket client and direct's kernel in the ratios)",
+					kg: perMiB(g.cpu, len(g.lat)), direct: perMiB(directCPU, len(direct)),
+					ratios: "websocket client " + perMiB(g.client, len(g.lat)) + "; direct's kernel " + perMiB(kernelCPU, len(direct))})
 				b.add(row{figure: "Gateway peak RSS while streaming, " + k.spec + suffix,
 					kg: fmt.Sprintf("%.0f MiB (%.0f MiB before)", mib(hwm), mib(g.rss0))})
 			}
@@ -154,3 +170,9 @@ func (b *bench) benchStream(ctx context.Context) error {
 }
 
 func secs(d time.Duration) string { return fmt.Sprintf("%.2f", d.Seconds()) }
+
+// cpuOf is cpuTime, 0 when it cannot be read.
+func cpuOf(pid int) time.Duration {
+	d, _ := cpuTime(pid)
+	return d
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -707,8 +708,20 @@ func (k *Kernel) read(ch Channel, s *socket) {
 			continue
 		}
 		k.dispatch(ch, m)
+		if m.Size() >= yieldAfter {
+			// Let the goroutines the message woke (the write pumps of
+			// the websockets it goes to) send it before the next read:
+			// on a gateway with one P, a reader with more output
+			// waiting would otherwise read on and pile it up in memory
+			// (tens of MiB of 1 MiB prints), which the runtime then
+			// hands back to the system and faults in again.
+			runtime.Gosched()
+		}
 	}
 }
+
+// yieldAfter is the size of a message after which its reader yields.
+const yieldAfter = 64 << 10
 
 // dispatch hands m to the iopub subscribers and to the call it answers.
 func (k *Kernel) dispatch(ch Channel, m *Message) {

@@ -162,7 +162,10 @@ func (c *Context) enqueueRun(r *Run, inline bool) (bool, error) {
 	c.queue = append(c.queue, r)
 	c.runIDs = append(c.runIDs, r.ID)
 	if over := len(c.runIDs) - c.m.cfg.RunsKept; over > 0 {
-		c.runIDs = append(c.runIDs[:0], c.runIDs[over:]...)
+		// Drop the oldest from the front: append reallocates once the
+		// room there is used, rather than every run copying the rest.
+		clear(c.runIDs[:over])
+		c.runIDs = c.runIDs[over:]
 	}
 	r.mu.Lock()
 	r.cancel = func(reason Reason) { c.dequeue(r, reason) }

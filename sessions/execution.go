@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"kernelgate/jupyter"
@@ -75,17 +76,27 @@ type Result struct {
 	JavaScript   string                     `json:"javascript,omitempty"`
 
 	size int
+	js   atomic.Pointer[[]byte] // the JSON, once made
 }
 
 // MarshalJSON writes the result with the short mirrors of its bundle. A
 // result made by a run holds its bundle once: the mirrors are filled only
 // here, and the run's result event and its Execution share the Result. It
-// is not changed after it is made (an update replaces it).
+// is not changed after it is made (an update replaces it), so its JSON is
+// made once. The caller must not change what it returns.
 func (r *Result) MarshalJSON() ([]byte, error) {
+	if js := r.js.Load(); js != nil {
+		return *js, nil
+	}
 	type plain Result
-	c := *r
-	c.mirror()
-	return json.Marshal((*plain)(&c))
+	c := plain{Data: r.Data, Metadata: r.Metadata, IsMainResult: r.IsMainResult, DisplayID: r.DisplayID}
+	(*Result)(&c).mirror()
+	js, err := json.Marshal(&c)
+	if err != nil {
+		return nil, err
+	}
+	r.js.Store(&js)
+	return js, nil
 }
 
 // ansi matches terminal escape sequences (CSI and OSC).

@@ -395,7 +395,7 @@ func fakeAnswer(r *fakeRequest) {
 
 // fakeSpecs writes a kernelspec named "fake" for the language python,
 // with metadata.kernelgate when given.
-func fakeSpecs(t *testing.T, kernelgate ...string) *kernelspecs.Catalog {
+func fakeSpecs(t testing.TB, kernelgate ...string) *kernelspecs.Catalog {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "fake")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -418,13 +418,13 @@ func fakeSpecs(t *testing.T, kernelgate ...string) *kernelspecs.Catalog {
 
 // newFakeManager returns a manager whose kernels are fakes, closed when the
 // test ends.
-func newFakeManager(t *testing.T, cfg Config, f *fakeKernels) *Manager {
+func newFakeManager(t testing.TB, cfg Config, f *fakeKernels) *Manager {
 	t.Helper()
 	return newFakeManagerWith(t, cfg, f, fakeSpecs(t))
 }
 
 // newFakeManagerWith is newFakeManager over the given kernelspecs.
-func newFakeManagerWith(t *testing.T, cfg Config, f *fakeKernels, specs *kernelspecs.Catalog) *Manager {
+func newFakeManagerWith(t testing.TB, cfg Config, f *fakeKernels, specs *kernelspecs.Catalog) *Manager {
 	t.Helper()
 	cfg.DefaultKernel = "fake"
 	if cfg.Languages == nil {
@@ -443,7 +443,7 @@ func newFakeManagerWith(t *testing.T, cfg Config, f *fakeKernels, specs *kernels
 
 // within runs fn and fails the test when it does not return in time (a
 // deadlock), without waiting for it.
-func within(t *testing.T, what string, d time.Duration, fn func()) {
+func within(t testing.TB, what string, d time.Duration, fn func()) {
 	t.Helper()
 	done := make(chan struct{})
 	go func() {

@@ -17,6 +17,18 @@ import (
 
 func newID() string { return uuid.NewString() }
 
+// newRunID is the id of a new run: a UUID whose leading bits are its
+// time (version 7), so that the store adds the records of new runs, and
+// prunes those of the oldest, at the two ends of its keys instead of all
+// over them (a random key dirtied a page of each of the store's trees per
+// run and commit).
+func newRunID() string {
+	if id, err := uuid.NewV7(); err == nil {
+		return id.String()
+	}
+	return newID()
+}
+
 // contextID is what a client may name a context.
 var contextID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 
@@ -391,7 +403,7 @@ func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*Run
 	if err != nil {
 		return nil, err
 	}
-	runID := newID()
+	runID := newRunID()
 	c := &Context{ID: "isolated-" + runID, Language: lang, Env: req.Env, Isolated: true, m: m, spec: spec, created: time.Now()}
 	if req.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -546,7 +558,7 @@ func (m *Manager) Pools() []PoolStats {
 }
 
 func (m *Manager) newRun(c *Context, req ExecuteRequest) *Run {
-	return m.newRunWithID(newID(), c, req)
+	return m.newRunWithID(newRunID(), c, req)
 }
 
 func (m *Manager) newRunWithID(id string, c *Context, req ExecuteRequest) *Run {
@@ -634,9 +646,14 @@ func (m *Manager) pruneRunsLocked() (pruned []string) {
 	if n == len(m.runOrder) {
 		return nil
 	}
-	kept = append(kept, m.runOrder[i:]...)
-	clear(m.runOrder[len(kept):])
-	m.runOrder = append(m.runOrder[:0], kept...)
+	// The unfinished runs passed over go right before the first run kept
+	// after them, and the order starts there: the runs after it are not
+	// copied (a copy of the whole order per run was O(RunsKept) under
+	// m.mu); append reallocates once the front's room is used up.
+	start := i - len(kept)
+	copy(m.runOrder[start:i], kept)
+	clear(m.runOrder[:start])
+	m.runOrder = m.runOrder[start:]
 	return pruned
 }
 

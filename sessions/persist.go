@@ -244,6 +244,20 @@ type runRecord struct {
 	Failure   string          `json:"failure,omitempty"`
 }
 
+// marshalRunRecord is the JSON of rec with exec (JSON made by
+// encoding/json, or nil) as its Execution: spliced in as it is, where
+// json.Marshal would check and compact it again.
+func marshalRunRecord(rec runRecord, exec []byte) []byte {
+	rec.Execution = nil
+	data, err := json.Marshal(rec)
+	if err != nil || len(exec) == 0 {
+		return data
+	}
+	data = append(data[:len(data)-1], `,"execution":`...)
+	data = append(data, exec...)
+	return append(data, '}')
+}
+
 // runStore is how a run writes itself to the store.
 type runStore struct {
 	store state.Store
@@ -285,14 +299,15 @@ func (r *Run) persist() {
 		r.storedState = r.state
 		rec := runRecord{Context: r.Context, Language: r.Language, Code: r.Code, Stdin: r.Stdin,
 			Created: r.created, Deadline: r.deadline, State: r.state, Kernel: r.kernelID, MsgID: r.msgID}
+		var exec []byte
 		if r.state == RunDone {
 			rec.Finished = r.finished
-			rec.Execution, _ = json.Marshal(&r.b.exec)
+			exec = r.executionJSONLocked()
 			if r.failure != nil {
 				rec.Failure = r.failure.Error()
 			}
 		}
-		data, _ = json.Marshal(rec)
+		data = marshalRunRecord(rec, exec)
 	}
 	r.mu.Unlock()
 	if len(evs) > 0 {

@@ -15,7 +15,7 @@ import (
 )
 
 // openStore opens a file store in a directory of the test.
-func openStore(t *testing.T, dir string) *state.Bolt {
+func openStore(t testing.TB, dir string) *state.Bolt {
 	t.Helper()
 	s, err := state.Open(filepath.Join(dir, state.FileName), state.Options{})
 	if err != nil {

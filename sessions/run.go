@@ -67,6 +67,9 @@ type Run struct {
 	done      chan struct{}
 	finished  time.Time
 	failure   error // the run could not start (its kernel did not)
+	// execJSON is the Execution as JSON once the run has ended (it no
+	// longer changes then): written once for the store and the answer.
+	execJSON []byte
 
 	// set by the context while the run executes
 	interrupted bool
@@ -158,11 +161,16 @@ type endEvent struct {
 // types are plain words, written as they are.
 func eventJSON(typ string, seq int, payload any) ([]byte, error) {
 	var body []byte
-	if payload != nil {
-		var err error
-		if body, err = json.Marshal(payload); err != nil {
-			return nil, err
-		}
+	var err error
+	switch p := payload.(type) {
+	case nil:
+	case *Result: // compact JSON already: not checked and compacted again
+		body, err = p.MarshalJSON()
+	default:
+		body, err = json.Marshal(payload)
+	}
+	if err != nil {
+		return nil, err
 	}
 	out := make([]byte, 0, 32+len(body))
 	out = append(out, `{"type":"`...)
@@ -211,10 +219,23 @@ func (r *Run) State() RunState {
 }
 
 // ExecutionJSON returns the run's Execution as JSON, as far as it got.
+// The caller must not change it.
 func (r *Run) ExecutionJSON() []byte {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.executionJSONLocked()
+}
+
+// executionJSONLocked is ExecutionJSON; the caller holds r.mu. The JSON
+// of an ended run is made once.
+func (r *Run) executionJSONLocked() []byte {
+	if r.execJSON != nil {
+		return r.execJSON
+	}
 	js, _ := json.Marshal(&r.b.exec)
+	if r.state == RunDone {
+		r.execJSON = js
+	}
 	return js
 }
 

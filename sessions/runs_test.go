@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"kernelgate/jupyter"
 )
 
@@ -172,4 +174,113 @@ func mustContext(t *testing.T, m *Manager, id string) *Context {
 		t.Fatalf("no context %s", id)
 	}
 	return c
+}
+
+// Run ids are UUIDs that sort in the order the runs were made (version 7:
+// the time first), so that the store keeps adding and pruning run records
+// at the ends of its keys.
+func TestRunIDsSortInCreationOrder(t *testing.T) {
+	m := newFakeManager(t, Config{}, &fakeKernels{})
+	var ids []string
+	for range 20 {
+		r, _ := run(t, m, ExecuteRequest{Code: "print x"})
+		ids = append(ids, r.ID)
+	}
+	for i, id := range ids {
+		u, err := uuid.Parse(id)
+		if err != nil || u.Version() != 7 || u.String() != id {
+			t.Fatalf("run id %q: a version 7 UUID in canonical form expected (%v)", id, err)
+		}
+		if i > 0 && id <= ids[i-1] {
+			t.Fatalf("run %d's id %s sorts before the id %s of the run made before it", i, id, ids[i-1])
+		}
+	}
+}
+
+// The Execution of an ended run reads the same however often and wherever
+// it is read (the answer, GET /api/runs/{id}, the store's record), and
+// does not change when read again.
+func TestEndedRunExecutionReadsTheSame(t *testing.T) {
+	store := openStore(t, t.TempDir())
+	defer store.Close()
+	m := newFakeManager(t, Config{Store: store}, &fakeKernels{})
+	r, e := run(t, m, ExecuteRequest{Code: "print hello"})
+	first := string(r.ExecutionJSON())
+	if model := r.Model(); string(model.Execution) != first || model.State != RunDone {
+		t.Fatalf("GET /api/runs/{id}: %s (%s), the answer: %s", model.Execution, model.State, first)
+	}
+	if err := store.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var rec runRecord
+	for _, kr := range load(t, store).Runs {
+		if kr.ID == r.ID {
+			json.Unmarshal(kr.Data, &rec)
+		}
+	}
+	var kept Execution
+	if err := json.Unmarshal(rec.Execution, &kept); err != nil || kept.ID != r.ID || len(kept.Logs.Stdout) != 1 || kept.Logs.Stdout[0] != e.Logs.Stdout[0] {
+		t.Fatalf("the store's Execution %s (%v), want that of the answer %s", rec.Execution, err, first)
+	}
+	if again := string(r.ExecutionJSON()); again != first {
+		t.Fatalf("read again: %s, first: %s", again, first)
+	}
+}
+
+// Pruning keeps the runs in the order they were made: the unfinished runs
+// it passes over stay ahead of the finished runs kept after them.
+func TestPruningKeepsTheOrder(t *testing.T) {
+	m := newFakeManager(t, Config{RunsKept: 4}, &fakeKernels{})
+	var want []*Run
+	for i, id := range []string{"long1", "long2"} {
+		if _, err := m.CreateContext(context.Background(), ContextRequest{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+		long, err := m.Execute(context.Background(), ExecuteRequest{Code: "sleep", Context: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, long)
+		for range 3 + i {
+			run(t, m, ExecuteRequest{Code: "print x"})
+		}
+	}
+	for range 5 {
+		r, _ := run(t, m, ExecuteRequest{Code: "print x"})
+		want = append(want, r)
+	}
+	// RunsKept 4: the two unfinished runs and the newest finished ones.
+	want = append(want[:2], want[len(want)-2:]...)
+	m.mu.Lock()
+	got := append([]*Run(nil), m.runOrder...)
+	m.mu.Unlock()
+	if len(got) != len(want) {
+		t.Fatalf("%d runs kept, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("run %d kept is %s, want %s", i, got[i].ID, want[i].ID)
+		}
+		if _, err := m.Run(want[i].ID); err != nil {
+			t.Fatalf("run %s is in the order but not kept: %v", want[i].ID, err)
+		}
+	}
+}
+
+// A context lists the ids of its runs still kept, oldest first.
+func TestContextListsItsKeptRunsInOrder(t *testing.T) {
+	m := newFakeManager(t, Config{RunsKept: 3}, &fakeKernels{})
+	c, err := m.CreateContext(context.Background(), ContextRequest{ID: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for range 7 {
+		r, _ := run(t, m, ExecuteRequest{Code: "print x", Context: "c"})
+		ids = append(ids, r.ID)
+	}
+	got := c.Model().ProcessIDs
+	if want := ids[len(ids)-3:]; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("processIds %v, want %v", got, want)
+	}
 }
