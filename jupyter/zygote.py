@@ -436,8 +436,11 @@ class Child:
     @classmethod
     def rehearse(cls, scratch):
         """Starts an ipykernel as a forked kernel starts, up to its event
-        loop: in a fresh HOME below scratch, with ZeroMQ sockets on unix
-        socket files there, in a child the zygote kills afterwards."""
+        loop: in a copy of the zygote's HOME (a fresh one, with the home
+        seed) below scratch, with ZeroMQ sockets on unix socket files
+        there, in a child the zygote kills afterwards."""
+        import shutil
+
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(null, fd)
@@ -448,7 +451,10 @@ class Child:
             if not old:
                 raise RuntimeError("no " + name)
             new = os.path.join(scratch, sub)
-            os.mkdir(new, 0o700)
+            if name == "HOME":
+                shutil.copytree(old, new, symlinks=True)
+            else:
+                os.mkdir(new, 0o700)
             for k, v in env.items():
                 if v == old or v.startswith(old + os.sep):
                     env[k] = new + v[len(old):]
