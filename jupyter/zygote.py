@@ -57,7 +57,7 @@ class _Zygote:
         self.gateway = os.getppid()
         self.listener = None
         self.spares = {}  # pid of a spare child -> the zygote's end of its socket pair
-        self.written = []  # runs of pages a kernel writes: see learn_written_pages
+        self.written = []  # runs of pages a kernel writes: see rehearse
 
     # --- start -----------------------------------------------------------
 
@@ -85,6 +85,7 @@ class _Zygote:
             importlib.import_module(name)
         if unset:
             del os.environ["MPLBACKEND"]
+        self.prepare_kernel_start()
         self.quiet_native_threads()
         self.check_alone()
         self.tid_address = self.find_tid_address()
@@ -92,10 +93,31 @@ class _Zygote:
         # writes to the pages the kernels share with the zygote.
         gc.collect()
         gc.freeze()
-        self.learn_written_pages()
+        self.rehearse()
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(path)
         self.listener.listen(64)
+
+    def prepare_kernel_start(self):
+        """Does once what every kernel's start would do alike, and what
+        holds no thread, no descriptor and nothing of a kernel: the modules
+        ipykernel imports while it starts, and jupyter_client's list of
+        this machine's addresses, which a kernel builds when it reads its
+        connection file (trying `ip` and `ifconfig` in subprocesses, then
+        resolving host names)."""
+        import importlib
+
+        for name in ("faulthandler", "IPython.core.completerlib"):
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                pass
+        try:
+            from jupyter_client import localinterfaces
+
+            localinterfaces.localhost()
+        except Exception:  # each kernel then tries on its own
+            pass
 
     def quiet_native_threads(self):
         # OpenBLAS starts its thread pool when numpy loads it and stops it
@@ -135,8 +157,8 @@ class _Zygote:
 
     # --- the pages a kernel writes ----------------------------------------
 
-    # A kernel's start writes to some 5 000 of the pages it shares with the
-    # zygote (reference counts, caches, free blocks of the allocators), and
+    # The rehearsal. A kernel's start writes to some 5 000 of the pages it
+    # shares with the zygote (reference counts, caches, free blocks of the allocators), and
     # each first write is a copy-on-write fault. Taken while the kernel's
     # threads run, each fault also interrupts every other CPU running one of
     # them to flush its TLB: on a virtual machine that was half the CPU time
@@ -145,13 +167,18 @@ class _Zygote:
     # child copies them in one go (MADV_POPULATE_WRITE) while it is still
     # alone: a spare while parked, a forked child after its gate. The copies
     # hold the same bytes; they are the pages the kernel would have copied.
+    # The rehearsal also reports the regular expressions its start compiled
+    # (argparse's, tokenize's, ...): the zygote compiles them into `re`'s
+    # cache, where every kernel finds them.
     MADV_POPULATE_WRITE = 23  # Linux 5.14
     REHEARSAL_WAIT = 30  # seconds
 
-    def learn_written_pages(self):
+    def rehearse(self):
         """Starts an ipykernel in a throwaway child as a kernel starts and
-        notes which of the zygote's pages it copied. A rehearsal that fails
-        only leaves the kernels to copy their pages as they go."""
+        notes which of the zygote's pages it copied and which regular
+        expressions it compiled. A rehearsal that fails only leaves the
+        kernels to copy their pages and compile their patterns themselves."""
+        import re
         import select
         import shutil
         import tempfile
@@ -170,8 +197,8 @@ class _Zygote:
                     os.closerange(3, w)
                     os.closerange(w + 1, os.sysconf("SC_OPEN_MAX"))
                     self.libc.prctl(self.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-                    Child.rehearse(scratch)
-                    os.write(w, b"ok\n")
+                    patterns = Child.rehearse(scratch)
+                    os.write(w, b"ok " + json.dumps(patterns).encode() + b"\n")
                     while True:
                         signal.pause()  # until the zygote has looked
                 except BaseException as e:
@@ -181,11 +208,21 @@ class _Zygote:
                         os._exit(1)
             os.close(w)
             w = -1
-            word = b"no answer"
-            if select.select([r], [], [], self.REHEARSAL_WAIT)[0]:
-                word = os.read(r, 4096) or b"exited"
-            if word == b"ok\n":
+            word = b""
+            while not word.endswith(b"\n"):
+                if not select.select([r], [], [], self.REHEARSAL_WAIT)[0]:
+                    word += b" (no answer)\n"
+                    break
+                more = os.read(r, 1 << 16)
+                if not more:
+                    word += b" (exited)\n"
+                    break
+                word += more
+            if word.startswith(b"ok ") and word.endswith(b"\n"):
                 self.written = self.pages_copied_by(pid)
+                for pattern, flags in json.loads(word[3:])[:256]:
+                    re.compile(pattern, flags)
+                gc.freeze()
             else:
                 sys.stderr.write("zygote: rehearsal failed: %s\n" % word.decode(errors="replace").strip())
         except Exception as e:
@@ -436,11 +473,14 @@ class Child:
     @classmethod
     def rehearse(cls, scratch):
         """Starts an ipykernel as a forked kernel starts, up to its event
-        loop: in a copy of the zygote's HOME (a fresh one, with the home
-        seed) below scratch, with ZeroMQ sockets on unix socket files
-        there, in a child the zygote kills afterwards."""
+        loop, and runs a cell: in a copy of the zygote's HOME (a fresh one,
+        with the home seed) below scratch, with ZeroMQ sockets on unix
+        socket files there, in a child the zygote kills afterwards. Returns
+        the (pattern, flags) of the regular expressions it compiled."""
+        import re
         import shutil
 
+        cached = set(re._cache)
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(null, fd)
@@ -472,6 +512,7 @@ class Child:
         app.initialize(["-f", os.path.join(scratch, "kernel.json")])
         # and what a first cell runs through
         app.shell.run_cell("1+1", store_history=True)
+        return [[k[1], k[2]] for k in list(re._cache) if k not in cached and len(k) == 3 and isinstance(k[1], str) and isinstance(k[2], int)]
 
     def become(self, req):
         os.environ.clear()

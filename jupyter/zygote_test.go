@@ -136,6 +136,13 @@ func TestForkedKernelIsAnOrdinaryKernel(t *testing.T) {
 		t.Errorf("cached paths = %q, want %q", paths, want)
 	}
 
+	// What the zygote did once for every kernel reads as the kernel's
+	// own: jupyter_client's addresses of this machine.
+	const addrs = `from jupyter_client import localinterfaces as l; print(l.localhost(), l.local_ips(), l.public_ips())`
+	if got, want := stdout(t, k, addrs), stdout(t, e, addrs); got != want {
+		t.Errorf("local interfaces of the forked kernel %q, of an exec'd one %q", got, want)
+	}
+
 	// The same modules are loaded, the preloaded ones aside.
 	if got := stdout(t, k, `import sys; print('numpy' in sys.modules, sys.argv[0].endswith('ipykernel_launcher.py'))`); got != "True True\n" {
 		t.Errorf("numpy preloaded, argv[0] = %q", got)
