@@ -86,6 +86,7 @@ class _Zygote:
         if unset:
             del os.environ["MPLBACKEND"]
         self.prepare_kernel_start()
+        self.pack_module_names()
         self.quiet_native_threads()
         self.check_alone()
         self.tid_address = self.find_tid_address()
@@ -118,6 +119,18 @@ class _Zygote:
             localinterfaces.localhost()
         except Exception:  # each kernel then tries on its own
             pass
+
+    def pack_module_names(self):
+        """IPython's start takes a set of sys.modules' keys, which writes to
+        the reference count of every module name. The names were made one
+        by one as the modules were imported, scattered over hundreds of
+        pages, so that every kernel copied them all. Here each key is
+        replaced by an equal string made now, all of them side by side in
+        a few pages; sys.modules keeps its contents and its order."""
+        modules = sys.modules
+        for name in list(modules):
+            key = (name + ".")[:-1] if type(name) is str and len(name) > 1 else name
+            modules[key] = modules.pop(name)
 
     def quiet_native_threads(self):
         # OpenBLAS starts its thread pool when numpy loads it and stops it
