@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -313,6 +314,9 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	}
 	if c.OrphanTimeout < 10*time.Second {
 		return nil, fmt.Errorf("--orphan-timeout %v: want at least 10s", c.OrphanTimeout)
+	}
+	if c.Sandbox && runtime.GOOS != "linux" {
+		return nil, fmt.Errorf("--sandbox: bubblewrap sandboxes run on Linux only")
 	}
 	if c.Port < 0 || c.Port > 65535 {
 		return nil, fmt.Errorf("--port %d out of range", c.Port)

@@ -215,7 +215,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	}
 	seed := filepath.Join(runtimeDir, "home-seed")
 	local := &jupyter.LocalProvisioner{RuntimeDir: runtimeDir, Logger: log, HomeSeed: seed, PythonLauncher: cfg.PythonLauncher,
-		Detached: store != nil, OrphanTimeout: cfg.OrphanTimeout}
+		Detached: store != nil && jupyter.LocalAdoption, StateID: stateID(store, stateDir), OrphanTimeout: cfg.OrphanTimeout}
 	prov := jupyter.NewRegistry(cfg.DefaultProvisioner)
 	prov.Register(jupyter.LocalProvisionerName, local)
 	kube, err := startKubernetes(cfg, specs, prov, log)
@@ -421,4 +421,16 @@ func isLoopback(ip string) bool {
 	}
 	p := net.ParseIP(ip)
 	return p != nil && p.IsLoopback()
+}
+
+// stateID names the state store of the kernels a gateway launches (its
+// absolute directory), "" without one.
+func stateID(store state.Store, dir string) string {
+	if store == nil {
+		return ""
+	}
+	if abs, err := filepath.Abs(dir); err == nil {
+		return abs
+	}
+	return dir
 }

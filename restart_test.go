@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -783,4 +785,47 @@ func TestE2BSandboxAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitProcs(t, dirs.runtime, true, nil)
+}
+
+// TestKernelStartingAtCrashIsRemoved: a gateway killed while a kernel it
+// launched is still starting (running, not yet recorded in the store)
+// leaves a process with a lease that no gateway will adopt; the next start
+// on the same state directory removes it at once rather than after the
+// orphan timeout.
+func TestKernelStartingAtCrashIsRemoved(t *testing.T) {
+	bin := buildBinary(t)
+	dirs := newRestartDirs(t)
+	specs := t.TempDir()
+	os.MkdirAll(filepath.Join(specs, "slowpy"), 0o755)
+	os.WriteFile(filepath.Join(specs, "slowpy", "kernel.json"), []byte(`{"argv":["/bin/sh","-c","sleep 5; exec /usr/bin/python3 -m ipykernel_launcher -f \"$0\"","{connection_file}"],"display_name":"slow","language":"python"}`), 0o644)
+	g := dirs.start(t, bin, "--pool-size", "0", "--kernelspec-dir", specs)
+	started := make(chan error, 1)
+	go func() {
+		b, _ := json.Marshal(map[string]any{"name": "slowpy"})
+		resp, err := http.Post(g.url+"api/kernels", "application/json", bytes.NewReader(b))
+		if err == nil {
+			resp.Body.Close()
+		}
+		started <- err
+	}()
+	var starting []int
+	if !pollUntil(30*time.Second, func() bool { starting = kernelProcs(dirs.runtime, false); return len(starting) == 1 }) {
+		t.Fatalf("the starting kernel's process: %v", starting)
+	}
+	g.kill(t, syscall.SIGKILL)
+	<-started
+	if syscall.Kill(starting[0], 0) != nil {
+		t.Fatal("the starting kernel died with its gateway: nothing to remove")
+	}
+
+	g2 := dirs.start(t, bin, "--pool-size", "0", "--kernelspec-dir", specs)
+	var ks []map[string]any
+	call(t, "GET", g2.url+"api/kernels", nil, 200, &ks)
+	if len(ks) != 0 {
+		t.Fatalf("kernels after the restart: %v, want none", ks)
+	}
+	waitProcs(t, dirs.runtime, true, nil)
+	if left, _ := filepath.Glob(filepath.Join(dirs.runtime, "kernel-*")); len(left) > 0 {
+		t.Fatalf("kernel directories left: %v", left)
+	}
 }

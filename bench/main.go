@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command bench measures kernelgate side by side with a minimal direct
 // ZeroMQ client (internal/directclient) on kernels of the same spec, and
 // with what users would run instead, Debian's Jupyter Server. It starts

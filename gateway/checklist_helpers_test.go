@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"kernelgate/internal/needs"
+	"kernelgate/internal/sysproc"
 	"kernelgate/jupyter"
 	"kernelgate/sessions"
 )
@@ -326,7 +327,7 @@ func b4Escape(t *testing.T, c *wsClient) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	t.Cleanup(func() { sysproc.Kill(pid, syscall.SIGKILL) })
 	return pid
 }
 

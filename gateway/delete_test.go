@@ -6,11 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"kernelgate/internal/leakcheck"
+	"kernelgate/internal/sysproc"
 	"kernelgate/jupyter"
 )
 
@@ -61,7 +61,7 @@ func TestDeleteWhoseClientLeavesFinishes(t *testing.T) {
 	cancel()
 	<-sent
 
-	pollUntil(t, 30*time.Second, "the kernel process to end", func() bool { return syscall.Kill(pid, 0) != nil })
+	pollUntil(t, 30*time.Second, "the kernel process to end", func() bool { return sysproc.Kill(pid, 0) != nil })
 	pollUntil(t, 30*time.Second, "the kernel's directory and cgroups to be removed", func() bool {
 		for _, dir := range append(cgroups, kernelDir) {
 			if _, err := os.Stat(dir); err == nil {

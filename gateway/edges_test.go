@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"kernelgate/internal/sysproc"
 	"kernelgate/sessions"
 )
 
@@ -299,7 +300,7 @@ func TestKernelDeathIsLoggedOnce(t *testing.T) {
 		t.Fatalf("context: %d %s", status, body)
 	}
 	cm := decode[sessions.ContextModel](t, mustGet(t, g, "/api/contexts/mortal"))
-	if err := syscall.Kill(*cm.KernelProcessID, syscall.SIGKILL); err != nil {
+	if err := sysproc.Kill(*cm.KernelProcessID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	// The context learns of the death after the process's end is known.

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"kernelgate/internal/sysproc"
 	"kernelgate/sessions"
 )
 
@@ -466,7 +467,7 @@ func TestKilledContextKernelIsLost(t *testing.T) {
 	readEvents(t, sc, func(e event) bool { return e.Type == "stdout" })
 	ctx := decode[sessions.ContextModel](t, mustGet(t, g, "/api/contexts/victim"))
 	t0 := time.Now()
-	syscall.Kill(*ctx.KernelProcessID, syscall.SIGKILL)
+	sysproc.Kill(*ctx.KernelProcessID, syscall.SIGKILL)
 	evs := readEvents(t, sc, func(e event) bool { return e.Type == "end" })
 	end := evs[len(evs)-1]
 	if end.Type != "end" || end.Process.Reason != sessions.Lost || end.Process.ExitCode != nil || !strings.Contains(end.Process.Message, "killed") {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"kernelgate/internal/sysproc"
 	"kernelgate/sessions"
 )
 
@@ -219,7 +220,7 @@ func TestKilledKernelRestarts(t *testing.T) {
 	c := g.mustDial(k.ID, true)
 	c.run("x = 1")
 	kk, _ := g.mgr.Kernel(k.ID)
-	if err := syscall.Kill(kk.PID(), syscall.SIGKILL); err != nil {
+	if err := sysproc.Kill(kk.PID(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	got := c.until(10*time.Second, func(m wsMsg) bool { return m.state() == "restarting" })

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
+
+	"kernelgate/internal/sysproc"
 )
 
 // This file re-adopts a local kernel that is not a child of this process:
@@ -100,7 +102,7 @@ func (ap *adoptedProcess) watch() {
 	if !ap.w.wait() {
 		return // released
 	}
-	syscall.Kill(-ap.info.Local.PGID, syscall.SIGKILL)
+	sysproc.Kill(-ap.info.Local.PGID, syscall.SIGKILL)
 	ap.cg.kill()
 	close(ap.done)
 }
@@ -130,7 +132,7 @@ func (ap *adoptedProcess) Signal(sig syscall.Signal) error {
 		return os.ErrProcessDone
 	default:
 	}
-	return syscall.Kill(-ap.info.Local.PGID, sig)
+	return sysproc.Kill(-ap.info.Local.PGID, sig)
 }
 
 // Release stops watching the process and leaves it running.

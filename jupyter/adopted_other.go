@@ -5,6 +5,8 @@ package jupyter
 import (
 	"syscall"
 	"time"
+
+	"kernelgate/internal/sysproc"
 )
 
 // pidWatcher polls for a process's end where there is no pidfd: the pid
@@ -27,7 +29,7 @@ func (w *pidWatcher) wait() bool {
 		case <-w.quit:
 			return false
 		case <-t.C:
-			if syscall.Kill(w.pid, 0) == syscall.ESRCH {
+			if sysproc.Kill(w.pid, 0) == syscall.ESRCH {
 				return true
 			}
 		}

@@ -1,3 +1,5 @@
+//go:build linux
+
 package jupyter_test
 
 // Benchmarks of the kernel client against internal/directclient, a minimal

@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"kernelgate/internal/sysproc"
 )
 
 // Each kernel with a memory or process limit gets a cgroup of its own,
@@ -143,15 +146,13 @@ func candidates(m mount, own string, ok bool) []string {
 	return append(out, m.point)
 }
 
-func isCgroupFS(dir string, magic int64) bool {
-	var st syscall.Statfs_t
-	return syscall.Statfs(dir, &st) == nil && int64(st.Type) == magic
-}
-
 // detectCgroups finds, for memory and pids, a hierarchy in which the
 // gateway can make cgroups, preferring cgroup v1 controllers where they
 // are mounted (as on hybrid systems) and cgroup v2 otherwise.
 func detectCgroups() (*cgroupHost, error) {
+	if runtime.GOOS != "linux" {
+		return nil, fmt.Errorf("%w: cgroups are Linux's", errNoCgroups)
+	}
 	mounts, err := readMounts()
 	if err != nil {
 		return nil, err
@@ -417,7 +418,7 @@ func (cg *kernelCgroup) kill() {
 		}
 	}
 	for _, pid := range cg.procs() {
-		syscall.Kill(pid, syscall.SIGKILL)
+		sysproc.Kill(pid, syscall.SIGKILL)
 	}
 }
 

@@ -1,10 +1,14 @@
+//go:build linux
+
 package jupyter
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -453,5 +457,62 @@ func testReconnectAfterGatewayDied(t *testing.T, launcher string, spec *kernelsp
 		s, err := processStart(info.Local.WatchdogPID)
 		return err != nil || s != info.Local.WatchdogStart
 	})
+	checkNoLeaks(t, before)
+}
+
+// TestReconnectBusyKernel: a kept kernel busy with a long request is
+// connected to while it runs, though it publishes nothing (Deno answers
+// kernel_info on control but publishes no status for it); a kept kernel
+// that signs its output with another key than the recorded one fails at
+// once, not when the wait ends.
+func TestReconnectBusyKernel(t *testing.T) {
+	before := settledSnapshot(t)
+	p := &LocalProvisioner{RuntimeDir: t.TempDir(), Detached: true}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	// busy starts a kernel of spec, sends it code and drops the client:
+	// the kernel goes on running it. It returns the kernel's info.
+	busy := func(spec, code string) ProvisionerInfo {
+		t.Helper()
+		k, err := Start(ctx, p, Config{Spec: testkernels.Spec(t, spec)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := k.ProvisionerInfo()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := newCollector()
+		if _, err := k.StartExecute(NewExecute(code), c.handle); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, "the code to start", func() bool { return len(c.ofType(StreamMsg)) > 0 })
+		k.Detach()
+		t.Cleanup(func() { Stop(context.Background(), p, info, time.Second) })
+		return info
+	}
+
+	gate := filepath.Join(t.TempDir(), "gate")
+	deno := busy("deno", fmt.Sprintf("console.log('started');\nwhile (!(await Deno.stat(%q).then(() => true, () => false))) await new Promise((r) => setTimeout(r, 50));\n42", gate))
+	k, err := Reconnect(ctx, p, deno, Config{Spec: testkernels.Spec(t, "deno")})
+	if err != nil {
+		t.Fatalf("connecting to a busy Deno kernel: %v", err)
+	}
+	os.WriteFile(gate, nil, 0o600)
+	if got := resultText(t, k, "1 + 1"); !strings.Contains(got, "2") {
+		t.Errorf("the Deno kernel after its busy run: 1 + 1 = %q", got)
+	}
+	k.Shutdown(context.Background())
+
+	python := busy("python3", "import time\nwhile True:\n    print('tick', flush=True)\n    time.sleep(0.05)")
+	python.Connection.Key = NewKey()
+	_, err = Reconnect(ctx, p, python, Config{Spec: testkernels.Spec(t, "python3")})
+	if !errors.Is(err, ErrWrongKey) || ctx.Err() != nil {
+		t.Errorf("a kernel signing with another key: %v, want ErrWrongKey", err)
+	}
+	if syscall.Kill(python.Local.PID, 0) != nil {
+		t.Error("a refused adoption ended the kernel")
+	}
+	Stop(context.Background(), p, python, time.Second)
 	checkNoLeaks(t, before)
 }

@@ -192,6 +192,11 @@ type Kernel struct {
 	subMu sync.Mutex
 	subs  atomic.Pointer[[]*subscriber]
 
+	// badSig is closed when a message signed with another key arrived:
+	// the kernel is not the one the key names (prove).
+	badSig     chan struct{}
+	badSigOnce sync.Once
+
 	shutdownOnce sync.Once
 }
 
@@ -254,7 +259,7 @@ func start(ctx context.Context, p Provisioner, cfg Config) (*Kernel, error) {
 	if err != nil {
 		return nil, err
 	}
-	return attach(ctx, p, proc, cfg, logger, t0, false)
+	return attach(ctx, p, proc, cfg, logger, t0)
 }
 
 // abandon kills a process that never got a client and cleans up after it.
@@ -696,6 +701,9 @@ func (k *Kernel) read(ch Channel, s *socket) {
 		}
 		if err != nil {
 			k.log.Warn("dropped a message from the kernel", "channel", ch.String(), "err", err)
+			if errors.Is(err, ErrInvalidSignature) {
+				k.badSigOnce.Do(func() { close(k.badSig) })
+			}
 			continue
 		}
 		k.dispatch(ch, m)

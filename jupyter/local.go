@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"kernelgate/internal/sysproc"
 	"kernelgate/internal/tailbuf"
 	"kernelgate/kernelspecs"
 )
@@ -55,6 +56,11 @@ type LocalProvisioner struct {
 	// localinfo.go): kernelgate with a state directory sets it, so a
 	// restarted gateway can adopt them again.
 	Detached bool
+	// StateID names the state store that records the kernels of a
+	// Detached provisioner (kernelgate uses its directory): Sweep removes
+	// a kernel launched for the same store that the store does not
+	// record (its gateway died between the launch and the record).
+	StateID string
 	// OrphanTimeout is how long a detached kernel lives on once no
 	// gateway renews its lease (orphan.go); 0 means
 	// DefaultOrphanTimeout.
@@ -128,7 +134,7 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	}
 	// The directory says which gateway process made it, so that the next
 	// gateway removes it should this one die without doing so (sweep.go).
-	if err := writeOwner(dir, req.KernelID, 0, nil); err != nil {
+	if err := writeOwner(dir, req.KernelID, 0, nil, p.StateID); err != nil {
 		return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
 	}
 	// The kernel's own directories (its sandbox user's, sandboxuser.go);
@@ -181,7 +187,7 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	}
 	// ipykernel exits when this process goes away; in a sandbox its
 	// parent is the sandbox's init (pid 1), and --die-with-parent does it.
-	if iso.sandbox == nil && !p.Detached {
+	if iso.sandbox == nil && !p.Detached && parentPIDEnv {
 		env["JPY_PARENT_PID"] = strconv.Itoa(os.Getpid())
 	}
 	cwd, startDir := req.Cwd, req.Cwd
@@ -200,15 +206,6 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 		if err != nil {
 			return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
 		}
-		if p.Detached {
-			if fp.guard, err = guardOrphan(fp.pid, dir, fp.cg, p.guardTimeout()); err != nil {
-				fp.Signal(syscall.SIGKILL)
-				<-fp.Done()
-				fp.Cleanup()
-				return nil, fmt.Errorf("%w: orphan watchdog: %v", ErrStartFailed, err)
-			}
-		}
-		p.recordOwner(dir, req.KernelID, fp.PID(), fp.cg)
 		return fp, nil
 	}
 	if argv, err = iso.command(argv, env["PATH"], root, kd, cwd, startDir, transport); err != nil {
@@ -221,7 +218,7 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	cmd.Env = envList(env)
 	cmd.Dir = startDir
 	cmd.Stdout, cmd.Stderr = lp.tail, lp.tail
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = sysproc.GroupAttr()
 	if p.Detached {
 		if err := lp.detach(cmd, iso.sandbox != nil); err != nil {
 			gate.Close()
@@ -229,7 +226,7 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 		}
 	}
 	if iso.sandbox != nil {
-		cmd.SysProcAttr.Credential = iso.user.credential()
+		iso.user.setCredential(cmd.SysProcAttr)
 	}
 	// A kernel's children may hold its output pipes open after it exits.
 	cmd.WaitDelay = time.Second
@@ -266,7 +263,7 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 // owner record; without them a sweep still removes the directory and the
 // cgroups, but cannot find the processes of a kernel without cgroups.
 func (p *LocalProvisioner) recordOwner(dir, id string, pid int, cg *kernelCgroup) {
-	if err := writeOwner(dir, id, pid, cg); err != nil {
+	if err := writeOwner(dir, id, pid, cg, p.StateID); err != nil {
 		p.logger().Warn("kernel directory: owner record not updated", "kernel", id, "err", err)
 	}
 }
@@ -335,7 +332,7 @@ func (lp *localProcess) wait() {
 	}
 	lp.reason = lp.exitReason(lp.cmd.ProcessState)
 	// Whatever the kernel left in its group (or its cgroup) goes with it.
-	syscall.Kill(-lp.cmd.Process.Pid, syscall.SIGKILL)
+	sysproc.Kill(-lp.cmd.Process.Pid, syscall.SIGKILL)
 	lp.cg.kill()
 	lp.bridge.Close()
 	close(lp.done)
@@ -348,7 +345,7 @@ func (lp *localProcess) Signal(sig syscall.Signal) error {
 		return os.ErrProcessDone
 	default:
 	}
-	return syscall.Kill(-lp.cmd.Process.Pid, sig)
+	return sysproc.Kill(-lp.cmd.Process.Pid, sig)
 }
 
 func (lp *localProcess) Cleanup() error {

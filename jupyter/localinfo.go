@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
+
+	"kernelgate/internal/sysproc"
 )
 
 // Detached kernels: LocalProvisioner.Detached launches a kernel that does
@@ -29,8 +31,7 @@ const outputFileName = "output.log"
 // detach makes cmd start a kernel that outlives this process.
 func (lp *localProcess) detach(cmd *exec.Cmd, sandboxed bool) error {
 	lp.detached = true
-	cmd.SysProcAttr.Setpgid, cmd.SysProcAttr.Pdeathsig = false, 0
-	cmd.SysProcAttr.Setsid = true // a new session and process group
+	cmd.SysProcAttr = sysproc.SessionAttr() // a new session and process group
 	lp.outFile = filepath.Join(lp.dir, outputFileName)
 	f, err := os.OpenFile(lp.outFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
@@ -52,12 +53,6 @@ func (lp *localProcess) ProvisionerInfo() (ProvisionerInfo, error) {
 	li := &LocalInfo{RuntimeDir: lp.dir, OutputFile: lp.outFile, Sandboxed: lp.sandboxed,
 		Bridged: lp.bridge != nil, Detached: lp.detached}
 	return localInfo(lp.ci, lp.cmd.Process.Pid, lp.done, lp.guard, lp.cg, li)
-}
-
-// ProvisionerInfo says how to find and control the kernel again.
-func (fp *forkedProcess) ProvisionerInfo() (ProvisionerInfo, error) {
-	li := &LocalInfo{RuntimeDir: fp.dir, OutputFile: fp.outFile, Detached: fp.detached}
-	return localInfo(fp.ci, fp.pid, fp.done, fp.guard, fp.cg, li)
 }
 
 // localInfo completes li with what identifies the running process pid (a
@@ -121,9 +116,6 @@ func guardOrphan(pid int, dir string, cg *kernelCgroup, timeout time.Duration) (
 // by wait until it ends.
 func (lp *localProcess) Release() { lp.guard.release() }
 
-// Release: as localProcess's.
-func (fp *forkedProcess) Release() { fp.guard.release() }
-
 // closeOutput closes this process's copy of a detached kernel's output
 // file once the child has it.
 func (lp *localProcess) closeOutput() {
@@ -136,6 +128,4 @@ func (lp *localProcess) closeOutput() {
 var (
 	_ InfoProcess = (*localProcess)(nil)
 	_ Releaser    = (*localProcess)(nil)
-	_ InfoProcess = (*forkedProcess)(nil)
-	_ Releaser    = (*forkedProcess)(nil)
 )

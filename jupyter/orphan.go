@@ -8,6 +8,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"kernelgate/internal/sysproc"
 )
 
 // A detached kernel must not outlive every gateway for good. Each one has
@@ -155,7 +157,7 @@ func (g *orphanGuard) startWatchdog(pid int, start uint64, dir string, cgroups [
 	cmd := exec.Command(gateShell, watchdogArgs(pid, start, g.lease, dir, every, cgroups)...)
 	cmd.Dir = "/"
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.SysProcAttr = sysproc.SessionAttr()
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -178,7 +180,7 @@ func (g *orphanGuard) end() {
 	switch {
 	case g.wdCmd != nil:
 		// Its group: the shell and the sleep it waits on.
-		syscall.Kill(-g.wdCmd.Process.Pid, syscall.SIGKILL)
+		sysproc.Kill(-g.wdCmd.Process.Pid, syscall.SIGKILL)
 		<-g.wdDone
 	case g.wdPID > 0:
 		stopWatchdog(g.wdPID, g.wdStart)
@@ -193,7 +195,7 @@ func stopWatchdog(pid int, start uint64) {
 	}
 	if w, err := watchPID(pid); err == nil {
 		if s, err := processStart(pid); err == nil && s == start {
-			syscall.Kill(-pid, syscall.SIGKILL)
+			sysproc.Kill(-pid, syscall.SIGKILL)
 		}
 		w.close()
 	}

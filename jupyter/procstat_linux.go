@@ -7,6 +7,11 @@ import (
 	"strings"
 )
 
+// LocalAdoption says whether a later gateway can adopt this one's local
+// kernels (LocalProvisioner.Adopt), which takes /proc's start times and
+// pidfds.
+const LocalAdoption = true
+
 // processStart returns field 22 of /proc/<pid>/stat: when the process
 // started, in clock ticks since boot.
 func processStart(pid int) (uint64, error) {

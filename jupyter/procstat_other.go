@@ -4,6 +4,10 @@ package jupyter
 
 import "errors"
 
+// LocalAdoption says whether a later gateway can adopt this one's local
+// kernels: not without /proc's start times.
+const LocalAdoption = false
+
 // processStart is unknown without /proc: no local kernel is adopted.
 func processStart(pid int) (uint64, error) {
 	return 0, errors.New("process start time unknown on this system")

@@ -3,20 +3,27 @@ package jupyter
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"kernelgate/internal/sysproc"
 )
 
 // This file is the part of LocalProvisioner.Launch that isolates a kernel:
 // limits, cgroup, sandbox, and the gate between them and the kernel's
 // first instruction.
+
+// errNoSandbox refuses a sandbox where bubblewrap cannot run.
+var errNoSandbox = errors.New("jupyter: sandboxes (bubblewrap) run on Linux only")
 
 // sandboxInfoWait bounds how long a launch waits for bwrap to say which
 // process is the sandbox.
@@ -42,6 +49,9 @@ func (p *LocalProvisioner) isolationFor(req LaunchRequest) (isolation, error) {
 		iso.sandbox = req.Sandbox
 	}
 	if iso.sandbox != nil {
+		if runtime.GOOS != "linux" {
+			return isolation{}, errNoSandbox
+		}
 		u, err := iso.sandbox.user()
 		if err != nil {
 			return isolation{}, fmt.Errorf("sandbox: %w", err)
@@ -89,6 +99,7 @@ var (
 // machine has no usable cgroups it logs so once and returns nil: memory and
 // process limits are best effort, the rlimits still apply.
 func (iso isolation) cgroup(log *slog.Logger, kernelID string) (*kernelCgroup, error) {
+	warnUnenforced(log, iso.limits) // the rlimits, where they cannot be set
 	host, err := hostCgroups()
 	switch {
 	case err != nil && !iso.limits.needsCgroup():
@@ -240,8 +251,10 @@ func (lp *localProcess) ExitReason() string {
 }
 
 // InterruptByMessage implements messageInterrupter: SIGINT to bwrap would
-// end the sandbox.
-func (lp *localProcess) InterruptByMessage() bool { return lp.sandboxed }
+// end the sandbox, and on Windows there is no SIGINT to send.
+func (lp *localProcess) InterruptByMessage() bool {
+	return lp.sandboxed || !sysproc.SignalInterrupts
+}
 
 // outputSuffix is ": out" for a non-empty kernel output.
 func outputSuffix(out string) string {
@@ -253,7 +266,7 @@ func outputSuffix(out string) string {
 
 // killGroup kills a child that never got to wait() and reaps it.
 func (lp *localProcess) killGroup() {
-	syscall.Kill(-lp.cmd.Process.Pid, syscall.SIGKILL)
+	sysproc.Kill(-lp.cmd.Process.Pid, syscall.SIGKILL)
 	lp.cmd.Wait()
 }
 

@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"sync"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // A kernel in a network namespace of its own can only be reached through
@@ -83,8 +81,8 @@ func startBridge(ns *os.File, kernel, gw ConnInfo) (*netBridge, error) {
 func (b *netBridge) inNamespace(ready chan<- error) {
 	defer b.wg.Done()
 	runtime.LockOSThread()
-	if err := unix.Setns(int(b.ns.Fd()), unix.CLONE_NEWNET); err != nil {
-		ready <- os.NewSyscallError("setns", err)
+	if err := enterNetNS(b.ns); err != nil {
+		ready <- err
 		return
 	}
 	ready <- nil

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"kernelgate/internal/sysproc"
 )
 
 // A gateway that dies without shutting its kernels down (SIGKILL, a
@@ -39,6 +41,8 @@ type ownerRecord struct {
 	PID      int      `json:"pid,omitempty"`
 	PIDStart uint64   `json:"pid_start,omitempty"`
 	Cgroups  []string `json:"cgroups,omitempty"`
+	// State is the LocalProvisioner.StateID the kernel was launched for.
+	State string `json:"state,omitempty"`
 }
 
 // gatewayID names one gateway process for as long as the machine runs.
@@ -130,12 +134,12 @@ func cgroupKernel(name string) string {
 
 // writeOwner records in dir that this gateway made it for kernel id, with
 // the kernel's process and cgroups once known.
-func writeOwner(dir, id string, pid int, cg *kernelCgroup) error {
+func writeOwner(dir, id string, pid int, cg *kernelCgroup, stateID string) error {
 	g, ok := thisGateway()
 	if !ok {
 		return nil
 	}
-	rec := ownerRecord{Gateway: g, KernelID: id, PID: pid}
+	rec := ownerRecord{Gateway: g, KernelID: id, PID: pid, State: stateID}
 	if pid > 0 {
 		rec.PIDStart, _ = processStart(pid)
 	}
@@ -189,7 +193,10 @@ const legacyCgroupAge = time.Minute
 // directories and cgroups. Kernels whose id is in keep, detached kernels
 // whose lease has not run out or whose watchdog runs, and everything a
 // running gateway made are left alone. A gateway calls it once as it
-// starts, before it launches kernels.
+// starts, before it launches kernels, and after it adopted again what its
+// state store records (keep): a detached kernel launched for the same
+// store (StateID) but not kept is then one its gateway died before
+// recording, which no gateway will adopt, and it goes despite its lease.
 func (p *LocalProvisioner) Sweep(keep []string) (Swept, error) {
 	var out Swept
 	if _, ok := thisGateway(); !ok {
@@ -220,7 +227,8 @@ func (p *LocalProvisioner) Sweep(keep []string) (Swept, error) {
 		if err != nil {
 			continue // unmarked: not known to be left
 		}
-		if rec.Gateway.mayRun() || kept[rec.KernelID] || watched[dir] || leaseRuns(dir) {
+		unrecorded := p.StateID != "" && rec.State == p.StateID
+		if rec.Gateway.mayRun() || kept[rec.KernelID] || !unrecorded && (watched[dir] || leaseRuns(dir)) {
 			for _, c := range rec.Cgroups {
 				protected[c] = true
 			}
@@ -333,12 +341,12 @@ func killGroup(pid int, start uint64) int {
 			return 0
 		}
 		members := groupMembers(pid, start)
-		syscall.Kill(-pid, syscall.SIGKILL)
+		sysproc.Kill(-pid, syscall.SIGKILL)
 		return len(members)
 	}
 	members := groupMembers(pid, start)
 	for _, m := range members {
-		syscall.Kill(m, syscall.SIGKILL)
+		sysproc.Kill(m, syscall.SIGKILL)
 	}
 	return len(members)
 }

@@ -1,3 +1,5 @@
+//go:build linux
+
 package jupyter
 
 import (
@@ -115,10 +117,28 @@ func (l *leftKernel) untouched() bool {
 	return l.dir == "" || exists(filepath.Join(l.dir, "kernel"))
 }
 
+// markState records in l's owner record that it was launched for the
+// state store stateID.
+func markState(t *testing.T, l *leftKernel, stateID string) {
+	t.Helper()
+	rec, err := readOwner(l.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.State = stateID
+	b, _ := json.Marshal(rec)
+	if err := os.WriteFile(filepath.Join(l.dir, ownerFileName), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // The sweep at start removes what dead gateway processes left (processes,
 // directories, cgroups, also a cgroup without a directory), and leaves
 // alone the kernels it must keep, those of a live gateway, a detached
-// kernel whose lease runs, and a directory without an owner record.
+// kernel whose lease runs, and a directory without an owner record. A
+// leased kernel launched for this gateway's state store that the store
+// does not keep (its gateway died before recording it) is removed; one of
+// another store is not.
 func TestSweepKeepsKeptAndLiveOwners(t *testing.T) {
 	host, err := hostCgroups()
 	if err != nil {
@@ -151,12 +171,18 @@ func TestSweepKeepsKeptAndLiveOwners(t *testing.T) {
 	live := leave(t, host, root, "live-4444", self, true, false)
 	leased := leave(t, host, root, "lease-5555", dead, true, true)
 	foreign := leave(t, host, root, "ns-6666", elsewhere, true, false)
+	unrecorded := leave(t, host, root, "ours-7777", dead, true, true)
+	otherStore := leave(t, host, root, "other-8888", dead, true, true)
+	recorded := leave(t, host, root, "ours-9999", dead, true, true)
+	markState(t, unrecorded, "/var/lib/kg-a")
+	markState(t, otherStore, "/var/lib/kg-b")
+	markState(t, recorded, "/var/lib/kg-a")
 	unmarked := filepath.Join(root, "kernel-unmarked")
 	if err := os.MkdirAll(filepath.Join(unmarked, "kernel"), 0o700); err != nil {
 		t.Fatal(err)
 	}
 
-	swept, err := (&LocalProvisioner{RuntimeDir: root}).Sweep([]string{"kept-3333"})
+	swept, err := (&LocalProvisioner{RuntimeDir: root, StateID: "/var/lib/kg-a"}).Sweep([]string{"kept-3333", "ours-9999"})
 	if err != nil {
 		t.Errorf("Sweep: %v", err)
 	}
@@ -166,7 +192,11 @@ func TestSweepKeepsKeptAndLiveOwners(t *testing.T) {
 	if !cgroupOnly.gone(t) {
 		t.Errorf("a dead gateway's cgroup without a directory was not swept")
 	}
-	for name, l := range map[string]*leftKernel{"a kept kernel": kept, "a live gateway's kernel": live, "a detached kernel with a running lease": leased, "a kernel of another pid namespace": foreign} {
+	if !unrecorded.gone(t) {
+		t.Errorf("a leased kernel of this store that the store does not keep was not swept")
+	}
+	for name, l := range map[string]*leftKernel{"a kept kernel": kept, "a live gateway's kernel": live, "a detached kernel with a running lease": leased,
+		"a kernel of another pid namespace": foreign, "a leased kernel of another store": otherStore, "a kept leased kernel of this store": recorded} {
 		if !l.untouched() {
 			t.Errorf("the sweep touched %s", name)
 		}
@@ -174,8 +204,8 @@ func TestSweepKeepsKeptAndLiveOwners(t *testing.T) {
 	if !exists(unmarked) {
 		t.Errorf("the sweep removed a directory without an owner record")
 	}
-	if swept.Dirs != 1 || swept.Processes < 2 {
-		t.Errorf("Sweep reported %+v; want 1 directory and at least 2 processes", swept)
+	if swept.Dirs != 2 || swept.Processes < 3 {
+		t.Errorf("Sweep reported %+v; want 2 directories and at least 3 processes", swept)
 	}
 }
 

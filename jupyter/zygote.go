@@ -1,3 +1,5 @@
+//go:build linux
+
 package jupyter
 
 import (
@@ -216,10 +218,28 @@ func isModuleName(s string) bool {
 	return true
 }
 
-// launchForked forks the kernel of req from its zygote. It returns a nil
-// Process and nil error when the kernel is to be exec'd instead: it cannot
-// be forked or no zygote is available.
-func (p *LocalProvisioner) launchForked(ctx context.Context, req LaunchRequest, iso isolation, lp *localProcess, argv []string, env map[string]string, startDir string) (*forkedProcess, error) {
+// launchForked forks the kernel of req from its zygote, gives a detached
+// one its lease and watchdog and records its process in its directory. It
+// returns a nil Process and nil error when the kernel is to be exec'd
+// instead: it cannot be forked or no zygote is available.
+func (p *LocalProvisioner) launchForked(ctx context.Context, req LaunchRequest, iso isolation, lp *localProcess, argv []string, env map[string]string, startDir string) (Process, error) {
+	fp, err := p.forkKernel(ctx, req, iso, lp, argv, env, startDir)
+	if fp == nil || err != nil {
+		return nil, err
+	}
+	if p.Detached {
+		if fp.guard, err = guardOrphan(fp.pid, fp.dir, fp.cg, p.guardTimeout()); err != nil {
+			fp.Signal(syscall.SIGKILL)
+			<-fp.Done()
+			return nil, fmt.Errorf("orphan watchdog: %v", err)
+		}
+	}
+	p.recordOwner(fp.dir, req.KernelID, fp.pid, fp.cg)
+	return fp, nil
+}
+
+// forkKernel forks the kernel of req, or returns nil and nil.
+func (p *LocalProvisioner) forkKernel(ctx context.Context, req LaunchRequest, iso isolation, lp *localProcess, argv []string, env map[string]string, startDir string) (*forkedProcess, error) {
 	plan, ok, err := p.zygotePlan(req, iso, argv, env["PATH"])
 	if !ok {
 		return nil, err
@@ -889,6 +909,8 @@ type forkedProcess struct {
 var (
 	_ Process      = (*forkedProcess)(nil)
 	_ exitReasoner = (*forkedProcess)(nil)
+	_ InfoProcess  = (*forkedProcess)(nil)
+	_ Releaser     = (*forkedProcess)(nil)
 )
 
 func (fp *forkedProcess) ConnInfo() ConnInfo    { return fp.ci }
@@ -963,6 +985,15 @@ func (fp *forkedProcess) Signal(sig syscall.Signal) error {
 	}
 	return syscall.Kill(-fp.pid, sig)
 }
+
+// ProvisionerInfo says how to find and control the kernel again.
+func (fp *forkedProcess) ProvisionerInfo() (ProvisionerInfo, error) {
+	li := &LocalInfo{RuntimeDir: fp.dir, OutputFile: fp.outFile, Detached: fp.detached}
+	return localInfo(fp.ci, fp.pid, fp.done, fp.guard, fp.cg, li)
+}
+
+// Release stops renewing the kernel's lease, as localProcess's.
+func (fp *forkedProcess) Release() { fp.guard.release() }
 
 func (fp *forkedProcess) Cleanup() error {
 	fp.guard.end()

@@ -78,6 +78,9 @@ type Kernel struct {
 	// pickups get the iopub messages of runs an earlier gateway started
 	// (by the execute_request's id; restore.go).
 	pickups map[string]func(*Message)
+	// adopting is set while a kept kernel that has not answered yet is
+	// being connected to (restore.go); ready is then open.
+	adopting *adoption
 }
 
 // newKernel makes a kernel record; it starts nothing.
@@ -120,21 +123,26 @@ func (k *Kernel) Model() KernelModel {
 	}
 }
 
-// PID is the local process id of the running kernel, or 0.
+// PID is the local process id of the running kernel (or of the kept one
+// being adopted), or 0.
 func (k *Kernel) PID() int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.jk == nil {
-		return 0
+	switch {
+	case k.jk != nil:
+		return k.jk.PID()
+	case k.adopting != nil:
+		return k.adopting.conn.PID()
 	}
-	return k.jk.PID()
+	return 0
 }
 
-// Running reports whether the kernel process is up.
+// Running reports whether the kernel process is up (a kept one being
+// adopted is).
 func (k *Kernel) Running() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.jk != nil
+	return k.jk != nil || k.adopting != nil
 }
 
 func (k *Kernel) config() jupyter.Config {
@@ -382,6 +390,15 @@ func (k *Kernel) ensure(ctx context.Context) (process, error) {
 
 // Interrupt interrupts the kernel (signal or message, per its spec).
 func (k *Kernel) Interrupt(ctx context.Context) error {
+	k.mu.Lock()
+	a := k.adopting
+	k.mu.Unlock()
+	if a != nil {
+		if err := a.conn.Interrupt(ctx); err != nil {
+			return &Error{Kind: ErrTimeout, Msg: "interrupting the kernel: " + err.Error()}
+		}
+		return nil
+	}
 	jk, err := k.running(ctx)
 	if err != nil {
 		return err
@@ -395,6 +412,7 @@ func (k *Kernel) Interrupt(ctx context.Context) error {
 // Restart replaces the kernel's process with a new one: state is lost, the
 // id and the attached clients stay.
 func (k *Kernel) Restart(ctx context.Context) error {
+	left := k.cancelAdoption()
 	k.life.Lock()
 	defer k.life.Unlock()
 	k.mu.Lock()
@@ -415,8 +433,13 @@ func (k *Kernel) Restart(ctx context.Context) error {
 	held := k.releaseAllLocked()
 	k.mu.Unlock()
 	cut(held)
-	if jk != nil {
-		jk.Shutdown(ctx)
+	if jk == nil && left != nil {
+		k.m.stopAdoptee(ctx, k.id, left)
+	}
+	if jk != nil || left != nil {
+		if jk != nil {
+			jk.Shutdown(ctx)
+		}
 		for _, fn := range listeners {
 			fn(gen, errRestarted)
 		}
@@ -451,6 +474,7 @@ func deathDetail(err error) string {
 
 // shutdown stops the kernel for good and disconnects its clients.
 func (k *Kernel) shutdown(ctx context.Context) {
+	left := k.cancelAdoption()
 	k.life.Lock()
 	defer k.life.Unlock()
 	k.mu.Lock()
@@ -475,6 +499,8 @@ func (k *Kernel) shutdown(ctx context.Context) {
 	}
 	if jk != nil {
 		jk.Shutdown(ctx)
+	} else if left != nil {
+		k.m.stopAdoptee(ctx, k.id, left)
 	}
 	k.m.deleteKernel(k.id)
 	for _, fn := range listeners {

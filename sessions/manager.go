@@ -208,6 +208,8 @@ type Manager struct {
 	start     starter
 	reconnect reconnector
 	stopKept  func(ctx context.Context, info jupyter.ProvisionerInfo) error
+	// promptAdopt: see the constant.
+	promptAdopt time.Duration
 
 	// store keeps the records (nil: memory only).
 	store state.Store
@@ -254,6 +256,7 @@ func New(cfg Config, specs *kernelspecs.Catalog, prov jupyter.Provisioner, log *
 	m.openWorkspaces()
 	m.start = startJupyter(prov)
 	m.reconnect = reconnectJupyter(prov)
+	m.promptAdopt = promptAdopt
 	m.stopKept = func(ctx context.Context, info jupyter.ProvisionerInfo) error {
 		return jupyter.Stop(ctx, prov, info, 2*time.Second)
 	}

@@ -307,6 +307,7 @@ func (r *Run) persist() {
 // leaving the process running and recorded for the next gateway
 // (Manager.Detach). Its last activity is written first.
 func (k *Kernel) leave() {
+	k.cancelAdoption() // a kept kernel not adopted yet stays as it is
 	k.life.Lock()
 	defer k.life.Unlock()
 	k.mu.Lock()

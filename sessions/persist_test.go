@@ -145,7 +145,7 @@ func TestRestoreWithKernelsGone(t *testing.T) {
 	store = openStore(t, dir)
 	defer store.Close()
 	m2 := newFakeManagerWith(t, Config{Store: store, PoolSize: 0}, f, specs)
-	m2.reconnect = func(context.Context, jupyter.ProvisionerInfo, jupyter.Config) (process, error) {
+	m2.reconnect = func(context.Context, jupyter.ProvisionerInfo, jupyter.Config) (connecting, error) {
 		return nil, jupyter.ErrNotAdoptable
 	}
 	rep, err := m2.Restore(ctx)
@@ -185,7 +185,7 @@ func TestStoreCycleLeaksNothing(t *testing.T) {
 		m := New(Config{DefaultKernel: "fake", Languages: map[string]string{"python": "fake"}, Store: store, PoolSize: 1}, fakeSpecs(t), nil, nil)
 		f := &fakeKernels{}
 		m.start = f.start
-		m.reconnect = func(context.Context, jupyter.ProvisionerInfo, jupyter.Config) (process, error) {
+		m.reconnect = func(context.Context, jupyter.ProvisionerInfo, jupyter.Config) (connecting, error) {
 			return nil, errors.New("not adoptable here")
 		}
 		if _, err := m.Restore(context.Background()); err != nil {

@@ -45,19 +45,44 @@ func startJupyter(prov jupyter.Provisioner) starter {
 	}
 }
 
-// reconnector connects to a kernel process an earlier gateway launched.
-type reconnector func(context.Context, jupyter.ProvisionerInfo, jupyter.Config) (process, error)
+// reconnector starts connecting to a kernel process an earlier gateway
+// launched: it returns once the process is found to be the same live one;
+// ctx bounds the rest (the kernel proving itself).
+type reconnector func(context.Context, jupyter.ProvisionerInfo, jupyter.Config) (connecting, error)
+
+// connecting is a kept kernel process being connected to (a
+// *jupyter.Connecting).
+type connecting interface {
+	// Done is closed once the kernel answered with its key, or failed to.
+	Done() <-chan struct{}
+	// Result waits for Done: the connected process, or why there is none
+	// (the process is then left running).
+	Result() (process, error)
+	PID() int
+	Interrupt(ctx context.Context) error
+}
 
 // reconnectJupyter adopts a real kernel process with prov and connects to
 // it.
 func reconnectJupyter(prov jupyter.Provisioner) reconnector {
-	return func(ctx context.Context, info jupyter.ProvisionerInfo, c jupyter.Config) (process, error) {
-		jk, err := jupyter.Reconnect(ctx, prov, info, c)
+	return func(ctx context.Context, info jupyter.ProvisionerInfo, c jupyter.Config) (connecting, error) {
+		jc, err := jupyter.BeginReconnect(ctx, prov, info, c)
 		if err != nil {
 			return nil, err
 		}
-		return jupyterProcess{jk}, nil
+		return jupyterConnecting{jc}, nil
 	}
+}
+
+// jupyterConnecting adapts a *jupyter.Connecting to connecting.
+type jupyterConnecting struct{ *jupyter.Connecting }
+
+func (c jupyterConnecting) Result() (process, error) {
+	jk, err := c.Connecting.Result()
+	if err != nil {
+		return nil, err
+	}
+	return jupyterProcess{jk}, nil
 }
 
 // jupyterProcess adapts a *jupyter.Kernel to process.

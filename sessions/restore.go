@@ -19,8 +19,14 @@ import (
 // contexts, Jupyter sessions and run records, and picks up the runs that
 // a kernel it adopted is still running.
 
-// reconnectTimeout bounds the connection to one kept kernel.
-const reconnectTimeout = 20 * time.Second
+// promptAdopt is how long a start waits for a kept kernel to answer
+// before it serves without it. One that has not answered by then (busy
+// with a long request, in a way that keeps it from answering even on its
+// control channel) is kept and adopted once it answers (adoption).
+const promptAdopt = 2 * time.Second
+
+// stopTimeout bounds the stop of a kept kernel that is not adopted.
+const stopTimeout = 20 * time.Second
 
 // restoreParallel is how many kept kernels are connected to at once.
 const restoreParallel = 16
@@ -35,15 +41,17 @@ const endedWhileDown = "ended while no gateway was running"
 
 // RestoreReport says what a start found in the store.
 type RestoreReport struct {
-	// Adopted are the kernels running again under their ids; Lost the
-	// kept kernels that were gone (or could not be reached and were
-	// stopped); Stopped the warm-pool and isolated-run kernels ended.
-	Adopted, Lost, Stopped int
-	Contexts, Sessions     int
+	// Adopted are the kernels running again under their ids; Pending
+	// the kept kernels, the same live processes, that had not answered
+	// yet (busy), adopted once they answer; Lost the kept kernels that
+	// were gone (or answered with another key and were stopped); Stopped
+	// the warm-pool and isolated-run kernels ended.
+	Adopted, Pending, Lost, Stopped int
+	Contexts, Sessions              int
 	// Runs are the run records restored; PickedUp those still running.
 	Runs, PickedUp int
-	// Keep are the ids of the kernels adopted: their processes,
-	// directories and cgroups are not leftovers.
+	// Keep are the ids of the kernels adopted or pending: their
+	// processes, directories and cgroups are not leftovers.
 	Keep []string
 }
 
@@ -100,6 +108,9 @@ func (m *Manager) Restore(ctx context.Context) (RestoreReport, error) {
 			case adopted:
 				rep.Adopted++
 				rep.Keep = append(rep.Keep, k.id)
+			case pending:
+				rep.Pending++
+				rep.Keep = append(rep.Keep, k.id)
 			case lost:
 				rep.Lost++
 			case stopped:
@@ -138,7 +149,7 @@ func (m *Manager) Restore(ctx context.Context) (RestoreReport, error) {
 		rep.Sessions++
 	}
 	rep.Runs, rep.PickedUp = m.restoreRuns(snap.Runs, contexts)
-	m.log.Info("state restored", "kernels", rep.Adopted, "lost", rep.Lost, "stopped", rep.Stopped,
+	m.log.Info("state restored", "kernels", rep.Adopted, "pending", rep.Pending, "lost", rep.Lost, "stopped", rep.Stopped,
 		"contexts", rep.Contexts, "sessions", rep.Sessions, "runs", rep.Runs, "picked_up", rep.PickedUp,
 		"took", time.Since(t0).Round(time.Millisecond))
 	return rep, nil
@@ -148,16 +159,18 @@ type restoreOutcome int
 
 const (
 	adopted restoreOutcome = iota
+	pending
 	lost
 	stopped
 )
 
 // restoreKernel connects to the kept kernel rec names, if it is the same
 // live process and answers with its key. A kernel of a context (wanted)
-// or of the Jupyter surface comes back under its id either way: adopted,
-// or dead as if it had died (a context's next run starts a new process
-// and says the state was lost; a Jupyter kernel restarts now). Others
-// (warm pool, isolated runs) are stopped.
+// or of the Jupyter surface comes back under its id either way: adopted;
+// pending, when it has not answered within promptAdopt (it is adopted
+// once it does); or dead as if it had died (a context's next run starts a
+// new process and says the state was lost; a Jupyter kernel restarts
+// now). Others (warm pool, isolated runs) are stopped.
 func (m *Manager) restoreKernel(ctx context.Context, rec state.Kernel, wanted bool, workspaces map[string]*workspace.Workspace) (*Kernel, restoreOutcome) {
 	var ex kernelExtra
 	if len(rec.Extra) > 0 {
@@ -166,7 +179,7 @@ func (m *Manager) restoreKernel(ctx context.Context, rec state.Kernel, wanted bo
 	info, infoErr := jupyter.UnmarshalProvisionerInfo(rec.ProvisionerInfo)
 	stop := func(why string) {
 		if infoErr == nil {
-			sctx, cancel := context.WithTimeout(ctx, reconnectTimeout)
+			sctx, cancel := context.WithTimeout(ctx, stopTimeout)
 			if err := m.stopKept(sctx, info); err != nil && !errors.Is(err, jupyter.ErrNotAdoptable) {
 				m.log.Warn("kept kernel not stopped", "kernel", rec.ID, "err", err)
 			}
@@ -203,24 +216,40 @@ func (m *Manager) restoreKernel(ctx context.Context, rec state.Kernel, wanted bo
 	if !rec.LastActivity.IsZero() {
 		k.lastAct = rec.LastActivity
 	}
-	var jk process
-	if infoErr == nil {
-		rctx, cancel := context.WithTimeout(ctx, reconnectTimeout)
-		jk, err = m.reconnect(rctx, info, k.config())
-		cancel()
-	} else {
+	if infoErr != nil {
 		err = infoErr
-	}
-	if err == nil {
-		k.mu.Lock()
-		k.jk = jk
-		k.lateWait, _ = m.lateOutputWait(k.spec, jk.Info().Implementation)
-		k.gen = 1
-		k.state = jupyter.StateIdle
-		k.mu.Unlock()
-		m.goroutine(func() { k.watch(jk, 1) })
-		m.log.Info("kernel adopted", "kernel", k.id, "spec", spec.Name, "pid", jk.PID())
-		return k, adopted
+	} else {
+		// The connection outlives the start when the kernel is busy:
+		// cancelAdoption or the manager's close ends it.
+		actx, cancel := context.WithCancel(context.Background())
+		var conn connecting
+		if conn, err = m.reconnect(actx, info, k.config()); err != nil {
+			cancel()
+		} else {
+			t := time.NewTimer(m.promptAdopt)
+			select {
+			case <-conn.Done():
+				t.Stop()
+				var jk process
+				jk, err = conn.Result()
+				cancel()
+				if err == nil {
+					k.adopted(jk)
+					return k, adopted
+				}
+			case <-t.C:
+				a := &adoption{conn: conn, info: info, cancel: cancel, done: make(chan struct{})}
+				k.mu.Lock()
+				k.adopting = a
+				k.gen = 1
+				k.state = jupyter.StateBusy
+				k.ready = make(chan struct{})
+				k.mu.Unlock()
+				m.log.Info("kept kernel busy: it is adopted once it answers", "kernel", k.id, "spec", spec.Name, "pid", conn.PID())
+				m.goroutine(func() { k.awaitAdoption(a) })
+				return k, pending
+			}
+		}
 	}
 	// Gone, another process now, or not answering with its key: it is
 	// not this kernel any more (a live one is stopped).
@@ -228,29 +257,173 @@ func (m *Manager) restoreKernel(ctx context.Context, rec state.Kernel, wanted bo
 	if !errors.Is(err, jupyter.ErrNotAdoptable) || infoErr == nil {
 		stop("it could not be adopted")
 	}
-	m.cfg.Observer.KernelDied(spec.Name)
+	k.lostKept(endedWhileDown, "the kernel "+endedWhileDown)
+	return k, lost
+}
+
+// adopted makes jk, a kept kernel's process that answered with its key,
+// the kernel's process.
+func (k *Kernel) adopted(jk process) {
+	lateWait, _ := k.m.lateOutputWait(k.spec, jk.Info().Implementation)
 	k.mu.Lock()
-	k.endedBy = endedWhileDown
-	restart := k.policy == restartNow
+	k.jk = jk
+	k.lateWait = lateWait
+	k.gen = 1
+	k.state = jupyter.StateIdle
+	if len(k.pickups) > 0 {
+		k.state = jupyter.StateBusy
+	}
+	k.reason = ""
+	if k.ready != nil {
+		close(k.ready)
+		k.ready = nil
+	}
+	k.mu.Unlock()
+	k.m.goroutine(func() { k.watch(jk, 1) })
+	k.m.log.Info("kernel adopted", "kernel", k.id, "spec", k.spec.Name, "pid", jk.PID())
+}
+
+// lostKept reports a kept kernel that could not be adopted the way a
+// death is (endedBy says how it ended, reason why it is dead): a
+// context's kernel stays dead until its next run, a Jupyter kernel
+// restarts now. Its process, if it lived, was stopped.
+func (k *Kernel) lostKept(endedBy, reason string) {
+	m := k.m
+	m.cfg.Observer.KernelDied(k.spec.Name)
+	k.mu.Lock()
+	k.endedBy = endedBy
+	restart := k.policy == restartNow && !k.removed
 	if restart {
 		k.state = jupyter.StateRestarting
-		k.ready = make(chan struct{})
+		if k.ready == nil {
+			k.ready = make(chan struct{})
+		}
 	} else {
 		k.state = jupyter.StateDead
-		k.reason = "the kernel " + endedWhileDown
+		k.reason = reason
+		if k.ready != nil {
+			close(k.ready)
+			k.ready = nil
+		}
 	}
 	k.mu.Unlock()
 	if restart {
 		m.goroutine(func() {
 			k.life.Lock()
 			defer k.life.Unlock()
-			m.cfg.Observer.KernelRestarted(spec.Name, "died")
+			k.mu.Lock()
+			still := k.jk == nil && k.ready != nil && !k.removed
+			k.mu.Unlock()
+			if !still { // restarted or shut down meanwhile
+				return
+			}
+			m.cfg.Observer.KernelRestarted(k.spec.Name, "died")
 			if err := k.launch(context.Background()); err != nil {
 				m.log.Warn("kernel restart failed", "kernel", k.id, "err", err)
 			}
 		})
 	}
-	return k, lost
+}
+
+// adoption is a kept kernel, the same live process, that had not answered
+// when the gateway started serving: its connection goes on in the
+// background (awaitAdoption) until the kernel answers with its key (it is
+// adopted), dies or answers with another key (it is lost, as a kernel
+// that ended while no gateway ran), or the kernel is restarted, shut
+// down or left (cancelAdoption). Meanwhile runs wait for it as for a
+// kernel starting, and an interrupt reaches it.
+type adoption struct {
+	conn   connecting
+	info   jupyter.ProvisionerInfo
+	cancel context.CancelFunc
+	done   chan struct{} // closed once it is over
+
+	// guarded by the kernel's mu
+	cancelled bool // cancelAdoption gave it up
+	left      bool // it ended without adopting or stopping the process
+}
+
+// awaitAdoption waits for a's kernel to answer and adopts it, or reports
+// it lost.
+func (k *Kernel) awaitAdoption(a *adoption) {
+	m := k.m
+	select {
+	case <-a.conn.Done():
+	case <-m.closing:
+	}
+	a.cancel()
+	jk, err := a.conn.Result()
+	k.life.Lock()
+	defer k.life.Unlock()
+	k.mu.Lock()
+	removed := k.removed
+	gaveUp := a.cancelled || removed || errors.Is(err, context.Canceled)
+	if err != nil && gaveUp {
+		// Whoever gave it up decides what becomes of the process
+		// (cancelAdoption): it is left running.
+		a.left = true
+		if k.ready != nil {
+			close(k.ready)
+			k.ready = nil
+		}
+		k.mu.Unlock()
+		close(a.done)
+		return
+	}
+	k.adopting = nil
+	k.mu.Unlock()
+	if err == nil {
+		if removed {
+			jk.Shutdown(context.Background())
+		} else {
+			k.adopted(jk)
+		}
+		close(a.done)
+		return
+	}
+	// It died, or signs with another key: a live one is stopped.
+	m.log.Warn("kept kernel lost", "kernel", k.id, "spec", k.spec.Name, "err", err)
+	sctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
+	m.stopAdoptee(sctx, k.id, a)
+	cancel()
+	why := "could not be adopted after the gateway restarted (" + err.Error() + ")"
+	k.lostKept(why, "the kernel "+why)
+	close(a.done)
+}
+
+// cancelAdoption gives up adopting the kernel, if it is being adopted,
+// and waits until that is over. It returns the adoption when its process
+// was left running (a shutdown or restart then stops it: stopAdoptee),
+// nil when there was none or it ended otherwise. The caller does not hold
+// k.life.
+func (k *Kernel) cancelAdoption() *adoption {
+	k.mu.Lock()
+	a := k.adopting
+	if a != nil {
+		a.cancelled = true
+	}
+	k.mu.Unlock()
+	if a == nil {
+		return nil
+	}
+	a.cancel()
+	<-a.done
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.adopting == a {
+		k.adopting = nil
+	}
+	if !a.left {
+		return nil
+	}
+	return a
+}
+
+// stopAdoptee stops the kept process of an adoption given up.
+func (m *Manager) stopAdoptee(ctx context.Context, id string, a *adoption) {
+	if err := m.stopKept(ctx, a.info); err != nil && !errors.Is(err, jupyter.ErrNotAdoptable) {
+		m.log.Warn("kept kernel not stopped", "kernel", id, "err", err)
+	}
 }
 
 // restoreContext takes a kept context over, with its kernel when that is
@@ -327,7 +500,7 @@ func (m *Manager) restoreRuns(recs []state.Run, contexts map[string]*Context) (r
 			r.lose("the gateway restarted before the run started; it never ran")
 		case RunRunning:
 			var k *Kernel
-			var jk process
+			live := false
 			if c != nil {
 				c.mu.Lock()
 				k = c.kernel
@@ -335,10 +508,10 @@ func (m *Manager) restoreRuns(recs []state.Run, contexts map[string]*Context) (r
 			}
 			if k != nil && k.id == rec.Kernel && rec.MsgID != "" {
 				k.mu.Lock()
-				jk = k.jk
+				live = k.jk != nil || k.adopting != nil
 				k.mu.Unlock()
 			}
-			if jk == nil {
+			if !live {
 				why := "the gateway restarted during the run and its kernel " + endedWhileDown + "; the next run starts a new kernel without the earlier state"
 				if c != nil {
 					c.lose(r, why)
@@ -352,7 +525,7 @@ func (m *Manager) restoreRuns(recs []state.Run, contexts map[string]*Context) (r
 			c.working, c.running = true, r
 			c.mu.Unlock()
 			m.goroutine(func() {
-				c.pickUp(r, k, jk)
+				c.pickUp(r, k)
 				c.mu.Lock()
 				c.running = nil
 				c.mu.Unlock()
@@ -477,9 +650,10 @@ func (b *builder) replay(typ string, js []byte) {
 // runs (or ran while no gateway was there), until it ends. The kernel's
 // reply went to that gateway's connection; the run ends when its status
 // turns idle, or when a kernel_info request sent behind it on the shell
-// channel is answered (the shell runs requests in order): whichever comes
-// first.
-func (c *Context) pickUp(r *Run, k *Kernel, jk process) {
+// channel is done, reply and idle status (the shell runs requests in
+// order, iopub keeps their order): whichever comes first. A kernel still being adopted (adoption) is waited for: its
+// messages reach the run meanwhile; one that is lost loses the run.
+func (c *Context) pickUp(r *Run, k *Kernel) {
 	r.mu.Lock()
 	r.b.stream("stderr", LostOutputMarker)
 	msgID := r.msgID
@@ -534,24 +708,73 @@ func (c *Context) pickUp(r *Run, k *Kernel, jk process) {
 	}
 
 	var barrier call
-	if m, err := jk.NewMessage(jupyter.KernelInfoRequest, nil, nil); err == nil {
-		barrier, _ = jk.Request(Shell, m, nil, jupyter.CallOptions{})
+	var barrierDone, jkDone <-chan struct{}
+	var jk process
+	follow := func(p process) {
+		jk, jkDone = p, p.Done()
+		if m, err := jk.NewMessage(jupyter.KernelInfoRequest, nil, nil); err == nil {
+			// Its idle status too: iopub is ordered, so the run's
+			// messages have all come once it has, whereas the reply,
+			// on another socket, may come first (Deno's does).
+			barrier, _ = jk.Request(Shell, m, nil, jupyter.CallOptions{IOPub: true})
+		}
+		if barrier != nil {
+			barrierDone = barrier.Done()
+		}
 	}
-	var barrierDone <-chan struct{}
-	if barrier != nil {
-		barrierDone = barrier.Done()
-		defer jk.Forget(barrier)
+	defer func() {
+		if barrier != nil {
+			jk.Forget(barrier)
+		}
+	}()
+	k.mu.Lock()
+	var adopting <-chan struct{}
+	if k.jk != nil {
+		jk = k.jk
+	} else if k.adopting != nil {
+		adopting = k.adopting.done
+	}
+	k.mu.Unlock()
+	if jk != nil {
+		follow(jk)
+	} else if adopting == nil {
+		c.lose(r, "the gateway restarted during the run and its kernel was lost; the next run starts a new kernel without the earlier state")
+		return
 	}
 	var grace <-chan time.Time
+	var idleCh <-chan struct{} = idle
 	for {
 		select {
-		case <-idle:
+		case <-adopting:
+			adopting = nil
+			k.mu.Lock()
+			p, endedBy := k.jk, k.endedBy
+			k.mu.Unlock()
+			if p == nil {
+				if endedBy == "" {
+					endedBy = "was restarted or shut down"
+				}
+				c.lose(r, "the gateway restarted during the run and its kernel "+endedBy+"; the next run starts a new kernel without the earlier state")
+				return
+			}
+			follow(p)
+			continue
+		case <-idleCh:
+			if barrierDone != nil {
+				// The barrier follows at once, and its status comes
+				// after what the run published late (Deno may publish
+				// its result after its idle status).
+				idleCh = nil
+				continue
+			}
 		case <-barrierDone:
-			if _, err := barrier.Result(); err != nil {
+			// A kernel that answered it without its idle status (lost)
+			// has run it, behind the run, all the same.
+			if _, err := barrier.Result(); err != nil && !errors.Is(err, jupyter.ErrRequestDropped) {
 				c.lose(r, lostMessage(err))
 				return
 			}
-		case <-jk.Done():
+		case <-jkDone:
 			c.lose(r, lostMessage(jk.Err()))
 			return
 		case why := <-stop:

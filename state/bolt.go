@@ -12,7 +12,6 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -286,10 +285,9 @@ func moveAside(path, suffix string) (string, error) {
 		return "", err
 	}
 	defer f.Close()
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			return "", err
-		}
+	if held, err := tryLock(f); err != nil {
+		return "", err
+	} else if held {
 		// bbolt's Open may panic on a damaged file with the file still
 		// open and locked by this process: that lock is no one else's.
 		if others := lockHolders(f, os.Getpid()); len(others) > 0 {

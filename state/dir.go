@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"syscall"
 )
 
 // FileName is the store's file in the state directory.
@@ -62,8 +61,8 @@ func private(log *slog.Logger, path string, dir bool, perm os.FileMode) error {
 	case fi.Mode()&os.ModeSticky != 0:
 		return fmt.Errorf("%w: %s is a shared directory (sticky bit): choose a directory of kernelgate's own", ErrUnsafe, path)
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Geteuid() {
-		return fmt.Errorf("%w: %s belongs to uid %d, not to this user (uid %d)", ErrUnsafe, path, st.Uid, os.Geteuid())
+	if uid, ok := ownerUID(fi); ok && uid != os.Geteuid() {
+		return fmt.Errorf("%w: %s belongs to uid %d, not to this user (uid %d)", ErrUnsafe, path, uid, os.Geteuid())
 	}
 	if fi.Mode().Perm() == perm {
 		return nil

@@ -331,7 +331,7 @@ func (w *Workspace) chown(p string) error {
 	if w.owner == nil {
 		return nil
 	}
-	f, err := w.root.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	f, err := openNoFollow(w.root, p)
 	if err != nil {
 		return classify(err)
 	}

@@ -43,6 +43,7 @@ import (
 	"kernelgate/internal/tailbuf"
 	"kernelgate/kernelspecs"
 
+	"kernelgate/internal/sysproc"
 	"kernelgate/internal/timefmt"
 )
 
@@ -155,7 +156,7 @@ func StartThrough(ctx context.Context, spec *kernelspecs.Spec, relay Relay) (*Cl
 	c.cmd.Env = env
 	c.cmd.Dir = c.dir
 	c.cmd.Stdout, c.cmd.Stderr = c.output, c.output
-	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	c.cmd.SysProcAttr = sysproc.GroupAttr()
 	if err := c.cmd.Start(); err != nil {
 		os.RemoveAll(c.dir)
 		stopRelay()
@@ -461,12 +462,12 @@ func (c *Client) Close() error {
 		select {
 		case <-c.exited:
 		case <-t.C:
-			syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+			sysproc.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
 			<-c.exited
 		}
 		t.Stop()
 		// Whatever the kernel left in its group goes with it.
-		syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+		sysproc.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
 		c.cancel()
 		close(c.quit)
 		for _, s := range []zmq4.Socket{c.shell, c.control, c.iopub} {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"kernelgate/internal/leakcheck"
+	"kernelgate/internal/sysproc"
 	"kernelgate/internal/testkernels"
 	"kernelgate/kernelspecs"
 )
@@ -44,7 +45,7 @@ func TestExecuteAndClose(t *testing.T) {
 			if kids := children(); len(kids) != 0 {
 				t.Errorf("child processes left after Close: %v", kids)
 			}
-			if err := syscall.Kill(-pid, 0); !errors.Is(err, syscall.ESRCH) {
+			if err := sysproc.Kill(-pid, 0); !errors.Is(err, syscall.ESRCH) {
 				t.Errorf("process group %d still exists (kill: %v)", pid, err)
 			}
 			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {

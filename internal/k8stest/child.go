@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"kernelgate/internal/sysproc"
 )
 
 // child is one server process of the control plane. One goroutine owns
@@ -33,7 +35,7 @@ func startChild(dir, name, bin string, args ...string) (*child, error) {
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	// Own process group, and killed with the test process if it dies first.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = sysproc.GroupAttr()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("k8stest: start %s: %w", name, err)
 	}
@@ -56,13 +58,13 @@ func (c *child) stop() {
 		return
 	default:
 	}
-	_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGTERM)
+	_ = sysproc.Kill(-c.cmd.Process.Pid, syscall.SIGTERM)
 	timer := time.NewTimer(stopGrace)
 	defer timer.Stop()
 	select {
 	case <-c.done:
 	case <-timer.C:
-		_ = syscall.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
+		_ = sysproc.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
 		<-c.done
 	}
 }

@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
+
+	"kernelgate/internal/sysproc"
 )
 
 // The provider runs pods as local processes, as virtual-kubelet's
@@ -504,7 +506,7 @@ func (p *provider) runProcess(r *podRun, i int, spec *processSpec, restarts int3
 	cmd.Env = spec.env
 	cmd.Dir = spec.dir
 	cmd.Stdout, cmd.Stderr = spec.log, spec.log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = sysproc.GroupAttr()
 	err := cmd.Start()
 	spec.log.Close()
 	if err != nil {
@@ -556,7 +558,7 @@ wait:
 		case <-sample:
 			if groupRSS(pid) > limit {
 				oom = true
-				_ = syscall.Kill(-pid, syscall.SIGKILL)
+				_ = sysproc.Kill(-pid, syscall.SIGKILL)
 				sample = nil
 			}
 		case <-stop:
@@ -565,23 +567,23 @@ wait:
 			grace := r.grace
 			p.mu.Unlock()
 			p.recorder.Eventf(r.ref, corev1.EventTypeNormal, "Killing", "Stopping container %s", c.Name)
-			_ = syscall.Kill(-pid, syscall.SIGTERM)
+			_ = sysproc.Kill(-pid, syscall.SIGTERM)
 			t := time.NewTimer(grace)
 			defer t.Stop()
 			kill = t.C
 		case <-kill:
 			kill = nil
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			_ = sysproc.Kill(-pid, syscall.SIGKILL)
 		case <-p.ctx.Done():
 			// The node stops: no grace.
-			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			_ = sysproc.Kill(-pid, syscall.SIGKILL)
 			<-exited
 			break wait
 		}
 	}
 	// What the leader leaves behind in its group goes with it, as a
 	// container's processes go with it.
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
+	_ = sysproc.Kill(-pid, syscall.SIGKILL)
 
 	term := &corev1.ContainerStateTerminated{StartedAt: started, FinishedAt: metav1.Now(), ContainerID: fmt.Sprintf("process://%d", pid)}
 	term.ExitCode = exitCode(cmd, waitErr)
