@@ -12,14 +12,39 @@ import (
 )
 
 // A home seed is a directory the gateway itself prepares and copies into
-// every new kernel's fresh HOME. It holds caches that are costly to build
-// and safe to share because no kernel wrote them: today matplotlib's font
-// list, which a fresh MPLCONFIGDIR would otherwise rebuild (about a
-// second) on each kernel's first plot.
+// every new kernel's fresh HOME. It holds files that are costly to build
+// and safe to copy because no kernel wrote them:
+//
+//   - matplotlib's font list, which a fresh MPLCONFIGDIR would otherwise
+//     rebuild (about a second) on each kernel's first plot;
+//   - IPython's empty history database (.ipython/profile_default/
+//     history.sqlite, its tables made by IPython's own code), which a
+//     fresh IPYTHONDIR would otherwise create at each kernel's start: three
+//     CREATE TABLE statements, each a transaction of its own with its
+//     fsyncs. With the copy they find their tables and write nothing; each
+//     kernel still has its own database, and its first session is number 1
+//     as in a fresh one.
+//
+// Files and directories keep the modes they were made with, as IPython and
+// matplotlib make them in a fresh HOME.
+
+// seedScript builds the seed's files in the HOME of its environment.
+const seedScript = `
+import os
+from IPython.core.history import HistoryAccessor
+profile = os.path.join(os.environ["IPYTHONDIR"], "profile_default")
+os.makedirs(profile, mode=0o755)  # as IPython makes them
+HistoryAccessor(hist_file=os.path.join(profile, "history.sqlite")).db.close()
+try:
+    import matplotlib.font_manager
+except ImportError:
+    pass
+`
 
 // PrepareHomeSeed builds the seed in dir with python (a Python that has
-// matplotlib; nothing is built without it), then publishes it at once by
-// a rename, so a launch copies a whole seed or none.
+// IPython; matplotlib's font list is left out without matplotlib), then
+// publishes it at once by a rename, so a launch copies a whole seed or
+// none.
 func PrepareHomeSeed(ctx context.Context, dir, python string) error {
 	if _, err := os.Stat(dir); err == nil {
 		return nil
@@ -35,13 +60,13 @@ func PrepareHomeSeed(ctx context.Context, dir, python string) error {
 	defer os.RemoveAll(tmp)
 	kd := KernelDirs{Root: tmp, Home: tmp, Work: tmp, Tmp: tmp}
 	env := CleanEnv(kd)
-	cmd := exec.CommandContext(ctx, python, "-c", "import matplotlib.font_manager")
+	cmd := exec.CommandContext(ctx, python, "-c", seedScript)
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	cmd.Dir = tmp
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("building the font cache with %s: %v: %s", python, err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("building the home seed with %s: %v: %s", python, err, strings.TrimSpace(string(out)))
 	}
 	// Keep only the caches: nothing that reads as configuration.
 	keep := filepath.Join(tmp, ".config", "matplotlib")
@@ -54,7 +79,8 @@ func PrepareHomeSeed(ctx context.Context, dir, python string) error {
 	return os.Rename(tmp, dir)
 }
 
-// copySeed copies the regular files and directories of seed into home.
+// copySeed copies the regular files and directories of seed into home,
+// with their permission bits (less the umask).
 func copySeed(seed, home string) error {
 	if seed == "" {
 		return nil
@@ -71,23 +97,27 @@ func copySeed(seed, home string) error {
 			return err
 		}
 		dst := filepath.Join(home, rel)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
 		switch {
 		case d.IsDir():
-			return os.MkdirAll(dst, 0o700)
+			return os.MkdirAll(dst, info.Mode().Perm())
 		case d.Type().IsRegular():
-			return copyFile(path, dst)
+			return copyFile(path, dst, info.Mode().Perm())
 		}
 		return nil // links and others are not copied
 	})
 }
 
-func copyFile(src, dst string) error {
+func copyFile(src, dst string, perm os.FileMode) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 	if err != nil {
 		return err
 	}

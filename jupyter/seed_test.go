@@ -4,8 +4,10 @@ package jupyter
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,4 +64,85 @@ func TestHomeSeedSavesTheFontCache(t *testing.T) {
 		t.Error(err)
 	}
 	os.RemoveAll(seed)
+}
+
+// historyOf asks k for its last n inputs (history_request, tail).
+func historyOf(t *testing.T, k *Kernel, n int) [][3]any {
+	t.Helper()
+	m, err := k.NewMessage("history_request", map[string]any{"output": false, "raw": true, "hist_access_type": "tail", "n": n}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := k.Request(Shell, m, nil, CallOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	reply, err := c.Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Status  string   `json:"status"`
+		History [][3]any `json:"history"`
+	}
+	if err := reply.DecodeContent(&r); err != nil || r.Status != "ok" {
+		t.Fatalf("history_reply %+v: %v", r, err)
+	}
+	return r.History
+}
+
+// ipythonTree lists the kernel's IPYTHONDIR: path, type and mode of each
+// entry, with its history database's tables.
+const ipythonTree = `
+import os, sqlite3
+root = os.environ['IPYTHONDIR']
+for d, dirs, files in sorted(os.walk(root)):
+    for n in sorted(dirs + files):
+        if n.endswith('-journal'):  # while the history is being saved
+            continue
+        p = os.path.join(d, n)
+        print(os.path.relpath(p, root), oct(os.stat(p).st_mode))
+db = sqlite3.connect(os.path.join(root, 'profile_default', 'history.sqlite'))
+print(sorted(r[0] for r in db.execute("select name from sqlite_master where type = 'table'")))
+`
+
+// TestHomeSeedHoldsTheHistoryDatabase: the seed carries IPython's empty
+// history database, so a kernel does not create its tables; a seeded
+// kernel's IPython directory and history read as a fresh kernel's, and
+// each kernel keeps a history of its own.
+func TestHomeSeedHoldsTheHistoryDatabase(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	seed := filepath.Join(t.TempDir(), "seed")
+	if err := PrepareHomeSeed(ctx, seed, "/usr/bin/python3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(seed, ".ipython", "profile_default", "history.sqlite")); err != nil {
+		t.Fatalf("seed: %v", err)
+	}
+	spec := testkernels.Spec(t, "python3")
+	seeded := &LocalProvisioner{RuntimeDir: t.TempDir(), HomeSeed: seed}
+	a := startWith(t, seeded, Config{Spec: spec})
+	b := startWith(t, seeded, Config{Spec: spec})
+	fresh := startWith(t, &LocalProvisioner{RuntimeDir: t.TempDir()}, Config{Spec: spec})
+
+	stdout(t, a, "x = 1")
+	stdout(t, a, "y = 2")
+	stdout(t, b, "z = 3")
+	stdout(t, fresh, "x = 1")
+	stdout(t, fresh, "y = 2")
+	if got, want := historyOf(t, a, 10), historyOf(t, fresh, 10); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("history of a seeded kernel %v, of a fresh one %v", got, want)
+	}
+	if got := fmt.Sprint(historyOf(t, b, 10)); got != "[[1 1 z = 3]]" {
+		t.Errorf("history of the other seeded kernel: %s", got)
+	}
+	if got, want := stdout(t, a, "%history -n"), stdout(t, fresh, "%history -n"); got != want || !strings.Contains(got, "2: y = 2") {
+		t.Errorf("%%history of a seeded kernel %q, of a fresh one %q", got, want)
+	}
+	if got, want := stdout(t, a, ipythonTree), stdout(t, fresh, ipythonTree); got != want {
+		t.Errorf("IPython directory of a seeded kernel:\n%s\nof a fresh one:\n%s", got, want)
+	}
 }

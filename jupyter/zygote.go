@@ -661,6 +661,12 @@ func (z *zygote) forkSpare() (*spareChild, error) {
 			return nil, err
 		}
 	}
+	// Parked: the spare copies the pages a kernel writes, charged to its
+	// own cgroup (zygote.py, copy_written_pages).
+	if err := writeZygoteFrame(conn, map[string]bool{"parked": true}, nil); err != nil {
+		s.discard()
+		return nil, err
+	}
 	return s, nil
 }
 

@@ -57,6 +57,7 @@ class _Zygote:
         self.gateway = os.getppid()
         self.listener = None
         self.spares = {}  # pid of a spare child -> the zygote's end of its socket pair
+        self.written = []  # runs of pages a kernel writes: see rehearse
 
     # --- start -----------------------------------------------------------
 
@@ -84,16 +85,52 @@ class _Zygote:
             importlib.import_module(name)
         if unset:
             del os.environ["MPLBACKEND"]
+        self.prepare_kernel_start()
+        self.pack_module_names()
         self.quiet_native_threads()
         self.check_alone()
         self.tid_address = self.find_tid_address()
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(path)
-        self.listener.listen(64)
         # Objects made so far are never collected: the collector then never
         # writes to the pages the kernels share with the zygote.
         gc.collect()
         gc.freeze()
+        self.rehearse()
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path)
+        self.listener.listen(64)
+
+    def prepare_kernel_start(self):
+        """Does once what every kernel's start would do alike, and what
+        holds no thread, no descriptor and nothing of a kernel: the modules
+        ipykernel imports while it starts, and jupyter_client's list of
+        this machine's addresses, which a kernel builds when it reads its
+        connection file (trying `ip` and `ifconfig` in subprocesses, then
+        resolving host names)."""
+        import importlib
+
+        for name in ("faulthandler", "IPython.core.completerlib"):
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                pass
+        try:
+            from jupyter_client import localinterfaces
+
+            localinterfaces.localhost()
+        except Exception:  # each kernel then tries on its own
+            pass
+
+    def pack_module_names(self):
+        """IPython's start takes a set of sys.modules' keys, which writes to
+        the reference count of every module name. The names were made one
+        by one as the modules were imported, scattered over hundreds of
+        pages, so that every kernel copied them all. Here each key is
+        replaced by an equal string made now, all of them side by side in
+        a few pages; sys.modules keeps its contents and its order."""
+        modules = sys.modules
+        for name in list(modules):
+            key = (name + ".")[:-1] if type(name) is str and len(name) > 1 else name
+            modules[key] = modules.pop(name)
 
     def quiet_native_threads(self):
         # OpenBLAS starts its thread pool when numpy loads it and stops it
@@ -130,6 +167,141 @@ class _Zygote:
         if len(hits) != 1:
             raise RuntimeError("cannot locate glibc's cached thread id (%d candidates)" % len(hits))
         return me + hits[0]
+
+    # --- the pages a kernel writes ----------------------------------------
+
+    # The rehearsal. A kernel's start writes to some 5 000 of the pages it
+    # shares with the zygote (reference counts, caches, free blocks of the allocators), and
+    # each first write is a copy-on-write fault. Taken while the kernel's
+    # threads run, each fault also interrupts every other CPU running one of
+    # them to flush its TLB: on a virtual machine that was half the CPU time
+    # of a start. The pages are nearly the same for every kernel of a
+    # zygote, so the zygote learns them once, from a rehearsal, and each
+    # child copies them in one go (MADV_POPULATE_WRITE) while it is still
+    # alone: a spare while parked, a forked child after its gate. The copies
+    # hold the same bytes; they are the pages the kernel would have copied.
+    # The rehearsal also reports the regular expressions its start compiled
+    # (argparse's, tokenize's, ...): the zygote compiles them into `re`'s
+    # cache, where every kernel finds them.
+    MADV_POPULATE_WRITE = 23  # Linux 5.14
+    REHEARSAL_WAIT = 30  # seconds
+
+    def rehearse(self):
+        """Starts an ipykernel in a throwaway child as a kernel starts and
+        notes which of the zygote's pages it copied and which regular
+        expressions it compiled. A rehearsal that fails only leaves the
+        kernels to copy their pages and compile their patterns themselves."""
+        import re
+        import select
+        import shutil
+        import tempfile
+
+        self.written = []  # [(address, length)]
+        scratch = tempfile.mkdtemp(prefix="rehearsal-")
+        r, w = os.pipe()
+        pid = 0
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    # Only its own end of the pipe: not the zygote's ready pipe.
+                    os.closerange(3, w)
+                    os.closerange(w + 1, os.sysconf("SC_OPEN_MAX"))
+                    self.libc.prctl(self.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+                    patterns = Child.rehearse(scratch)
+                    os.write(w, b"ok " + json.dumps(patterns).encode() + b"\n")
+                    while True:
+                        signal.pause()  # until the zygote has looked
+                except BaseException as e:
+                    try:
+                        os.write(w, ("%s: %s\n" % (type(e).__name__, e)).encode())
+                    finally:
+                        os._exit(1)
+            os.close(w)
+            w = -1
+            word = b""
+            while not word.endswith(b"\n"):
+                if not select.select([r], [], [], self.REHEARSAL_WAIT)[0]:
+                    word += b" (no answer)\n"
+                    break
+                more = os.read(r, 1 << 16)
+                if not more:
+                    word += b" (exited)\n"
+                    break
+                word += more
+            if word.startswith(b"ok ") and word.endswith(b"\n"):
+                self.written = self.pages_copied_by(pid)
+                for pattern, flags in json.loads(word[3:])[:256]:
+                    re.compile(pattern, flags)
+                gc.freeze()
+            else:
+                sys.stderr.write("zygote: rehearsal failed: %s\n" % word.decode(errors="replace").strip())
+        except Exception as e:
+            sys.stderr.write("zygote: rehearsal failed: %s: %s\n" % (type(e).__name__, e))
+        finally:
+            if pid > 0:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            os.close(r)
+            if w >= 0:
+                os.close(w)
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    @staticmethod
+    def private_writable(pid="self"):
+        """The private writable mappings of a process: [(start, end)]."""
+        out = []
+        with open("/proc/%s/maps" % pid) as f:
+            for line in f:
+                addrs, perms = line.split(None, 2)[:2]
+                if perms == "rw-p":
+                    a, b = addrs.split("-")
+                    out.append((int(a, 16), int(b, 16)))
+        return out
+
+    def pages_copied_by(self, pid):
+        """Runs of the zygote's pages that child pid has copied: present
+        here, present and exclusively its own there (/proc/PID/pagemap)."""
+        import array
+
+        page = os.sysconf("SC_PAGE_SIZE")
+        present, exclusive = 1 << 63, 1 << 56
+        runs = []
+        with open("/proc/self/pagemap", "rb", buffering=0) as mine, open("/proc/%d/pagemap" % pid, "rb", buffering=0) as theirs:
+            for start, end in self.private_writable():
+                n = (end - start) // page
+                here, there = array.array("Q"), array.array("Q")
+                here.frombytes(os.pread(mine.fileno(), n * 8, start // page * 8))
+                there.frombytes(os.pread(theirs.fileno(), n * 8, start // page * 8))
+                for i in range(min(len(here), len(there))):
+                    if here[i] & present and there[i] & (present | exclusive) == present | exclusive:
+                        a = start + i * page
+                        if runs and runs[-1][0] + runs[-1][1] == a:
+                            runs[-1][1] += page
+                        else:
+                            runs.append([a, page])
+        return [tuple(r) for r in runs]
+
+    def copy_written_pages(self):
+        """Copies, in this child, the pages a kernel writes (see above)."""
+        if not self.written:
+            return
+        madvise = self.libc.madvise
+        madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        mapped = self.private_writable()
+        i = 0
+        for a, n in self.written:
+            end = a + n
+            while i < len(mapped) and mapped[i][1] <= a:
+                i += 1
+            j = i
+            while j < len(mapped) and mapped[j][0] < end:
+                lo, hi = max(a, mapped[j][0]), min(end, mapped[j][1])
+                if madvise(lo, hi - lo, self.MADV_POPULATE_WRITE) != 0 and ctypes.get_errno() == 22:
+                    return  # EINVAL: a kernel without MADV_POPULATE_WRITE
+                j += 1
 
     # --- serving -----------------------------------------------------------
 
@@ -230,8 +402,17 @@ class Child:
 
     @classmethod
     def spare(cls, zygote, sock, request_conn, req):
-        request_conn.close()
         cls.detach(zygote, req)
+        # The gateway moves a spare into a cgroup of its own and then says
+        # so: the pages copied from then on are charged to that cgroup,
+        # which becomes the kernel's.
+        try:
+            parked, _ = recv_frame(request_conn)
+        except (OSError, EOFError, ValueError):
+            os._exit(0)  # the gateway let it go
+        request_conn.close()
+        if parked.get("parked"):
+            zygote.copy_written_pages()
         try:
             claim, fds = recv_frame(sock, want_fds=2)
         except (OSError, EOFError):
@@ -246,7 +427,7 @@ class Child:
             os._exit(125)
         if not claim.get("die_with_parent", True):
             zygote.libc.prctl(zygote.PR_SET_PDEATHSIG, 0, 0, 0, 0)
-        child = cls(zygote, conn, fds[0], claim, detached=True)
+        child = cls(zygote, conn, fds[0], claim, spare=True)
         os.close(fds[0])
         return child
 
@@ -271,11 +452,11 @@ class Child:
             other.close()
         zygote.spares.clear()
 
-    def __init__(self, zygote, conn, out, req, detached=False):
+    def __init__(self, zygote, conn, out, req, spare=False):
         self.module = zygote.module
         self.argv = req["argv"]
         set_cmdline(self.argv)
-        if not detached:
+        if not spare:
             self.detach(zygote, req)
         os.dup2(out, 1)
         os.dup2(out, 2)
@@ -290,6 +471,8 @@ class Child:
             os._exit(125)
         if not go.get("go"):
             os._exit(125)
+        if not spare:
+            zygote.copy_written_pages()  # now in the kernel's cgroup
         try:
             self.become(req)
         except BaseException as e:
@@ -299,6 +482,50 @@ class Child:
                 os._exit(127)
         send_frame(conn, {"ok": True})
         conn.close()
+
+    @classmethod
+    def rehearse(cls, scratch):
+        """Starts an ipykernel as a forked kernel starts, up to its event
+        loop, and runs a cell: in a copy of the zygote's HOME (a fresh one,
+        with the home seed) below scratch, with ZeroMQ sockets on unix
+        socket files there, in a child the zygote kills afterwards. Returns
+        the (pattern, flags) of the regular expressions it compiled."""
+        import re
+        import shutil
+
+        cached = set(re._cache)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.close(null)
+        env = dict(os.environ)
+        for name, sub in (("HOME", "home"), ("TMPDIR", "tmp")):
+            old = env.get(name)
+            if not old:
+                raise RuntimeError("no " + name)
+            new = os.path.join(scratch, sub)
+            if name == "HOME":
+                shutil.copytree(old, new, symlinks=True)
+            else:
+                os.mkdir(new, 0o700)
+            for k, v in env.items():
+                if v == old or v.startswith(old + os.sep):
+                    env[k] = new + v[len(old):]
+        key = os.urandom(16).hex()
+        info = {"transport": "ipc", "ip": "k", "key": key, "signature_scheme": "hmac-sha256", "kernel_name": ""}
+        for i, name in enumerate(("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")):
+            info[name] = i + 1
+        with open(os.path.join(scratch, "kernel.json"), "w") as f:
+            json.dump(info, f)
+        child = cls.__new__(cls)
+        child.become({"env": env, "cwd": scratch})
+        from ipykernel.kernelapp import IPKernelApp
+
+        app = IPKernelApp.instance()
+        app.initialize(["-f", os.path.join(scratch, "kernel.json")])
+        # and what a first cell runs through
+        app.shell.run_cell("1+1", store_history=True)
+        return [[k[1], k[2]] for k in list(re._cache) if k not in cached and len(k) == 3 and isinstance(k[1], str) and isinstance(k[2], int)]
 
     def become(self, req):
         os.environ.clear()

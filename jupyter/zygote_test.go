@@ -4,6 +4,7 @@ package jupyter
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"os"
@@ -135,6 +136,13 @@ func TestForkedKernelIsAnOrdinaryKernel(t *testing.T) {
 	paths := stdout(t, k, `import tempfile, sysconfig, site, matplotlib; print(tempfile.gettempdir(), sysconfig.get_config_var('userbase'), site.getuserbase(), matplotlib.get_configdir())`)
 	if want := strings.Join([]string{env["TMPDIR"], filepath.Join(env["HOME"], ".local"), filepath.Join(env["HOME"], ".local"), env["MPLCONFIGDIR"]}, " ") + "\n"; paths != want {
 		t.Errorf("cached paths = %q, want %q", paths, want)
+	}
+
+	// What the zygote did once for every kernel reads as the kernel's
+	// own: jupyter_client's addresses of this machine.
+	const addrs = `from jupyter_client import localinterfaces as l; print(l.localhost(), l.local_ips(), l.public_ips())`
+	if got, want := stdout(t, k, addrs), stdout(t, e, addrs); got != want {
+		t.Errorf("local interfaces of the forked kernel %q, of an exec'd one %q", got, want)
 	}
 
 	// The same modules are loaded, the preloaded ones aside.
@@ -465,6 +473,122 @@ func TestSpareChildBecomesTheNextKernel(t *testing.T) {
 	if got := stdout(t, k, "print(6*7)"); got != "42\n" {
 		t.Errorf("claimed kernel: %q", got)
 	}
+}
+
+// TestSpareHoldsTheCopiesAKernelMakes: a kernel writes to thousands of
+// the pages it shares with its zygote; a parked spare has already copied
+// nearly all of those it will write (learnt from the zygote's rehearsal),
+// and the rehearsal left no process and no file behind.
+func TestSpareHoldsTheCopiesAKernelMakes(t *testing.T) {
+	prov := &LocalProvisioner{RuntimeDir: t.TempDir()}
+	k := startForked(t, prov, Config{})
+	stdout(t, k, "1+1")
+	spare := spareOf(t)
+	var z *zygote
+	for _, x := range runningZygotes() {
+		x.mu.Lock()
+		if x.spare != nil && x.spare.pid == spare {
+			z = x
+		}
+		x.mu.Unlock()
+	}
+	if z == nil {
+		t.Fatal("no zygote holds the spare")
+	}
+	kernel := copiedPages(t, z.pid, k.PID())
+	if len(kernel) < 1000 {
+		t.Fatalf("the kernel copied %d pages of its zygote", len(kernel))
+	}
+	// The spare copies while parked: wait for it to be done.
+	var common, spareCopies int
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		copies := copiedPages(t, z.pid, spare)
+		common, spareCopies = 0, len(copies)
+		for pg := range kernel {
+			if copies[pg] {
+				common++
+			}
+		}
+		if common >= len(kernel)*9/10 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if common < len(kernel)*9/10 {
+		t.Errorf("the parked spare copied %d pages, %d of the %d the kernel copied", spareCopies, common, len(kernel))
+	}
+	t.Logf("the kernel copied %d pages of its zygote, the parked spare %d (%d of them the same)", len(kernel), spareCopies, common)
+	if spareCopies > len(kernel)*3/2 {
+		t.Errorf("the parked spare copied %d pages, the kernel only %d", spareCopies, len(kernel))
+	}
+
+	// The rehearsal's process is gone (the zygote's kernels and spares
+	// are the gateway's children), and so is its directory.
+	procs, _ := os.ReadDir("/proc")
+	for _, e := range procs {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if ppid, err := parentOf(pid); err == nil && ppid == z.pid {
+			t.Errorf("the zygote has a child %d", pid)
+		}
+	}
+	left, _ := filepath.Glob(filepath.Join(z.dir, "z", "tmp", "rehearsal-*"))
+	if len(left) > 0 {
+		t.Errorf("rehearsal left %v", left)
+	}
+}
+
+// copiedPages returns the pages of zygote's private writable mappings
+// that are present in it and present and exclusively owned in pid (which
+// was forked from it): the pages pid has copied.
+func copiedPages(t *testing.T, zygote, pid int) map[uintptr]bool {
+	t.Helper()
+	const present, exclusive = 1 << 63, 1 << 56
+	page := uintptr(os.Getpagesize())
+	maps, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(zygote), "maps"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	zf, err := os.Open(filepath.Join("/proc", strconv.Itoa(zygote), "pagemap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zf.Close()
+	pf, err := os.Open(filepath.Join("/proc", strconv.Itoa(pid), "pagemap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pf.Close()
+	out := map[uintptr]bool{}
+	for _, line := range strings.Split(string(maps), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[1] != "rw-p" {
+			continue
+		}
+		lo, hi, _ := strings.Cut(f[0], "-")
+		a, _ := strconv.ParseUint(lo, 16, 64)
+		b, _ := strconv.ParseUint(hi, 16, 64)
+		n := int((b - a) / uint64(page))
+		zb, pb := make([]byte, 8*n), make([]byte, 8*n)
+		off := int64(a / uint64(page) * 8)
+		if _, err := zf.ReadAt(zb, off); err != nil {
+			continue
+		}
+		if _, err := pf.ReadAt(pb, off); err != nil {
+			continue
+		}
+		for i := 0; i < n; i++ {
+			ze := binary.LittleEndian.Uint64(zb[8*i:])
+			pe := binary.LittleEndian.Uint64(pb[8*i:])
+			if ze&present != 0 && pe&(present|exclusive) == present|exclusive {
+				out[uintptr(a)+uintptr(i)*page] = true
+			}
+		}
+	}
+	return out
 }
 
 // TestZygotesOutliveGatewayThreads: a parent-death signal follows the
