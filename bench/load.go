@@ -330,6 +330,12 @@ func (b *bench) benchLoad(ctx context.Context) error {
 	}
 	report("v1 websocket", ws.res, nil, kg)
 	report("POST /api/execute", rest.res, nil, &loadGateway{})
+	// Issue 17's goals, for kernelgate (A).
+	b.check(fmt.Sprintf("%s, v1 websocket: ≥ 0.95× the direct clients' throughput", shape), ws.res.rate() >= 0.95*d.rate(),
+		"%s", ratio(ws.res.rate(), d.rate()))
+	b.check(fmt.Sprintf("%s, POST /api/execute: ≥ 0.95× the direct clients' throughput, ≤ 1.1× their CPU per execute", shape),
+		rest.res.rate() >= 0.95*d.rate() && perExec(rest.res) <= 1.1*perExec(d),
+		"throughput %s, CPU %s", ratio(rest.res.rate(), d.rate()), ratio(perExec(rest.res), perExec(d)))
 	if kgB != nil {
 		report("v1 websocket, kernelgate B", wsB.res, ws.res, kgB)
 		report("POST /api/execute, kernelgate B", restB.res, rest.res, &loadGateway{})

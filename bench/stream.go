@@ -153,6 +153,11 @@ func (b *bench) benchStream(ctx context.Context) error {
 				b.add(row{figure: fmt.Sprintf("%d MiB of output in 1 MiB lines, %s (kernelgate: v1 websocket)%s", b.opt.streamMiB, k.spec, suffix),
 					kg: rate(g.lat), direct: rate(direct),
 					ratios: "kg/direct throughput " + ratio(direct.p50().Seconds(), g.lat.p50().Seconds()) + note})
+				if i == 0 && k.spec == "python3" {
+					b.check(fmt.Sprintf("%d MiB of output, python3, v1 websocket: ≥ 0.9× the direct client's throughput", b.opt.streamMiB),
+						g.lat.p50() <= time.Duration(float64(direct.p50())/0.9),
+						"%s", ratio(direct.p50().Seconds(), g.lat.p50().Seconds()))
+				}
 				b.add(row{figure: "CPU per MiB streamed, " + k.spec + suffix + " (kernelgate: the gateway process; direct: the client; harness's websocket client and direct's kernel in the ratios)",
 					kg: perMiB(g.cpu, len(g.lat)), direct: perMiB(directCPU, len(direct)),
 					ratios: "websocket client " + perMiB(g.client, len(g.lat)) + "; direct's kernel " + perMiB(kernelCPU, len(direct))})
