@@ -150,17 +150,28 @@ var traceToo bool
 // warm-up and the profile.
 var profiled = map[string]*kernelWS{}
 
+// profiledKernel returns the websocket of the kernel of spec kept under
+// key, starting it the first time.
+func profiledKernel(ctx context.Context, kg *server, key, spec string) (*kernelWS, error) {
+	if ws := profiled[key]; ws != nil {
+		return ws, nil
+	}
+	id, err := kg.startKernel(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	ws, err := dialKernel(ctx, kg, id, true)
+	if err != nil {
+		return nil, err
+	}
+	profiled[key] = ws
+	return ws, nil
+}
+
 func profileWS(ctx context.Context, kg *server, spec string, n int) error {
-	ws := profiled[spec]
-	if ws == nil {
-		id, err := kg.startKernel(ctx, spec)
-		if err != nil {
-			return err
-		}
-		if ws, err = dialKernel(ctx, kg, id, true); err != nil {
-			return err
-		}
-		profiled[spec] = ws
+	ws, err := profiledKernel(ctx, kg, spec, spec)
+	if err != nil {
+		return err
 	}
 	for range n {
 		o, err := ws.execute(ctx, "1+1", 0)
@@ -184,17 +195,9 @@ func profileREST(ctx context.Context, kg *server, language string, n int) error 
 }
 
 func profileStream(ctx context.Context, kg *server, spec, language string, n int) error {
-	key := "stream " + spec
-	ws := profiled[key]
-	if ws == nil {
-		id, err := kg.startKernel(ctx, spec)
-		if err != nil {
-			return err
-		}
-		if ws, err = dialKernel(ctx, kg, id, true); err != nil {
-			return err
-		}
-		profiled[key] = ws
+	ws, err := profiledKernel(ctx, kg, "stream "+spec, spec)
+	if err != nil {
+		return err
 	}
 	const mib = 100
 	runs := max(1, n/200)

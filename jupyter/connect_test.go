@@ -209,15 +209,26 @@ func TestAdoptRefusesReusedPid(t *testing.T) {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	tick := time.NewTicker(50 * time.Millisecond)
+	if !poll(within, cond) {
+		t.Fatalf("%s: not within %v", what, within)
+	}
+}
+
+// poll calls cond until it holds (true) or within has passed (false): for
+// what has no event to wait on, such as /proc.
+func poll(within time.Duration, cond func() bool) bool {
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, within)
+		select {
+		case <-tick.C:
+		case <-deadline.C:
+			return cond()
 		}
-		<-tick.C
 	}
+	return true
 }
 
 func leaseUntil(t *testing.T, info ProvisionerInfo) int64 {

@@ -499,10 +499,10 @@ func TestSpareHoldsTheCopiesAKernelMakes(t *testing.T) {
 	if len(kernel) < 1000 {
 		t.Fatalf("the kernel copied %d pages of its zygote", len(kernel))
 	}
-	// The spare copies while parked: wait for it to be done.
+	// The spare copies while parked and says nothing when done: its
+	// pages are read until they hold the kernel's.
 	var common, spareCopies int
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	if !poll(20*time.Second, func() bool {
 		copies := copiedPages(t, z.pid, spare)
 		common, spareCopies = 0, len(copies)
 		for pg := range kernel {
@@ -510,12 +510,8 @@ func TestSpareHoldsTheCopiesAKernelMakes(t *testing.T) {
 				common++
 			}
 		}
-		if common >= len(kernel)*9/10 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if common < len(kernel)*9/10 {
+		return common >= len(kernel)*9/10
+	}) {
 		t.Errorf("the parked spare copied %d pages, %d of the %d the kernel copied", spareCopies, common, len(kernel))
 	}
 	t.Logf("the kernel copied %d pages of its zygote, the parked spare %d (%d of them the same)", len(kernel), spareCopies, common)
