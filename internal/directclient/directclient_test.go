@@ -3,6 +3,7 @@ package directclient
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"strings"
 	"syscall"
@@ -69,3 +70,37 @@ func TestStartFailure(t *testing.T) {
 }
 
 func children() []int { return leakcheck.Children() }
+
+// A port taken between the choice and the kernel's bind (another process
+// got it) only costs a second start on other ports.
+func TestStartRetriesTakenPort(t *testing.T) {
+	spec := testkernels.Spec(t, "python3")
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	calls := 0
+	pickPorts = func() ([5]int, error) {
+		calls++
+		ports, err := freePorts()
+		if calls == 1 {
+			ports[2] = taken.Addr().(*net.TCPAddr).Port // stdin: the kernel binds it, nobody dials it
+		}
+		return ports, err
+	}
+	defer func() { pickPorts = freePorts }()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := Start(ctx, spec)
+	if err != nil {
+		t.Fatalf("start with a taken port: %v", err)
+	}
+	defer c.Close()
+	if calls != 2 {
+		t.Errorf("ports chosen %d times, want 2", calls)
+	}
+	if status, err := c.Execute(ctx, "1+1"); err != nil || status != "ok" {
+		t.Errorf("execute: %q, %v", status, err)
+	}
+}
