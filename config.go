@@ -239,7 +239,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("runs-kept")
 	fs.DurationVar(&c.InterruptGrace, "interrupt-grace", 3*time.Second, "how long an interrupted run may take to stop before its kernel is restarted")
 	add("interrupt-grace")
-	fs.DurationVar(&c.LateOutputWait, "late-output-wait", 5*time.Millisecond, "quiet period before a Deno run without a result ends, for output Deno publishes after its idle status (negative: none)")
+	fs.DurationVar(&c.LateOutputWait, "late-output-wait", 20*time.Millisecond, "quiet period before a Deno run without a result ends, for output Deno publishes after its idle status (negative: none)")
 	add("late-output-wait")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "at SIGTERM or SIGINT, how long requests in flight may take to finish before the kernels are stopped (their runs end lost); the process exits at most "+shutdownStop.String()+" later whatever the kernels do, and at once on a second signal")
 	add("shutdown-grace")

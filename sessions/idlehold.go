@@ -27,6 +27,45 @@ type idleHold struct {
 // maxHoldWaits bounds a hold, in late-output waits after the idle status.
 const maxHoldWaits = 4
 
+// maxLateWait bounds how far a kernel's late-output wait grows (noteLateLocked).
+const maxLateWait = 250 * time.Millisecond
+
+// idleSeen is when the status: idle of a recent request arrived.
+type idleSeen struct {
+	parent string
+	at     time.Time
+}
+
+// noteLateLocked follows the output of a kernel that waits for late
+// output: it notes when each request's idle status arrives and, when an
+// execute_result or error comes longer after it than the kernel's wait,
+// raises the wait to twice that delay (at most maxLateWait). A loaded
+// machine delays such output, and a result that comes after its run has
+// ended, or after a client was given the idle status, is lost to them:
+// the next requests wait longer. It returns the raised wait, or 0.
+func (k *Kernel) noteLateLocked(m *Message, now time.Time) time.Duration {
+	if k.lateWait <= 0 || m.ParentID == "" {
+		return 0
+	}
+	switch {
+	case m.ExecutionState() == jupyter.StateIdle:
+		k.idles[k.idleNext] = idleSeen{parent: m.ParentID, at: now}
+		k.idleNext = (k.idleNext + 1) % len(k.idles)
+	case m.Type() == jupyter.ExecuteResult || m.Type() == jupyter.ErrorMsg:
+		for _, s := range k.idles {
+			if s.parent != m.ParentID {
+				continue
+			}
+			if d := now.Sub(s.at); d > k.lateWait && k.lateWait < maxLateWait {
+				k.lateWait = min(maxLateWait, 2*d)
+				return k.lateWait
+			}
+			return 0
+		}
+	}
+	return 0
+}
+
 // lateOutputWait says how long output of a kernel of spec may follow its
 // status: idle: metadata.kernelgate.late_output_wait (seconds, or a
 // duration such as "20ms"; 0 turns it off) when the kernelspec sets it,

@@ -3,6 +3,7 @@ package sessions
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -127,3 +128,62 @@ func TestIdleHeldUntilLateError(t *testing.T) {
 		t.Errorf("client got %s", got)
 	}
 }
+
+// A result that comes later after its idle status than the kernel's wait
+// raises the wait, so that the next requests keep theirs.
+func TestLateResultRaisesTheWait(t *testing.T) {
+	gate := make(chan struct{})
+	f := &fakeKernels{impl: "Deno kernel", script: func(r *fakeRequest) {
+		if r.Msg.Type() != jupyter.ExecuteRequest {
+			fakeAnswer(r)
+			return
+		}
+		r.Status(jupyter.StateBusy)
+		r.Reply(map[string]any{"status": "ok"})
+		r.Status(jupyter.StateIdle)
+		<-gate
+		r.Result("5")
+	}}
+	const wait = 5 * time.Millisecond
+	m := newFakeManager(t, Config{LateOutputWait: wait}, f)
+	raised := make(chan slog.Record, 1)
+	m.log = slog.New(recordHandler(raised))
+	k, err := m.StartKernel(context.Background(), StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The idle status comes after the wait, without the result: the
+	// result then comes later still.
+	if got := strings.Join(clientRequest(t, k, "x"), " "); got != "statusbusy statusidle" {
+		t.Fatalf("client got %s", got)
+	}
+	close(gate)
+	select {
+	case <-raised:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the late result did not raise the wait")
+	}
+	k.mu.Lock()
+	got := k.lateWait
+	k.mu.Unlock()
+	if got < 2*wait || got > maxLateWait {
+		t.Errorf("wait raised to %v, want from %v to %v", got, 2*wait, maxLateWait)
+	}
+}
+
+// recordHandler sends the log records about late output to ch.
+type recordHandler chan<- slog.Record
+
+func (h recordHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelInfo }
+func (h recordHandler) Handle(_ context.Context, r slog.Record) error {
+	if !strings.Contains(r.Message, "late") {
+		return nil
+	}
+	select {
+	case h <- r:
+	default:
+	}
+	return nil
+}
+func (h recordHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h recordHandler) WithGroup(string) slog.Handler      { return h }

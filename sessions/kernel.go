@@ -72,6 +72,8 @@ type Kernel struct {
 	// status (0: it never does); holds follow client requests meanwhile.
 	lateWait time.Duration
 	holds    map[string]*idleHold
+	idles    [8]idleSeen // recent idle statuses (noteLateLocked)
+	idleNext int
 	// runs are the execute_requests of code-interpreter runs in flight:
 	// their output is kept by the run, not again in the replay buffer.
 	runs map[string]struct{}
@@ -523,6 +525,7 @@ func (k *Kernel) onIOPub(m *Message) {
 		k.state = state
 	}
 	k.lastAct = now
+	raised := k.noteLateLocked(m, now)
 	held, slow := k.holdLocked(m, now)
 	if !held {
 		slow = k.deliverLocked(Outgoing{Channel: IOPub, Msg: m})
@@ -530,6 +533,9 @@ func (k *Kernel) onIOPub(m *Message) {
 	pickup := k.pickups[m.ParentID]
 	k.mu.Unlock()
 	cut(slow)
+	if raised > 0 {
+		k.m.log.Info("kernel output came late after its idle status: waiting longer for it", "kernel", k.id, "late_output_wait", raised)
+	}
 	if pickup != nil && m.ParentID != "" {
 		pickup(m)
 	}

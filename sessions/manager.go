@@ -121,7 +121,7 @@ func DefaultConfig() Config {
 		RunBytes:          512 << 20,
 		InterruptGrace:    3 * time.Second,
 		PoolSize:          1,
-		LateOutputWait:    5 * time.Millisecond,
+		LateOutputWait:    20 * time.Millisecond,
 		LateOutputKernels: []string{"Deno kernel"},
 	}
 }
