@@ -11,9 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
-	"github.com/go-zeromq/zmq4/security/null"
-
 	"kernelgate/internal/rawio"
 )
 
@@ -40,14 +37,14 @@ func dialChannels(ctx context.Context, ci *ConnInfo, identity string, lim readLi
 	dials := []struct {
 		s   **socket
 		ch  Channel
-		typ zmq4.SocketType
+		typ socketType
 		id  string
 	}{
-		{&ch.iopub, IOPub, zmq4.Sub, ""},
-		{&ch.shell, Shell, zmq4.Dealer, identity},
-		{&ch.control, Control, zmq4.Dealer, identity},
-		{&ch.stdin, Stdin, zmq4.Dealer, identity},
-		{&ch.hb, Heartbeat, zmq4.Req, ""},
+		{&ch.iopub, IOPub, sockSub, ""},
+		{&ch.shell, Shell, sockDealer, identity},
+		{&ch.control, Control, sockDealer, identity},
+		{&ch.stdin, Stdin, sockDealer, identity},
+		{&ch.hb, Heartbeat, sockReq, ""},
 	}
 	for _, d := range dials {
 		s, err := dialSocket(ctx, ci.Endpoint(d.ch), d.typ, d.id, lim)
@@ -92,15 +89,15 @@ func (c *channels) close() {
 	}
 }
 
-// A socket is one ZMTP connection to a kernel's socket. zmq4 makes the
-// connection (greeting, NULL security handshake, socket types checked);
-// after that the socket reads and writes ZMTP frames itself, on the
-// caller's goroutine: a message received is read by the goroutine that
+// A socket is one ZMTP connection to a kernel's socket. It makes the
+// connection itself (greeting, NULL security handshake, socket types
+// checked: zmtp.go) and reads and writes ZMTP frames on the caller's
+// goroutine: a message received is read by the goroutine that
 // asked for it, and a message sent is one writev by the sender, with no
 // queue or goroutine between the kernel and kernelgate, and as raw system
 // calls (internal/rawio). One goroutine receives; any number may send.
 type socket struct {
-	conn net.Conn    // the frame-limited connection, for reads
+	conn net.Conn    // the connection, its reads buffered
 	raw  *rawio.Conn // the same connection, for writes
 	req  bool        // REQ: an empty delimiter frame before the message
 
@@ -155,8 +152,9 @@ func (l readLimits) fill() readLimits {
 
 // dialSocket dials endpoint until it accepts a connection or ctx ends,
 // then opens a ZMTP connection of type typ and identity id over it. Every
-// message read is bounded by lim before it is allocated.
-func dialSocket(ctx context.Context, endpoint string, typ zmq4.SocketType, id string, lim readLimits) (*socket, error) {
+// message read, the handshake's too, is bounded by lim before it is
+// allocated.
+func dialSocket(ctx context.Context, endpoint string, typ socketType, id string, lim readLimits) (*socket, error) {
 	lim = lim.fill()
 	network, addr, ok := strings.Cut(endpoint, "://")
 	if !ok {
@@ -189,20 +187,19 @@ func dialSocket(ctx context.Context, endpoint string, typ zmq4.SocketType, id st
 		nc.Close()
 		return nil, fmt.Errorf("jupyter: %s connection of type %T", network, nc)
 	}
-	conn := limitConn(raw, lim.message)
+	s := &socket{conn: newBufferedConn(raw), raw: raw, req: typ == sockReq, lim: lim}
 	// The handshake reads from the kernel: closing the connection is what
 	// stops it when ctx ends first.
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	_, err := zmq4.Open(conn, null.Security(), typ, zmq4.SocketIdentity(id), false, nil)
+	stop := context.AfterFunc(ctx, func() { s.conn.Close() })
+	err := s.handshake(typ, id)
 	if !stop() || err != nil {
-		conn.Close()
+		s.conn.Close()
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		return nil, err
 	}
-	conn.(*limitedConn).opened()
-	return &socket{conn: conn, raw: raw, req: typ == zmq4.Req, lim: lim}, nil
+	return s, nil
 }
 
 // ZMTP 3.0 frame flags.

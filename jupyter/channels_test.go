@@ -29,7 +29,7 @@ func TestSocketFramesToAndFromRouter(t *testing.T) {
 	if err := router.Listen("tcp://127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
-	s, err := dialSocket(ctx, "tcp://"+router.Addr().String(), zmq4.Dealer, "client-1", readLimits{})
+	s, err := dialSocket(ctx, "tcp://"+router.Addr().String(), sockDealer, "client-1", readLimits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestSocketAnswersPing(t *testing.T) {
 		}
 		peer <- zc
 	}()
-	s, err := dialSocket(ctx, "tcp://"+ln.Addr().String(), zmq4.Dealer, "x", readLimits{})
+	s, err := dialSocket(ctx, "tcp://"+ln.Addr().String(), sockDealer, "x", readLimits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestDialSocket(t *testing.T) {
 		dctx, dcancel := context.WithCancel(ctx)
 		dialed := make(chan error, 1)
 		go func() {
-			s, err := dialSocket(dctx, "tcp://"+addr, zmq4.Sub, "", readLimits{})
+			s, err := dialSocket(dctx, "tcp://"+addr, sockSub, "", readLimits{})
 			if err == nil {
 				s.close()
 			}
@@ -214,7 +214,7 @@ func TestDialSocket(t *testing.T) {
 		break
 	}
 
-	if _, err := dialSocket(ctx, "tcp://"+addr, zmq4.Dealer, "", readLimits{}); err == nil {
+	if _, err := dialSocket(ctx, "tcp://"+addr, sockDealer, "", readLimits{}); err == nil {
 		t.Fatal("a DEALER connected to a PUB")
 	} else if !portTaken(err) {
 		t.Fatalf("err = %v, want the incompatibility a taken port shows", err)
@@ -222,7 +222,7 @@ func TestDialSocket(t *testing.T) {
 
 	short, stop := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer stop()
-	if _, err := dialSocket(short, "tcp://127.0.0.1:1", zmq4.Dealer, "", readLimits{}); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := dialSocket(short, "tcp://127.0.0.1:1", sockDealer, "", readLimits{}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want the context's", err)
 	}
 }

@@ -244,7 +244,8 @@ func portTaken(err error) bool {
 	if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
 		return true
 	}
-	return strings.Contains(err.Error(), "not compatible")
+	// Someone else's socket: not ZMTP, or of another type.
+	return errors.Is(err, ErrHandshake)
 }
 
 func start(ctx context.Context, p Provisioner, cfg Config) (*Kernel, error) {

@@ -1,0 +1,98 @@
+package jupyter
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// peerSays serves one connection that sends b and then reads whatever
+// comes, and returns its address.
+func peerSays(t *testing.T, b []byte) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		c.Write(b)
+		io.Copy(io.Discard, c)
+	}()
+	return "tcp://" + ln.Addr().String()
+}
+
+// command is a ZMTP command frame of the given body.
+func command(body []byte) []byte {
+	return append(appendFrameHeader(nil, flagCommand, len(body)), body...)
+}
+
+// What a peer says in the handshake decides whether the socket opens; the
+// peer's READY passes the same size limits as every message.
+func TestHandshake(t *testing.T) {
+	mechanism := func(name string) []byte {
+		g := bytes.Clone(greeting)
+		copy(g[12:32], make([]byte, 20))
+		copy(g[12:32], name)
+		return g
+	}
+	huge := []byte{flagCommand | flagLong, 0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	cases := []struct {
+		name string
+		peer []byte
+		want error
+		says string
+	}{
+		{"router", append(bytes.Clone(greeting), command(appendReady(nil, "ROUTER", ""))...), nil, ""},
+		{"pub for a dealer", append(bytes.Clone(greeting), command(appendReady(nil, "PUB", ""))...), ErrHandshake, `"PUB"`},
+		{"http", append([]byte("HTTP/1.1 400 Bad Request\r\n\r\n"), make([]byte, 64)...), ErrHandshake, "does not speak ZMTP"},
+		{"plain mechanism", mechanism("PLAIN"), ErrHandshake, `"PLAIN"`},
+		{"error command", append(bytes.Clone(greeting), command([]byte("\x05ERROR\x0bgo away now"))...), ErrHandshake, "go away now"},
+		{"message before ready", append(bytes.Clone(greeting), 0, 1, 'x'), ErrHandshake, "before the peer's READY"},
+		{"huge ready", append(bytes.Clone(greeting), huge...), ErrMessageTooLarge, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			s, err := dialSocket(ctx, peerSays(t, tc.peer), sockDealer, "id", readLimits{})
+			if s != nil {
+				s.close()
+			}
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("handshake with a ROUTER: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("err = %v, want %v saying %s", err, tc.want, tc.says)
+			}
+		})
+	}
+}
+
+func TestParseReady(t *testing.T) {
+	props, err := parseReady(appendReady(nil, sockDealer, "abc"))
+	if err != nil || props["socket-type"] != "DEALER" || props["identity"] != "abc" {
+		t.Fatalf("props %v, err %v", props, err)
+	}
+	full := appendReady(nil, sockDealer, "abc")
+	for n := 0; n < len(full); n++ {
+		// Cut anywhere inside a property, a READY is refused, never read
+		// past its end.
+		if _, err := parseReady(full[:n]); n > 6 && n != 6+1+11+4+6 && err == nil {
+			t.Errorf("READY cut to %d bytes accepted", n)
+		}
+	}
+}
