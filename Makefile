@@ -65,6 +65,7 @@ test-exec: test-deps k8s-binaries
 fuzz:
 	$(GO) test ./jupyter -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime 300000x
 	$(GO) test ./jupyter -run '^$$' -fuzz '^FuzzScanStrings$$' -fuzztime 100000x
+	$(GO) test ./jupyter -run '^$$' -fuzz '^FuzzParseReady$$' -fuzztime 100000x
 	$(GO) test ./internal/jsonscan -run '^$$' -fuzz '^FuzzValid$$' -fuzztime 300000x
 	$(GO) test ./internal/jsonscan -run '^$$' -fuzz '^FuzzMembers$$' -fuzztime 150000x
 	$(GO) test ./gateway -run '^$$' -fuzz '^FuzzDecodeLegacyText$$' -fuzztime 40000x

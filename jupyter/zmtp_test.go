@@ -96,3 +96,21 @@ func TestParseReady(t *testing.T) {
 		}
 	}
 }
+
+// A kernel's READY is untrusted input: parseReady never panics, and reads
+// back every READY appendReady writes.
+func FuzzParseReady(f *testing.F) {
+	f.Add(appendReady(nil, sockDealer, "id"))
+	f.Add([]byte("\x05ERROR\x03bad"))
+	f.Add([]byte("\x05READY\x0bSocket-Type\xff\xff\xff\xffROUTER"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		parseReady(b)
+		if len(b) > 255 {
+			return
+		}
+		props, err := parseReady(appendReady(nil, socketType(b), string(b)))
+		if err != nil || props["socket-type"] != string(b) || props["identity"] != string(b) {
+			t.Fatalf("READY of %q read back as %v, %v", b, props, err)
+		}
+	})
+}
