@@ -107,14 +107,15 @@ func parseReady(body []byte) (map[string]string, error) {
 	if len(body) < 1 || len(body) < 1+int(body[0]) {
 		return nil, fmt.Errorf("%w: a command too short", ErrHandshake)
 	}
-	name := string(body[1 : 1+body[0]])
-	body = body[1+body[0]:]
+	n := 1 + int(body[0])
+	name := string(body[1:n])
+	body = body[n:]
 	switch name {
 	case "READY":
 	case "ERROR":
 		reason := ""
 		if len(body) > 0 && len(body) >= 1+int(body[0]) {
-			reason = string(body[1 : 1+body[0]])
+			reason = string(body[1 : 1+int(body[0])])
 		}
 		return nil, fmt.Errorf("%w: the peer refused: %q", ErrHandshake, reason)
 	default:

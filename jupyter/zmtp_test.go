@@ -103,6 +103,9 @@ func FuzzParseReady(f *testing.F) {
 	f.Add(appendReady(nil, sockDealer, "id"))
 	f.Add([]byte("\x05ERROR\x03bad"))
 	f.Add([]byte("\x05READY\x0bSocket-Type\xff\xff\xff\xffROUTER"))
+	// Names of 255 bytes: a length byte plus one must not wrap around.
+	f.Add(append([]byte{255}, bytes.Repeat([]byte("R"), 255)...))
+	f.Add(append([]byte("\x05ERROR\xff"), bytes.Repeat([]byte("e"), 255)...))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		parseReady(b)
 		if len(b) > 255 {
