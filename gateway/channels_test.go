@@ -100,7 +100,7 @@ func TestReplayOnReconnect(t *testing.T) {
 	eventually(t, 10*time.Second, func() bool { return kk.Model().ExecutionState == "idle" })
 	// A different session gets everything, once, in order.
 	c2 := g.mustDial(k.ID, false)
-	got := c2.until(10*time.Second, func(m wsMsg) bool { return m.Header.MsgType == jupyter.ExecuteReply })
+	got := c2.untilDone(10*time.Second, id)
 	var out []string
 	for _, m := range got {
 		if m.Header.MsgType == jupyter.StreamMsg && m.ParentHeader.MsgID == id {
@@ -171,14 +171,20 @@ func TestReplayBufferIsBounded(t *testing.T) {
 	g := newGateway(t, func(m *sessions.Config, _ *Config) { m.ReplayMessages = 20 })
 	k := g.startKernel("python3")
 	c := g.mustDial(k.ID, true)
-	id := c.execute("import time\ntime.sleep(0.5)\nfor i in range(200):\n    print(i, flush=True)", false)
+	// The run prints once its client has gone (it waits for a file the
+	// test creates then), so all 200 messages meet the replay buffer.
+	goAhead := filepath.Join(t.TempDir(), "go")
+	id := c.execute(fmt.Sprintf("import os, time\nwhile not os.path.exists(%q): time.sleep(0.01)\nfor i in range(200):\n    print(i, flush=True)", goAhead), false)
 	c.until(10*time.Second, func(m wsMsg) bool { return m.Header.MsgType == jupyter.ExecuteInput })
 	c.conn.Close()
 	kk, _ := g.mgr.Kernel(k.ID)
 	eventually(t, 10*time.Second, func() bool { return kk.Model().Connections == 0 })
+	if err := os.WriteFile(goAhead, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	eventually(t, 10*time.Second, func() bool { return kk.Model().ExecutionState == "idle" })
 	c2 := g.mustDial(k.ID, true)
-	got := c2.until(10*time.Second, func(m wsMsg) bool { return m.Header.MsgType == jupyter.ExecuteReply })
+	got := c2.untilDone(10*time.Second, id)
 	streams, marker := 0, ""
 	for _, m := range got {
 		if m.Header.MsgType == jupyter.StreamMsg && m.ParentHeader.MsgID == id {
@@ -190,6 +196,6 @@ func TestReplayBufferIsBounded(t *testing.T) {
 		}
 	}
 	if streams == 0 || streams > 20 || !strings.Contains(marker, "were dropped") {
-		t.Errorf("replayed %d stream messages, marker %q", streams, marker)
+		t.Errorf("replayed %d stream messages, marker %q; got %s", streams, marker, summary(got))
 	}
 }

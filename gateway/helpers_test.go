@@ -320,6 +320,21 @@ func (c *wsClient) until(d time.Duration, stop func(wsMsg) bool) []wsMsg {
 	}
 }
 
+// untilDone returns the messages received up to the end of request id: its
+// reply and its idle status, which come on two channels in either order
+// (output on iopub can follow the reply on shell).
+func (c *wsClient) untilDone(d time.Duration, id string) []wsMsg {
+	c.t.Helper()
+	reply, idle := false, false
+	return c.until(d, func(m wsMsg) bool {
+		if m.ParentHeader.MsgID == id {
+			reply = reply || m.Header.MsgType == jupyter.ExecuteReply
+			idle = idle || m.Header.MsgType == jupyter.StatusMsg && m.state() == string(jupyter.StateIdle)
+		}
+		return reply && idle
+	})
+}
+
 func summary(ms []wsMsg) string {
 	var parts []string
 	for _, m := range ms {
