@@ -107,18 +107,30 @@ func (g *orphanGuard) renew() error {
 	return os.Rename(tmp, g.lease)
 }
 
+// renewLoop renews the lease every third of the timeout, at times aligned
+// on the wall clock (multiples of the period), so that the guards of all
+// the kernels wake the gateway once per period rather than each at its own
+// moment: idle kernels cost one wakeup every few minutes.
 func (g *orphanGuard) renewLoop() {
 	defer g.renewing.Done()
-	t := time.NewTicker(max(g.timeout/3, 100*time.Millisecond))
+	every := max(g.timeout/3, 100*time.Millisecond)
+	t := time.NewTimer(untilNextMultiple(time.Now(), every))
 	defer t.Stop()
 	for {
 		select {
 		case <-t.C:
 			g.renew()
+			t.Reset(untilNextMultiple(time.Now(), every))
 		case <-g.stop:
 			return
 		}
 	}
+}
+
+// untilNextMultiple is the time from now to the next multiple of every
+// since the zero time (never zero: a whole period at a multiple).
+func untilNextMultiple(now time.Time, every time.Duration) time.Duration {
+	return now.Truncate(every).Add(every).Sub(now)
 }
 
 // release stops renewing: the kernel now has the orphan timeout to be

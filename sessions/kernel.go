@@ -532,6 +532,7 @@ func (k *Kernel) onIOPub(m *Message) {
 	}
 	pickup := k.pickups[m.ParentID]
 	k.mu.Unlock()
+	k.m.noteActivity()
 	cut(slow)
 	if raised > 0 {
 		k.m.log.Info("kernel output came late after its idle status: waiting longer for it", "kernel", k.id, "late_output_wait", raised)
@@ -661,6 +662,7 @@ func (k *Kernel) detach(c *Client) {
 	delete(k.clients, c)
 	k.lastAct = time.Now()
 	k.mu.Unlock()
+	k.m.noteActivity()
 }
 
 // cullable reports whether the culler should shut the kernel down: idle

@@ -99,30 +99,35 @@ type Config struct {
 	// only. The provisioner should then launch kernels that outlive the
 	// gateway (jupyter.LocalProvisioner.Detached).
 	Store state.Store
+	// CheckpointInterval is how long after a kernel's activity its last
+	// activity is written to the Store (what cull timers restart from
+	// after a crash); idle kernels write nothing and wake nothing.
+	CheckpointInterval time.Duration
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		DefaultKernel:     "python3",
-		StartTimeout:      60 * time.Second,
-		RestartLimit:      5,
-		RestartWindow:     time.Minute,
-		CullInterval:      5 * time.Minute,
-		ReplayMessages:    2000,
-		ReplayBytes:       8 << 20,
-		ClientMessages:    10000,
-		ClientBytes:       64 << 20,
-		Languages:         map[string]string{"python": "python3", "javascript": "deno", "typescript": "deno"},
-		QueueLimit:        64,
-		RunLimits:         Limits{LogBytes: 8 << 20, ResultBytes: 32 << 20},
-		RunRetention:      10 * time.Minute,
-		RunsKept:          1000,
-		RunBytes:          512 << 20,
-		InterruptGrace:    3 * time.Second,
-		PoolSize:          1,
-		LateOutputWait:    20 * time.Millisecond,
-		LateOutputKernels: []string{"Deno kernel"},
+		DefaultKernel:      "python3",
+		StartTimeout:       60 * time.Second,
+		RestartLimit:       5,
+		RestartWindow:      time.Minute,
+		CullInterval:       5 * time.Minute,
+		ReplayMessages:     2000,
+		ReplayBytes:        8 << 20,
+		ClientMessages:     10000,
+		ClientBytes:        64 << 20,
+		Languages:          map[string]string{"python": "python3", "javascript": "deno", "typescript": "deno"},
+		QueueLimit:         64,
+		RunLimits:          Limits{LogBytes: 8 << 20, ResultBytes: 32 << 20},
+		RunRetention:       10 * time.Minute,
+		RunsKept:           1000,
+		RunBytes:           512 << 20,
+		InterruptGrace:     3 * time.Second,
+		PoolSize:           1,
+		LateOutputWait:     20 * time.Millisecond,
+		LateOutputKernels:  []string{"Deno kernel"},
+		CheckpointInterval: 30 * time.Second,
 	}
 }
 
@@ -142,6 +147,9 @@ func (c *Config) fill() {
 	}
 	if c.CullInterval <= 0 {
 		c.CullInterval = d.CullInterval
+	}
+	if c.CheckpointInterval <= 0 {
+		c.CheckpointInterval = d.CheckpointInterval
 	}
 	if c.ReplayMessages <= 0 {
 		c.ReplayMessages = d.ReplayMessages
@@ -216,7 +224,10 @@ type Manager struct {
 
 	closing   chan struct{}
 	closeOnce sync.Once
-	wg        sync.WaitGroup
+	// active is signalled (without blocking) when a kernel's last
+	// activity changes: it wakes the checkpoint.
+	active chan struct{}
+	wg     sync.WaitGroup
 
 	mu       sync.Mutex
 	kernels  map[string]*Kernel
@@ -245,6 +256,7 @@ func New(cfg Config, specs *kernelspecs.Catalog, prov jupyter.Provisioner, log *
 		session:  uuid.NewString(),
 		started:  time.Now(),
 		closing:  make(chan struct{}),
+		active:   make(chan struct{}, 1),
 		kernels:  make(map[string]*Kernel),
 		sessions: make(map[string]*Session),
 		contexts: make(map[string]*Context),

@@ -29,10 +29,6 @@ import (
 // storeTimeout bounds a durable write.
 const storeTimeout = 10 * time.Second
 
-// checkpointEvery is how often the kernels' last activity is written
-// (what cull timers restart from after a crash).
-const checkpointEvery = 30 * time.Second
-
 // kernelExtra is what the manager keeps of a kernel beyond state.Kernel.
 type kernelExtra struct {
 	Policy restartPolicy `json:"policy"`
@@ -192,15 +188,22 @@ func (m *Manager) deleteRuns(ids []string) {
 }
 
 // checkpoint writes, now and then, the last activity of the kernels
-// active since, so that cull timers go on from there after a restart.
+// active since, so that cull timers go on from there after a restart. It
+// waits for activity, then CheckpointInterval to gather what follows, so
+// that idle kernels cost no wakeup.
 func (m *Manager) checkpoint() {
-	t := time.NewTicker(checkpointEvery)
-	defer t.Stop()
 	written := map[string]time.Time{}
 	for {
 		select {
+		case <-m.active:
+		case <-m.closing:
+			return
+		}
+		t := time.NewTimer(m.cfg.CheckpointInterval)
+		select {
 		case <-t.C:
 		case <-m.closing:
+			t.Stop()
 			return
 		}
 		seen := map[string]bool{}
@@ -220,6 +223,15 @@ func (m *Manager) checkpoint() {
 				delete(written, id)
 			}
 		}
+	}
+}
+
+// noteActivity wakes the checkpoint: a kernel's last activity changed.
+// It never blocks (one signal stands for any number).
+func (m *Manager) noteActivity() {
+	select {
+	case m.active <- struct{}{}:
+	default:
 	}
 }
 

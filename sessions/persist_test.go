@@ -204,3 +204,35 @@ func TestStoreCycleLeaksNothing(t *testing.T) {
 	}
 	leakcheck.Check(t, before)
 }
+
+// A kernel's last activity reaches the store a CheckpointInterval after
+// the activity: a restart's cull timers go on from there.
+func TestCheckpointWritesLastActivity(t *testing.T) {
+	store := openStore(t, t.TempDir())
+	defer store.Close()
+	m := newFakeManager(t, Config{Store: store, PoolSize: 0, CheckpointInterval: 20 * time.Millisecond}, &fakeKernels{})
+	c, err := m.CreateContext(context.Background(), ContextRequest{ID: "agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _ := m.Kernel(c.KernelID())
+	recorded := func() time.Time {
+		for _, kr := range load(t, store).Kernels {
+			if kr.ID == k.id {
+				return kr.LastActivity
+			}
+		}
+		return time.Time{}
+	}
+	lastAct := func() time.Time {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		return k.lastAct
+	}
+	before := recorded()
+	run(t, m, ExecuteRequest{Code: "print hello", Context: "agent"})
+	if !lastAct().After(before) {
+		t.Fatalf("the run left the kernel's last activity at %v", lastAct())
+	}
+	waitFor(t, "the run's activity in the store", func() bool { return recorded().Equal(lastAct()) })
+}
