@@ -336,6 +336,7 @@ func (b *bench) benchLoad(ctx context.Context) error {
 	b.check(fmt.Sprintf("%s, POST /api/execute: ≥ 0.95× the direct clients' throughput, ≤ 1.1× their CPU per execute", shape),
 		rest.res.rate() >= 0.95*d.rate() && perExec(rest.res) <= 1.1*perExec(d),
 		"throughput %s, CPU %s", ratio(rest.res.rate(), d.rate()), ratio(perExec(rest.res), perExec(d)))
+	b.missedBecause("the 16 kernels are the bottleneck on this machine's 2 cores, and the gateway's CPU (HTTP, run records, Executions) and the harness's 64 HTTP clients come out of the same cores; the direct clients are one caller per kernel in the harness's process")
 	if kgB != nil {
 		report("v1 websocket, kernelgate B", wsB.res, ws.res, kgB)
 		report("POST /api/execute, kernelgate B", restB.res, rest.res, &loadGateway{})

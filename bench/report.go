@@ -24,12 +24,20 @@ type row struct {
 type goal struct {
 	what, measured string
 	met            bool
+	// why a missed goal was missed, where it is known
+	why string
 }
 
 func (b *bench) add(r row) { b.rows = append(b.rows, r) }
 
 func (b *bench) check(what string, met bool, format string, args ...any) {
 	b.goals = append(b.goals, goal{what: what, measured: fmt.Sprintf(format, args...), met: met})
+}
+
+// missedBecause gives the reason the last goal checked was missed, shown
+// when it was.
+func (b *bench) missedBecause(why string) {
+	b.goals[len(b.goals)-1].why = why
 }
 
 func cell(s string) string {
@@ -60,7 +68,11 @@ func renderGoals(goals []goal) string {
 		if !g.met {
 			mark = "**missed**"
 		}
-		fmt.Fprintf(&b, "- %s: %s (%s)\n", g.what, mark, g.measured)
+		fmt.Fprintf(&b, "- %s: %s (%s)", g.what, mark, g.measured)
+		if !g.met && g.why != "" {
+			fmt.Fprintf(&b, ": %s", g.why)
+		}
+		b.WriteString("\n")
 	}
 	return b.String()
 }
