@@ -79,6 +79,43 @@ x = 41`
 	}
 }
 
+// A kernel flooding its iopub socket past the high-water mark drops status
+// messages with its output: the request's idle status and the idle status
+// of the kernel_info_request probing for it. The probing goes on until an
+// idle status comes through, and the request ends with its reply. Here
+// ipykernel is made to skip three idle statuses: the request's and those
+// of the first two probes.
+func TestLostProbeIdleStatusProbesAgain(t *testing.T) {
+	k := startKernel(t, "python3")
+	skipIdle := `k = get_ipython().kernel
+publish = k._publish_status
+skipped = 0
+def skip_idle(status, channel, parent=None):
+    global skipped
+    if status == "idle" and skipped < 3:
+        skipped += 1
+        if skipped == 3:
+            del k._publish_status
+        return
+    publish(status, channel, parent)
+k._publish_status = skip_idle
+x = 41`
+	c, err := k.StartExecute(NewExecute(skipIdle), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply, err := c.Wait(deadlineContext(t, 30*time.Second))
+	if err != nil {
+		t.Fatalf("request whose idle status and first probes' were lost: %v", err)
+	}
+	if replyOf(t, reply).Status != "ok" {
+		t.Fatalf("reply %+v", replyOf(t, reply))
+	}
+	if reply, _ := execute(t, k, "print(skipped, x + 1)"); replyOf(t, reply).Status != "ok" {
+		t.Errorf("the kernel after the lost idle statuses: %+v", replyOf(t, reply))
+	}
+}
+
 // A reply that comes a moment after the request's idle status (as Deno's
 // can) still ends the request: the probe waits for it first. Here
 // ipykernel is made to send one execute_reply 300 ms late.

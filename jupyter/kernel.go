@@ -117,7 +117,7 @@ type Call struct {
 	err        error
 	interrupts uint64      // the kernel's interrupt count when the call began
 	check      *time.Timer // set while it waits for its reply or idle (halfDoneWait)
-	probe      *Call       // the kernel_info_request sent on its behalf
+	probes     []*Call     // the kernel_info_requests sent on its behalf
 	probing    bool        // it is such a request
 
 	done chan struct{}
@@ -791,8 +791,10 @@ func (k *Kernel) finishLocked(c *Call, err error) {
 	if c.check != nil {
 		c.check.Stop()
 	}
-	if c.probe != nil && k.pending[c.probe.ID] == c.probe {
-		delete(k.pending, c.probe.ID)
+	for _, p := range c.probes {
+		if k.pending[p.ID] == p {
+			delete(k.pending, p.ID)
+		}
 	}
 	if c.opts.IOPub && !c.probing {
 		k.recent[k.recentNext] = c
@@ -806,10 +808,13 @@ func (k *Kernel) finishLocked(c *Call, err error) {
 // the rest of c is still coming: its reply comes after c's reply, its
 // idle status after c's idle status. A request the kernel dropped fails
 // with ErrRequestDropped; one whose idle status was lost ends with its
-// reply. The kernel and its state are kept.
+// reply. The kernel and its state are kept. A probe answered on shell
+// whose idle status has not come either (a kernel flooding its iopub
+// socket past the high-water mark drops statuses with its output) is
+// followed by another, later and later, until one's idle status comes.
 func (k *Kernel) probeFor(c *Call) {
 	k.mu.Lock()
-	if k.pending[c.ID] != c || c.probe != nil {
+	if k.pending[c.ID] != c {
 		k.mu.Unlock()
 		return
 	}
@@ -819,13 +824,13 @@ func (k *Kernel) probeFor(c *Call) {
 		return
 	}
 	probe := &Call{ID: m.Header.MsgID, opts: CallOptions{IOPub: true}, probing: true, done: make(chan struct{})}
-	probe.handler = func(ch Channel, pm *Message) { k.probed(c, ch, pm) }
+	probe.handler = func(ch Channel, pm *Message) { k.probed(c, probe, ch, pm) }
 	k.mu.Lock()
 	if k.dead != nil || k.pending[c.ID] != c {
 		k.mu.Unlock()
 		return
 	}
-	c.probe = probe
+	c.probes = append(c.probes, probe)
 	probe.interrupts = k.interrupts
 	k.pending[probe.ID] = probe
 	k.mu.Unlock()
@@ -834,8 +839,8 @@ func (k *Kernel) probeFor(c *Call) {
 	}
 }
 
-// probed handles what answers c's probe.
-func (k *Kernel) probed(c *Call, ch Channel, m *Message) {
+// probed handles what answers probe, sent on behalf of c.
+func (k *Kernel) probed(c, probe *Call, ch Channel, m *Message) {
 	answered := (ch == Shell && m.Header.MsgType.IsReply()) || (ch == IOPub && m.Header.MsgType == StatusMsg && isIdle(m))
 	if !answered {
 		return
@@ -847,6 +852,14 @@ func (k *Kernel) probed(c *Call, ch Channel, m *Message) {
 	}
 	dropped := false
 	switch {
+	case c.reply != nil && !c.idle && ch == Shell:
+		// Answered, but neither c's idle status nor the probe's has come:
+		// probe again unless a later probe is out already.
+		if n := len(c.probes); c.probes[n-1] == probe {
+			c.check = time.AfterFunc(time.Duration(n)*halfDoneWait, func() { k.probeFor(c) })
+		}
+		k.mu.Unlock()
+		return
 	case c.reply == nil && ch == Shell:
 		dropped = true
 		k.finishLocked(c, fmt.Errorf("%w (request %s): it answered a kernel_info_request sent %v after", ErrRequestDropped, c.ID, halfDoneWait))
