@@ -54,20 +54,22 @@ type Kernel struct {
 	// life serialises start, restart and shutdown.
 	life sync.Mutex
 
-	mu       sync.Mutex
-	jk       process
-	gen      int           // process generation, bumped by every start
-	endedBy  string        // how the last process ended ("died (…)", "was restarted")
-	ready    chan struct{} // non-nil while a (re)start is in progress
-	state    jupyter.ExecutionState
-	reason   string
-	lastAct  time.Time
-	clients  map[*Client]struct{}
-	offline  queue
-	restarts []time.Time
-	orphans  []*callRef
-	removed  bool
-	onDeath  []func(gen int, err error)
+	mu      sync.Mutex
+	jk      process
+	gen     int           // process generation, bumped by every start
+	endedBy string        // how the last process ended ("died (…)", "was restarted")
+	ready   chan struct{} // non-nil while a (re)start is in progress
+	state   jupyter.ExecutionState
+	reason  string
+	lastAct time.Time
+	// recordedAct is the last activity last put in the store's record.
+	recordedAct time.Time
+	clients     map[*Client]struct{}
+	offline     queue
+	restarts    []time.Time
+	orphans     []*callRef
+	removed     bool
+	onDeath     []func(gen int, err error)
 	// lateWait is how long the process's output may follow its idle
 	// status (0: it never does); holds follow client requests meanwhile.
 	lateWait time.Duration

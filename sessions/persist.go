@@ -85,6 +85,7 @@ func (m *Manager) kernelRecord(k *Kernel, jk process) state.Kernel {
 	}
 	k.mu.Lock()
 	rec.LastActivity = k.lastAct
+	k.recordedAct = k.lastAct
 	k.mu.Unlock()
 	return rec
 }
@@ -188,11 +189,12 @@ func (m *Manager) deleteRuns(ids []string) {
 }
 
 // checkpoint writes, now and then, the last activity of the kernels
-// active since, so that cull timers go on from there after a restart. It
+// whose record is CheckpointInterval or more behind it, so that cull
+// timers go on from there after a restart, at most that much early. It
 // waits for activity, then CheckpointInterval to gather what follows, so
-// that idle kernels cost no wakeup.
+// that idle kernels cost no wakeup, and a kernel whose record is recent
+// enough (one just started) costs no write.
 func (m *Manager) checkpoint() {
-	written := map[string]time.Time{}
 	for {
 		select {
 		case <-m.active:
@@ -206,22 +208,14 @@ func (m *Manager) checkpoint() {
 			t.Stop()
 			return
 		}
-		seen := map[string]bool{}
 		for _, k := range m.Kernels() {
-			seen[k.id] = true
 			k.mu.Lock()
-			jk, last, removed := k.jk, k.lastAct, k.removed
+			jk, behind, removed := k.jk, k.lastAct.Sub(k.recordedAct), k.removed
 			k.mu.Unlock()
-			if removed || jk == nil || !last.After(written[k.id]) {
+			if removed || jk == nil || behind < m.cfg.CheckpointInterval {
 				continue
 			}
 			m.putKernel(k, jk)
-			written[k.id] = last
-		}
-		for id := range written {
-			if !seen[id] {
-				delete(written, id)
-			}
 		}
 	}
 }
