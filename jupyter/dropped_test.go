@@ -5,6 +5,7 @@ package jupyter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -48,35 +49,7 @@ func TestDroppedRequestFailsKeepingTheKernel(t *testing.T) {
 // publishing it once) ends with its reply once a later request shows the
 // kernel has moved on, instead of waiting for ever.
 func TestLostIdleStatusEndsTheRequest(t *testing.T) {
-	k := startKernel(t, "python3")
-	skipIdle := `k = get_ipython().kernel
-publish = k._publish_status
-def skip_idle_once(status, channel, parent=None):
-    if status == "idle":
-        del k._publish_status
-        return
-    publish(status, channel, parent)
-k._publish_status = skip_idle_once
-x = 41`
-	c, err := k.StartExecute(NewExecute(skipIdle), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-c.Done():
-	case <-time.After(30 * time.Second):
-		t.Fatal("a request whose idle status was lost never ended")
-	}
-	reply, err := c.Result()
-	if err != nil {
-		t.Fatalf("request without idle status: %v", err)
-	}
-	if replyOf(t, reply).Status != "ok" {
-		t.Fatalf("reply %+v", replyOf(t, reply))
-	}
-	if reply, _ := execute(t, k, "x + 1"); replyOf(t, reply).Status != "ok" {
-		t.Errorf("the kernel after the lost idle status: %+v", replyOf(t, reply))
-	}
+	endsWithItsReply(t, startKernel(t, "python3"), skipIdleStatuses(1))
 }
 
 // A kernel flooding its iopub socket past the high-water mark drops status
@@ -86,32 +59,43 @@ x = 41`
 // ipykernel is made to skip three idle statuses: the request's and those
 // of the first two probes.
 func TestLostProbeIdleStatusProbesAgain(t *testing.T) {
-	k := startKernel(t, "python3")
-	skipIdle := `k = get_ipython().kernel
+	endsWithItsReply(t, startKernel(t, "python3"), skipIdleStatuses(3))
+}
+
+// skipIdleStatuses is code that makes ipykernel skip publishing its next n
+// idle statuses (the first is its own request's), and sets x.
+func skipIdleStatuses(n int) string {
+	return fmt.Sprintf(`k = get_ipython().kernel
 publish = k._publish_status
 skipped = 0
 def skip_idle(status, channel, parent=None):
     global skipped
-    if status == "idle" and skipped < 3:
+    if status == "idle" and skipped < %d:
         skipped += 1
-        if skipped == 3:
+        if skipped == %d:
             del k._publish_status
         return
     publish(status, channel, parent)
 k._publish_status = skip_idle
-x = 41`
-	c, err := k.StartExecute(NewExecute(skipIdle), nil)
+x = 41`, n, n)
+}
+
+// endsWithItsReply executes code, which loses idle statuses, and checks
+// that the request still ends with its reply and the kernel runs on.
+func endsWithItsReply(t *testing.T, k *Kernel, code string) {
+	t.Helper()
+	c, err := k.StartExecute(NewExecute(code), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	reply, err := c.Wait(deadlineContext(t, 30*time.Second))
 	if err != nil {
-		t.Fatalf("request whose idle status and first probes' were lost: %v", err)
+		t.Fatalf("a request whose idle statuses were lost: %v", err)
 	}
 	if replyOf(t, reply).Status != "ok" {
 		t.Fatalf("reply %+v", replyOf(t, reply))
 	}
-	if reply, _ := execute(t, k, "print(skipped, x + 1)"); replyOf(t, reply).Status != "ok" {
+	if reply, _ := execute(t, k, "x + 1"); replyOf(t, reply).Status != "ok" {
 		t.Errorf("the kernel after the lost idle statuses: %+v", replyOf(t, reply))
 	}
 }

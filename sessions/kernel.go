@@ -54,28 +54,30 @@ type Kernel struct {
 	// life serialises start, restart and shutdown.
 	life sync.Mutex
 
-	mu      sync.Mutex
-	jk      process
-	gen     int           // process generation, bumped by every start
-	endedBy string        // how the last process ended ("died (…)", "was restarted")
-	ready   chan struct{} // non-nil while a (re)start is in progress
-	state   jupyter.ExecutionState
-	reason  string
-	lastAct time.Time
-	// recordedAct is the last activity last put in the store's record.
-	recordedAct time.Time
-	clients     map[*Client]struct{}
-	offline     queue
-	restarts    []time.Time
-	orphans     []*callRef
-	removed     bool
-	onDeath     []func(gen int, err error)
+	mu       sync.Mutex
+	jk       process
+	gen      int           // process generation, bumped by every start
+	endedBy  string        // how the last process ended ("died (…)", "was restarted")
+	ready    chan struct{} // non-nil while a (re)start is in progress
+	state    jupyter.ExecutionState
+	reason   string
+	lastAct  time.Time
+	clients  map[*Client]struct{}
+	offline  queue
+	restarts []time.Time
+	orphans  []*callRef
+	removed  bool
+	onDeath  []func(gen int, err error)
 	// lateWait is how long the process's output may follow its idle
 	// status (0: it never does); holds follow client requests meanwhile.
 	lateWait time.Duration
 	holds    map[string]*idleHold
 	idles    [8]idleSeen // recent idle statuses (noteLateLocked)
 	idleNext int
+
+	// recordedAct is the last activity the store's record holds; the
+	// checkpoint is woken once lastAct is CheckpointInterval past it.
+	recordedAct time.Time
 	// runs are the execute_requests of code-interpreter runs in flight:
 	// their output is kept by the run, not again in the replay buffer.
 	runs map[string]struct{}
@@ -527,6 +529,7 @@ func (k *Kernel) onIOPub(m *Message) {
 		k.state = state
 	}
 	k.lastAct = now
+	behind := k.behindLocked()
 	raised := k.noteLateLocked(m, now)
 	held, slow := k.holdLocked(m, now)
 	if !held {
@@ -534,7 +537,9 @@ func (k *Kernel) onIOPub(m *Message) {
 	}
 	pickup := k.pickups[m.ParentID]
 	k.mu.Unlock()
-	k.m.noteActivity()
+	if behind {
+		k.m.noteActivity()
+	}
 	cut(slow)
 	if raised > 0 {
 		k.m.log.Info("kernel output came late after its idle status: waiting longer for it", "kernel", k.id, "late_output_wait", raised)
@@ -663,8 +668,11 @@ func (k *Kernel) detach(c *Client) {
 	k.mu.Lock()
 	delete(k.clients, c)
 	k.lastAct = time.Now()
+	behind := k.behindLocked()
 	k.mu.Unlock()
-	k.m.noteActivity()
+	if behind {
+		k.m.noteActivity()
+	}
 }
 
 // cullable reports whether the culler should shut the kernel down: idle

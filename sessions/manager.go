@@ -99,9 +99,11 @@ type Config struct {
 	// only. The provisioner should then launch kernels that outlive the
 	// gateway (jupyter.LocalProvisioner.Detached).
 	Store state.Store
-	// CheckpointInterval is how long after a kernel's activity its last
-	// activity is written to the Store (what cull timers restart from
-	// after a crash); idle kernels write nothing and wake nothing.
+	// CheckpointInterval is how far a kernel's last activity may run
+	// ahead of its record in the Store before it is written again (what
+	// cull timers restart from after a crash), and how long the
+	// checkpoint gathers writes; idle kernels write nothing and wake
+	// nothing.
 	CheckpointInterval time.Duration
 }
 
@@ -224,8 +226,8 @@ type Manager struct {
 
 	closing   chan struct{}
 	closeOnce sync.Once
-	// active is signalled (without blocking) when a kernel's last
-	// activity changes: it wakes the checkpoint.
+	// active is signalled (without blocking) when a kernel's activity is
+	// CheckpointInterval past its record: it wakes the checkpoint.
 	active chan struct{}
 	wg     sync.WaitGroup
 

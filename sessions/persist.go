@@ -85,7 +85,6 @@ func (m *Manager) kernelRecord(k *Kernel, jk process) state.Kernel {
 	}
 	k.mu.Lock()
 	rec.LastActivity = k.lastAct
-	k.recordedAct = k.lastAct
 	k.mu.Unlock()
 	return rec
 }
@@ -97,9 +96,16 @@ func (m *Manager) putKernel(k *Kernel, jk process) {
 	}
 	ctx, cancel := storeCtx()
 	defer cancel()
-	if err := m.store.PutKernel(ctx, m.kernelRecord(k, jk)); err != nil {
+	rec := m.kernelRecord(k, jk)
+	if err := m.store.PutKernel(ctx, rec); err != nil {
 		m.log.Error("state: kernel not recorded: a restart of the gateway loses it", "kernel", k.id, "err", err)
+		return
 	}
+	k.mu.Lock()
+	if rec.LastActivity.After(k.recordedAct) {
+		k.recordedAct = rec.LastActivity
+	}
+	k.mu.Unlock()
 }
 
 // deleteKernel forgets k's record.
@@ -190,10 +196,10 @@ func (m *Manager) deleteRuns(ids []string) {
 
 // checkpoint writes, now and then, the last activity of the kernels
 // whose record is CheckpointInterval or more behind it, so that cull
-// timers go on from there after a restart, at most that much early. It
-// waits for activity, then CheckpointInterval to gather what follows, so
-// that idle kernels cost no wakeup, and a kernel whose record is recent
-// enough (one just started) costs no write.
+// timers go on from there after a restart. It sleeps until a kernel's
+// activity gets that far ahead of its record (noteActivity), then waits
+// CheckpointInterval to gather what follows: idle kernels, and kernels
+// whose record is recent (just started), cost no wakeup and no write.
 func (m *Manager) checkpoint() {
 	for {
 		select {
@@ -210,9 +216,9 @@ func (m *Manager) checkpoint() {
 		}
 		for _, k := range m.Kernels() {
 			k.mu.Lock()
-			jk, behind, removed := k.jk, k.lastAct.Sub(k.recordedAct), k.removed
+			jk, behind, removed := k.jk, k.behindLocked(), k.removed
 			k.mu.Unlock()
-			if removed || jk == nil || behind < m.cfg.CheckpointInterval {
+			if removed || jk == nil || !behind {
 				continue
 			}
 			m.putKernel(k, jk)
@@ -220,8 +226,14 @@ func (m *Manager) checkpoint() {
 	}
 }
 
-// noteActivity wakes the checkpoint: a kernel's last activity changed.
-// It never blocks (one signal stands for any number).
+// behindLocked reports whether k's record in the store is
+// CheckpointInterval or more behind its last activity. k.mu is held.
+func (k *Kernel) behindLocked() bool {
+	return k.m.store != nil && k.lastAct.Sub(k.recordedAct) >= k.m.cfg.CheckpointInterval
+}
+
+// noteActivity wakes the checkpoint: a kernel's record is behind (see
+// behindLocked). It never blocks (one signal stands for any number).
 func (m *Manager) noteActivity() {
 	select {
 	case m.active <- struct{}{}:

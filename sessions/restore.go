@@ -214,7 +214,7 @@ func (m *Manager) restoreKernel(ctx context.Context, rec state.Kernel, wanted bo
 	}
 	k.created = rec.Created
 	if !rec.LastActivity.IsZero() {
-		k.lastAct = rec.LastActivity
+		k.lastAct, k.recordedAct = rec.LastActivity, rec.LastActivity
 	}
 	if infoErr != nil {
 		err = infoErr
