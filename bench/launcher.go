@@ -215,7 +215,7 @@ func (b *bench) benchLauncher(ctx context.Context) error {
 	b.check("new Python contexts at 10 a second → first result ≤ 80 ms p50, ≤ 150 ms p90 (forked, pool empty)",
 		len(ctxRate) > 0 && ctxRate.p50() <= 80*time.Millisecond && ctxRate.p90() <= 150*time.Millisecond,
 		"%s ms p50, %s ms p90", fmtMS(ctxRate.p50()), fmtMS(ctxRate.p90()))
-	b.missedBecause("each start costs about 0.2 s of CPU on this machine (" + whyKernelInit + "), so 10 starts a second need more than its 2 cores and the starts queue")
+	b.missedBecause("each start costs about 0.2 s of CPU on this machine, so 10 starts a second need more than its 2 cores and the starts queue; " + whyKernelInit)
 	b.check("isolated Python run on a pool miss ≤ 100 ms p50 (forked)", len(isoFork) > 0 && isoFork.p50() <= 100*time.Millisecond,
 		"%s ms p50", fmtMS(isoFork.p50()))
 	b.missedBecause(whyKernelInit)
@@ -228,7 +228,7 @@ func (b *bench) benchLauncher(ctx context.Context) error {
 
 // whyKernelInit is why a forked Python kernel's start is not faster: what
 // is left is the per-instance work of ipykernel and IPython.
-const whyKernelInit = "what is left of a forked start is ipykernel's and IPython's per-instance initialisation (the shell and its magics, traitlets configuration, five ZeroMQ sockets and their threads, the first cell), about 0.15–0.2 s of CPU here and not shareable between kernels without changing their code; see \"Python kernels forked from a zygote\""
+const whyKernelInit = "what is left of a forked start is ipykernel's and IPython's per-instance initialisation (traitlets configuration, the shell and its magics, five ZeroMQ sockets and their threads, the first cell): about 120 ms of a 150 ms start on a quiet machine, one core's CPU all along, and not shareable between kernels without changing their code; see \"Python kernels forked from a zygote\""
 
 // launcherSpecs copies the kernelspecs into a temporary directory with the
 // python3 kernelspec's preload list set.
