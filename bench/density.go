@@ -99,6 +99,16 @@ func (b *bench) benchDensity(ctx context.Context) error {
 
 	progress("density: both gateways idle for %v", o.idle)
 	time.Sleep(time.Second)
+	// The collections the Go runtime ran, read before and after the window
+	// (the reads themselves fall outside it).
+	gcs := func() float64 {
+		m, err := kg.metrics(sctx)
+		if err != nil {
+			return -1
+		}
+		return m["go_gc_duration_seconds_count"]
+	}
+	gc0 := gcs()
 	kgCPU0, _ := cpuTime(kg.pid())
 	kgTicks0, _ := cpuTicks(kg.pid())
 	kgWake0 := wakeups(kg.pid())
@@ -110,6 +120,7 @@ func (b *bench) benchDensity(ctx context.Context) error {
 	kgWake1 := wakeups(kg.pid())
 	jsCPU1, _ := cpuTime(js.pid())
 	jsWake1 := wakeups(js.pid())
+	gc1 := gcs()
 
 	last := len(o.density) - 1
 	counts := make([]string, len(o.density))
@@ -143,6 +154,11 @@ func (b *bench) benchDensity(ctx context.Context) error {
 	b.check(fmt.Sprintf("zero idle CPU (kernelgate with %d idle kernels over %v)", nMax, o.idle),
 		kgTicks1 == kgTicks0 && kgIdle < time.Millisecond,
 		"%.3f ms CPU (%d clock ticks), %d wakeups", ms(kgIdle), (kgTicks1-kgTicks0)/(10*time.Millisecond), kgWake1-kgWake0)
+	if gc0 >= 0 && gc1 > gc0 {
+		b.missedBecause(fmt.Sprintf("the Go runtime ran %.0f garbage collection(s) in the window: it forces one when none "+
+			"has run for 2 minutes, a few ms of CPU and its workers' wakeups once every 2 minutes of an idle gateway, "+
+			"and a %v window catches it or not by chance", gc1-gc0, o.idle))
+	}
 	progress("density: stopping")
 	return nil
 }
