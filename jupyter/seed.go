@@ -9,6 +9,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"kernelgate/internal/sysproc"
+	"kernelgate/internal/tailbuf"
 )
 
 // A home seed is a directory the gateway itself prepares and copies into
@@ -45,15 +48,24 @@ except ImportError:
 // IPython; matplotlib's font list is left out without matplotlib), then
 // publishes it at once by a rename, so a launch copies a whole seed or
 // none.
+//
+// The builder dies with the gateway (the parent-death signal), and the
+// half-built seeds of gateways that are gone (their directories name
+// their builder, as a kernel cgroup names its gateway) are removed first.
 func PrepareHomeSeed(ctx context.Context, dir, python string) error {
+	parent := filepath.Dir(dir)
+	removeStaleSeeds(parent)
 	if _, err := os.Stat(dir); err == nil {
 		return nil
 	}
-	parent := filepath.Dir(dir)
 	if err := os.MkdirAll(parent, 0o700); err != nil {
 		return err
 	}
-	tmp, err := os.MkdirTemp(parent, ".seed-")
+	pattern := ".seed-*"
+	if g, ok := thisGateway(); ok {
+		pattern += "." + g.tag()
+	}
+	tmp, err := os.MkdirTemp(parent, pattern)
 	if err != nil {
 		return err
 	}
@@ -65,8 +77,15 @@ func PrepareHomeSeed(ctx context.Context, dir, python string) error {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	cmd.Dir = tmp
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("building the home seed with %s: %v: %s", python, err, strings.TrimSpace(string(out)))
+	cmd.SysProcAttr = sysproc.GroupAttr()
+	out := tailbuf.New(4096)
+	cmd.Stdout, cmd.Stderr = out, out
+	err = startOnParentThread(cmd) // its Pdeathsig follows that thread (zygote.go)
+	if err == nil {
+		err = cmd.Wait()
+	}
+	if err != nil {
+		return fmt.Errorf("building the home seed with %s: %v: %s", python, err, strings.TrimSpace(out.String()))
 	}
 	// Keep only the caches: nothing that reads as configuration.
 	keep := filepath.Join(tmp, ".config", "matplotlib")
@@ -77,6 +96,20 @@ func PrepareHomeSeed(ctx context.Context, dir, python string) error {
 		}
 	}
 	return os.Rename(tmp, dir)
+}
+
+// removeStaleSeeds removes the half-built seeds in dir whose builder's
+// gateway is gone.
+func removeStaleSeeds(dir string) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), ".seed-") {
+			continue
+		}
+		if g, ok := cgroupOwner(e.Name()); ok && !g.mayRun() {
+			os.RemoveAll(filepath.Join(dir, e.Name()))
+		}
+	}
 }
 
 // copySeed copies the regular files and directories of seed into home,

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -144,5 +145,43 @@ func TestHomeSeedHoldsTheHistoryDatabase(t *testing.T) {
 	}
 	if got, want := stdout(t, a, ipythonTree), stdout(t, fresh, ipythonTree); got != want {
 		t.Errorf("IPython directory of a seeded kernel:\n%s\nof a fresh one:\n%s", got, want)
+	}
+}
+
+// TestHalfBuiltSeedsOfGoneGatewaysAreRemoved: a gateway killed while it
+// built the seed leaves its half-built directory; the next one to build a
+// seed there removes it, and leaves alone one whose gateway still runs.
+func TestHalfBuiltSeedsOfGoneGatewaysAreRemoved(t *testing.T) {
+	self, ok := thisGateway()
+	if !ok {
+		t.Fatal("no /proc: this gateway cannot name itself")
+	}
+	gone := exec.Command("/bin/true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	start, _ := processStart(os.Getpid())
+	dead := gatewayID{PID: gone.Process.Pid, Start: start, PidNS: self.PidNS}
+	root := t.TempDir()
+	left := filepath.Join(root, ".seed-1."+dead.tag())
+	running := filepath.Join(root, ".seed-2."+self.tag())
+	for _, d := range []string{left, running} {
+		if err := os.MkdirAll(filepath.Join(d, ".config", "matplotlib"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := PrepareHomeSeed(ctx, filepath.Join(root, "seed"), "/usr/bin/python3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(left); !os.IsNotExist(err) {
+		t.Fatalf("the half-built seed of a gone gateway is still there: %v", err)
+	}
+	if _, err := os.Stat(running); err != nil {
+		t.Fatalf("the half-built seed of a running gateway was removed: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "seed", ".ipython")); err != nil {
+		t.Fatalf("no seed was built: %v", err)
 	}
 }
