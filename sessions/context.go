@@ -338,12 +338,25 @@ func (c *Context) execute(r *Run) {
 			}
 			return
 		}
+		// The answer to an input_request goes to this kernel: set before
+		// the request is sent, as the input_request can come at once.
+		input := func(value string) error {
+			r.mu.Lock()
+			parent := pendingInput
+			r.mu.Unlock()
+			m, err := jk.NewMessage(jupyter.InputReply, map[string]string{"value": value}, parent)
+			if err != nil {
+				return err
+			}
+			return jk.Send(jupyter.Stdin, m)
+		}
 		r.mu.Lock()
 		if r.state != RunQueued {
 			r.mu.Unlock()
 			return
 		}
 		stopped := r.stopBeforeStart
+		r.input = input
 		r.mu.Unlock()
 		if stopped == "" && !r.deadline.IsZero() && time.Now().After(r.deadline) {
 			stopped = TimedOut
@@ -376,16 +389,6 @@ func (c *Context) execute(r *Run) {
 		case stop <- reason:
 		default:
 		}
-	}
-	r.input = func(value string) error {
-		r.mu.Lock()
-		parent := pendingInput
-		r.mu.Unlock()
-		m, err := jk.NewMessage(jupyter.InputReply, map[string]string{"value": value}, parent)
-		if err != nil {
-			return err
-		}
-		return jk.Send(jupyter.Stdin, m)
 	}
 	r.mu.Unlock()
 	if !r.start() {

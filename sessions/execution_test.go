@@ -1,8 +1,12 @@
 package sessions
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"kernelgate/jupyter"
 )
@@ -78,5 +82,68 @@ func TestReplyOnlyErrorIsKept(t *testing.T) {
 	}
 	if e.Error == nil || e.Error.Name != "Interrupted" || e.Process.Reason != Errored {
 		t.Errorf("Execution %+v %+v", e.Error, e.Process)
+	}
+}
+
+// An input_request that comes before the gateway has gone on from sending
+// the code is answered: the run takes input from the moment it is sent.
+func TestInputRequestBeforeTheSendReturns(t *testing.T) {
+	asked := make(chan struct{})
+	f := &fakeKernels{script: func(r *fakeRequest) {
+		if r.Msg.Type() != jupyter.ExecuteRequest {
+			fakeAnswer(r)
+			return
+		}
+		r.Status(jupyter.StateBusy)
+		req, _ := jupyter.NewMessage("fake-kernel", jupyter.InputRequest, map[string]any{"prompt": "value? ", "password": false}, r.Msg)
+		r.k.deliver(Stdin, req)
+		close(asked)
+		var answer struct{ Value string }
+		select {
+		case reply := <-r.k.stdin:
+			reply.DecodeContent(&answer)
+		case <-r.k.done:
+			return
+		}
+		r.Stream("got " + answer.Value + "\n")
+		r.Reply(map[string]any{"status": "ok"})
+		r.Status(jupyter.StateIdle)
+	}}
+	runs := make(chan *Run, 1)
+	answered := make(chan error, 1)
+	f.sent = func(m *Message) {
+		if m.Type() != jupyter.ExecuteRequest || (&fakeRequest{Msg: m}).silent() {
+			return
+		}
+		select {
+		case <-asked:
+		case <-time.After(10 * time.Second):
+			answered <- errors.New("no input_request")
+			return
+		}
+		r := <-runs
+		answered <- r.Input("42")
+	}
+	m := newFakeManager(t, Config{}, f)
+	r, err := m.Execute(context.Background(), ExecuteRequest{Code: "print('got', input('value? '))", Stdin: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs <- r
+	select {
+	case err := <-answered:
+		if err != nil {
+			t.Fatalf("the answer to an input_request that came at once: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the run's code was never sent")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e := execution(t, r); strings.Join(e.Logs.Stdout, "") != "got 42\n" {
+		t.Fatalf("stdout %q, want the answer", e.Logs.Stdout)
 	}
 }

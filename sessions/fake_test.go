@@ -26,6 +26,9 @@ type fakeKernels struct {
 	started []*fakeKernel
 	// gate, when set, holds every start until it is closed (a slow start).
 	gate chan struct{}
+	// sent, when set, runs in Request once the request is sent, before
+	// Request returns (a caller slow to go on after sending).
+	sent func(m *Message)
 }
 
 func (f *fakeKernels) start(ctx context.Context, cfg jupyter.Config) (process, error) {
@@ -40,7 +43,7 @@ func (f *fakeKernels) start(ctx context.Context, cfg jupyter.Config) (process, e
 		}
 	}
 	k := &fakeKernel{
-		cfg: cfg, script: f.script, impl: f.impl,
+		cfg: cfg, script: f.script, impl: f.impl, sent: f.sent,
 		pending:    map[string]*fakeCall{},
 		recent:     map[string]*fakeCall{},
 		shell:      make(chan *fakeRequest, 1024),
@@ -76,6 +79,7 @@ func (f *fakeKernels) kernels() []*fakeKernel {
 type fakeKernel struct {
 	cfg    jupyter.Config
 	script func(r *fakeRequest)
+	sent   func(m *Message)
 	impl   string
 
 	shell      chan *fakeRequest
@@ -159,7 +163,13 @@ func (k *fakeKernel) Request(ch Channel, m *Message, h jupyter.Handler, opts jup
 	}
 	k.pending[c.id] = c
 	k.mu.Unlock()
-	return c, k.Send(ch, m)
+	if err := k.Send(ch, m); err != nil {
+		return c, err
+	}
+	if k.sent != nil {
+		k.sent(m)
+	}
+	return c, nil
 }
 
 func (k *fakeKernel) Forget(c call) {
