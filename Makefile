@@ -67,6 +67,7 @@ fuzz:
 	$(GO) test ./jupyter -run '^$$' -fuzz '^FuzzScanStrings$$' -fuzztime 100000x
 	$(GO) test ./jupyter -run '^$$' -fuzz '^FuzzParseReady$$' -fuzztime 100000x
 	$(GO) test ./internal/jsonscan -run '^$$' -fuzz '^FuzzValid$$' -fuzztime 300000x
+	$(GO) test ./internal/jsonscan -run '^$$' -fuzz '^FuzzAppendString$$' -fuzztime 100000x
 	$(GO) test ./internal/jsonscan -run '^$$' -fuzz '^FuzzMembers$$' -fuzztime 150000x
 	$(GO) test ./gateway -run '^$$' -fuzz '^FuzzDecodeLegacyText$$' -fuzztime 40000x
 	$(GO) test ./kernelspecs -run '^$$' -fuzz '^FuzzResourcePath$$' -fuzztime 130000x

@@ -134,7 +134,11 @@ func (s *Server) execute(c echo.Context) error {
 	if f := run.Failure(); f != nil {
 		return f
 	}
-	return c.JSONBlob(http.StatusOK, run.ExecutionJSON())
+	js := run.ExecutionJSON()
+	// Its length, so that a client reads megabytes of output into one
+	// buffer of the right size rather than one that doubles.
+	c.Response().Header().Set(echo.HeaderContentLength, strconv.Itoa(len(js)))
+	return c.JSONBlob(http.StatusOK, js)
 }
 
 // keepaliveEvery is how long a stream stays quiet before a keepalive.

@@ -112,25 +112,10 @@ func appendLegacyJSON(dst []byte, ch string, m *sessions.Message, withBuffers bo
 	dst = append(dst, `,"channel":"`...)
 	dst = append(dst, ch...)
 	dst = append(dst, `","msg_id":`...)
-	dst = appendJSONString(dst, m.Header.MsgID)
+	dst = jsonscan.AppendString(dst, m.Header.MsgID)
 	dst = append(dst, `,"msg_type":`...)
-	dst = appendJSONString(dst, string(m.Header.MsgType))
+	dst = jsonscan.AppendString(dst, string(m.Header.MsgType))
 	return append(dst, '}')
-}
-
-// appendJSONString appends s as encoding/json writes it: ids and message
-// types are printable ASCII that needs no escape, and anything else is
-// left to encoding/json.
-func appendJSONString(dst []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			b, _ := json.Marshal(s)
-			return append(dst, b...)
-		}
-	}
-	dst = append(dst, '"')
-	dst = append(dst, s...)
-	return append(dst, '"')
 }
 
 // appendLegacyBinary appends the legacy binary framing of a message with

@@ -65,15 +65,6 @@ func FuzzDecodeLegacyText(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) { checkLegacyText(t, b) })
 }
 
-func TestAppendJSONStringMatchesEncodingJSON(t *testing.T) {
-	for _, s := range []string{"", "0b1f9e3c-6a2f_12", "execute_reply", `a"b`, `a\b`, "a<b>&", "é", "a\nb", "\x7f", "\xff"} {
-		want, _ := json.Marshal(s)
-		if got := appendJSONString([]byte("x"), s); string(got) != "x"+string(want) {
-			t.Errorf("appendJSONString(%q) = %s, want x%s", s, got, want)
-		}
-	}
-}
-
 func BenchmarkDecodeLegacyText(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {

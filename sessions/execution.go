@@ -538,7 +538,7 @@ func (b *builder) appendLog(name, text string) {
 	} else {
 		b.exec.Logs.Stderr = append(b.exec.Logs.Stderr, text)
 	}
-	b.emit(name, map[string]string{"text": text})
+	b.emit(name, textEvent{Text: text})
 }
 
 // finish closes the Execution with how the run ended.

@@ -138,10 +138,8 @@ func eventSize(typ string, payload any) int {
 	switch p := payload.(type) {
 	case *Result:
 		return frame + len(typ) + p.size
-	case map[string]string:
-		if text, ok := p["text"]; ok && len(p) == 1 {
-			return frame + len(typ) + len(text)
-		}
+	case textEvent:
+		return frame + len(typ) + len(p.Text)
 	}
 	js, err := json.Marshal(payload)
 	if err != nil {
@@ -163,6 +161,8 @@ func eventJSON(typ string, seq int, payload any) ([]byte, error) {
 	var body []byte
 	var err error
 	switch p := payload.(type) {
+	case textEvent:
+		return appendTextEvent(typ, seq, p), nil
 	case nil:
 	case *Result: // compact JSON already: not checked and compacted again
 		body, err = p.MarshalJSON()
@@ -232,7 +232,7 @@ func (r *Run) executionJSONLocked() []byte {
 	if r.execJSON != nil {
 		return r.execJSON
 	}
-	js, _ := json.Marshal(&r.b.exec)
+	js := marshalExecution(&r.b.exec)
 	if r.state == RunDone {
 		r.execJSON = js
 	}

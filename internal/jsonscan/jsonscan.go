@@ -2,7 +2,8 @@
 // allocating, for the few shapes that every message through kernelgate
 // has: a message's header and parent header (small flat objects of plain
 // strings), and the envelope of the websocket's JSON framing (an object
-// whose members are passed on as they are).
+// whose members are passed on as they are). It also writes JSON strings
+// (AppendString), for output of megabytes written in one allocation.
 //
 // Each function either gives exactly what encoding/json gives for its
 // input or reports that it gave up, and the caller then uses
