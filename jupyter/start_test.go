@@ -2,6 +2,7 @@ package jupyter
 
 import (
 	"context"
+	"io"
 	"net"
 	"strconv"
 	"sync"
@@ -18,8 +19,9 @@ import (
 
 // impostor is what a start meets when another process had one of the
 // kernel's ports: sockets that complete the ZMTP handshake, of which one
-// then closes its connection, while the kernel process (here, no
-// process) keeps running until it is killed.
+// then closes its connection (or, with hangUp, ends it during the
+// handshake, as a socket of another type or a TLS server does), while
+// the kernel process (here, no process) keeps running until it is killed.
 type impostor struct {
 	ci   ConnInfo
 	lns  []net.Listener
@@ -30,7 +32,7 @@ type impostor struct {
 	once sync.Once
 }
 
-func newImpostor(t *testing.T, closing Channel) *impostor {
+func newImpostor(t *testing.T, closing Channel, hangUp bool) *impostor {
 	p := &impostor{done: make(chan struct{}),
 		ci: ConnInfo{IP: "127.0.0.1", Transport: "tcp", Key: "impostor-key", SignatureScheme: "hmac-sha256"}}
 	for _, c := range []struct {
@@ -54,6 +56,13 @@ func newImpostor(t *testing.T, closing Channel) *impostor {
 			defer p.wg.Done()
 			conn, err := ln.Accept()
 			if err != nil {
+				return
+			}
+			if closes && hangUp {
+				conn.Write(greeting)
+				conn.(*net.TCPConn).CloseWrite()
+				io.Copy(io.Discard, conn)
+				conn.Close()
 				return
 			}
 			if _, err := zmq4.Open(conn, null.Security(), c.typ, zmq4.SocketIdentity(""), true, nil); err != nil || closes {
@@ -97,6 +106,7 @@ func (p *impostor) Cleanup() error {
 type impostorFirst struct {
 	t        *testing.T
 	closing  Channel
+	hangUp   bool
 	real     Provisioner
 	mu       sync.Mutex
 	launches int
@@ -113,7 +123,7 @@ func (p *impostorFirst) Launch(ctx context.Context, req LaunchRequest) (Process,
 	n := p.launches
 	p.mu.Unlock()
 	if n == 1 {
-		p.first = newImpostor(p.t, p.closing)
+		p.first = newImpostor(p.t, p.closing, p.hangUp)
 		return p.first, nil
 	}
 	return p.real.Launch(ctx, req)
@@ -123,13 +133,18 @@ func (p *impostorFirst) Launch(ctx context.Context, req LaunchRequest) (Process,
 // another process's socket on a port it had picked: kernelgate kills that
 // start and starts the kernel again on new ports. A closed shell
 // connection shows first as a failed request, a closed iopub connection
-// as a reader that lost its peer.
+// as a reader that lost its peer, a heartbeat port that hangs up in the
+// handshake as a failed dial.
 func TestStartAgainWhenAConnectionEndsDuringStart(t *testing.T) {
-	for _, closing := range []Channel{Shell, IOPub} {
-		t.Run(closing.String(), func(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		closing Channel
+		hangUp  bool
+	}{{"shell", Shell, false}, {"iopub", IOPub, false}, {"hb hangs up in the handshake", Heartbeat, true}} {
+		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			p := &impostorFirst{t: t, closing: closing, real: &LocalProvisioner{RuntimeDir: t.TempDir()}}
+			p := &impostorFirst{t: t, closing: tc.closing, hangUp: tc.hangUp, real: &LocalProvisioner{RuntimeDir: t.TempDir()}}
 			k, err := Start(ctx, p, Config{Spec: testkernels.Spec(t, "python3")})
 			if err != nil {
 				t.Fatalf("start: %v", err)

@@ -56,7 +56,7 @@ func (s *socket) handshake(typ socketType, id string) error {
 	}
 	peer := make([]byte, len(greeting))
 	if _, err := io.ReadFull(s.conn, peer); err != nil {
-		return err
+		return hungUp(err)
 	}
 	if peer[0] != 0xff || peer[9] != 0x7f {
 		return fmt.Errorf("%w: the peer does not speak ZMTP", ErrHandshake)
@@ -69,7 +69,7 @@ func (s *socket) handshake(typ socketType, id string) error {
 	}
 	frames, command, _, err := s.readMessage()
 	if err != nil {
-		return err
+		return hungUp(err)
 	}
 	if !command {
 		return fmt.Errorf("%w: a message before the peer's READY", ErrHandshake)
@@ -85,6 +85,17 @@ func (s *socket) handshake(typ socketType, id string) error {
 		}
 	}
 	return fmt.Errorf("%w: a %s socket cannot talk to a %q socket", ErrHandshake, typ, pt)
+}
+
+// hungUp names a connection that ended during the handshake: a kernel's
+// socket answers the handshake, while a socket of another type, or a
+// server that does not speak ZMTP (such as a TLS server), hangs up on it.
+// Either way the port is someone else's.
+func hungUp(err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("%w: the peer ended the connection", ErrHandshake)
+	}
+	return err
 }
 
 // appendReady appends a READY command's body: its name, then the

@@ -15,6 +15,14 @@ import (
 // comes, and returns its address.
 func peerSays(t *testing.T, b []byte) string {
 	t.Helper()
+	return peerSaysThen(t, b, false)
+}
+
+// peerSaysThen is peerSays whose peer, if hangUp, ends the connection
+// once it has said b (and reads on until the dialer closes, so that the
+// dialer sees the end and not a reset).
+func peerSaysThen(t *testing.T, b []byte, hangUp bool) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -27,6 +35,9 @@ func peerSays(t *testing.T, b []byte) string {
 		}
 		defer c.Close()
 		c.Write(b)
+		if hangUp {
+			c.(*net.TCPConn).CloseWrite()
+		}
 		io.Copy(io.Discard, c)
 	}()
 	return "tcp://" + ln.Addr().String()
@@ -48,24 +59,29 @@ func TestHandshake(t *testing.T) {
 	}
 	huge := []byte{flagCommand | flagLong, 0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
 	cases := []struct {
-		name string
-		peer []byte
-		want error
-		says string
+		name   string
+		peer   []byte
+		want   error
+		says   string
+		hangUp bool
 	}{
-		{"router", append(bytes.Clone(greeting), command(appendReady(nil, "ROUTER", ""))...), nil, ""},
-		{"pub for a dealer", append(bytes.Clone(greeting), command(appendReady(nil, "PUB", ""))...), ErrHandshake, `"PUB"`},
-		{"http", append([]byte("HTTP/1.1 400 Bad Request\r\n\r\n"), make([]byte, 64)...), ErrHandshake, "does not speak ZMTP"},
-		{"plain mechanism", mechanism("PLAIN"), ErrHandshake, `"PLAIN"`},
-		{"error command", append(bytes.Clone(greeting), command([]byte("\x05ERROR\x0bgo away now"))...), ErrHandshake, "go away now"},
-		{"message before ready", append(bytes.Clone(greeting), 0, 1, 'x'), ErrHandshake, "before the peer's READY"},
-		{"huge ready", append(bytes.Clone(greeting), huge...), ErrMessageTooLarge, ""},
+		{"router", append(bytes.Clone(greeting), command(appendReady(nil, "ROUTER", ""))...), nil, "", false},
+		{"pub for a dealer", append(bytes.Clone(greeting), command(appendReady(nil, "PUB", ""))...), ErrHandshake, `"PUB"`, false},
+		{"http", append([]byte("HTTP/1.1 400 Bad Request\r\n\r\n"), make([]byte, 64)...), ErrHandshake, "does not speak ZMTP", false},
+		{"plain mechanism", mechanism("PLAIN"), ErrHandshake, `"PLAIN"`, false},
+		{"error command", append(bytes.Clone(greeting), command([]byte("\x05ERROR\x0bgo away now"))...), ErrHandshake, "go away now", false},
+		{"message before ready", append(bytes.Clone(greeting), 0, 1, 'x'), ErrHandshake, "before the peer's READY", false},
+		{"huge ready", append(bytes.Clone(greeting), huge...), ErrMessageTooLarge, "", false},
+		// What a socket of another type, or a TLS server, does.
+		{name: "hangs up at once", want: ErrHandshake, says: "ended the connection", hangUp: true},
+		{name: "hangs up after its greeting", peer: bytes.Clone(greeting), want: ErrHandshake, says: "ended the connection", hangUp: true},
+		{name: "hangs up in its greeting", peer: greeting[:20], want: ErrHandshake, says: "ended the connection", hangUp: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			s, err := dialSocket(ctx, peerSays(t, tc.peer), sockDealer, "id", readLimits{})
+			s, err := dialSocket(ctx, peerSaysThen(t, tc.peer, tc.hangUp), sockDealer, "id", readLimits{})
 			if s != nil {
 				s.close()
 			}
