@@ -382,15 +382,20 @@ func (c *Context) execute(r *Run) {
 	}
 	r.mu.Lock()
 	r.notice = c.startedOn(k)
-	r.mu.Unlock()
-	r.mu.Lock()
 	r.cancel = func(reason Reason) {
 		select {
 		case stop <- reason:
 		default:
 		}
 	}
+	// A stop that came while the code was being sent found the run still
+	// queued (dequeue): it is kept here rather than lost.
+	stopped := r.stopBeforeStart
+	cancel := r.cancel
 	r.mu.Unlock()
+	if stopped != "" {
+		cancel(stopped)
+	}
 	if !r.start() {
 		jk.Forget(call)
 		return

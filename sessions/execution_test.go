@@ -147,3 +147,31 @@ func TestInputRequestBeforeTheSendReturns(t *testing.T) {
 		t.Fatalf("stdout %q, want the answer", e.Logs.Stdout)
 	}
 }
+
+// An interrupt that comes while the run's code is being sent stops the
+// run: it is not lost between the queue and the running run.
+func TestInterruptWhileTheCodeIsSent(t *testing.T) {
+	runs := make(chan *Run, 1)
+	f := &fakeKernels{}
+	f.sent = func(m *Message) {
+		if m.Type() != jupyter.ExecuteRequest || (&fakeRequest{Msg: m}).silent() {
+			return
+		}
+		(<-runs).Interrupt()
+	}
+	m := newFakeManager(t, Config{}, f)
+	r, err := m.Execute(context.Background(), ExecuteRequest{Code: "sleep"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs <- r
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.Wait(ctx); err != nil {
+		t.Fatalf("the run was not stopped by its interrupt: %v", err)
+	}
+	e := execution(t, r)
+	if e.Error == nil || e.Error.Name != "KeyboardInterrupt" || e.Process.Reason != Interrupted {
+		t.Fatalf("error %+v, process %+v: want a KeyboardInterrupt and the reason %q", e.Error, e.Process, Interrupted)
+	}
+}
