@@ -358,7 +358,7 @@ func TestKubernetes(t *testing.T) {
 	t.Run("Kernels", func(t *testing.T) {
 		gw := e.gateway(t, "kernels")
 		for _, lang := range []struct{ spec, print, sleep, input string }{
-			{"python3", "x = 6 * 7\nprint(x)", "import time\nprint('sleeping', flush=True)\ntime.sleep(60)", "print('got', input('name? '))"},
+			{"python3", "x = 6 * 7\nprint(x)", "import time\nprint('sleeping', flush=True)\nwhile True:\n    time.sleep(0.05)", "print('got', input('name? '))"},
 			{"deno", "let x = 6 * 7; console.log(x)", "console.log('spinning'); while (true) {}", "console.log('got', prompt('name?'))"},
 		} {
 			t.Run(lang.spec, func(t *testing.T) {

@@ -20,6 +20,14 @@ import (
 	"kernelgate/kernelspecs"
 )
 
+// pySleeping is Python code that says it runs, then waits to be
+// interrupted. It sleeps in short steps: a SIGINT that lands after
+// CPython last looked for signals and before the sleep's system call
+// began is handled only when that call returns, so one long sleep would
+// keep an interrupt sent as the code starts for its whole length (a
+// window the tests, which interrupt at the first output, hit under load).
+const pySleeping = "import time\nprint('sleeping', flush=True)\nwhile True:\n    time.sleep(0.05)"
+
 // startKernel starts the named real kernel and shuts it down when the test ends.
 func startKernel(t *testing.T, name string) *Kernel {
 	t.Helper()
@@ -290,7 +298,7 @@ func TestInterrupt(t *testing.T) {
 		// code runs, and an interrupt that arrives in between is lost.
 		running MsgType
 	}{
-		{"python3", "kept = 'yes'", "kept", "'yes'", "import time; print('sleeping', flush=True); time.sleep(30)", StreamMsg},
+		{"python3", "kept = 'yes'", "kept", "'yes'", pySleeping, StreamMsg},
 		{"deno", "const kept = 'yes'", "kept", `"yes"`, "Deno.writeTextFileSync(%q, 'x'); while (true) {}", ""},
 	}
 	for _, c := range cases {

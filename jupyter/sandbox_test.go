@@ -203,7 +203,7 @@ except OSError as e:
 		}
 	})
 	t.Run("interrupt keeps state", func(t *testing.T) {
-		interruptKeepsState(t, k, "kept = 'yes'", "import time\nprint('sleeping', flush=True)\ntime.sleep(30)", "kept", "'yes'")
+		interruptKeepsState(t, k, "kept = 'yes'", pySleeping, "kept", "'yes'")
 	})
 }
 

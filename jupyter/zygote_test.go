@@ -193,7 +193,7 @@ func TestForkedKernelInterruptRestartKill(t *testing.T) {
 	col := newCollector()
 	// As in TestInterrupt: with stop_on_error, ipykernel would abort the
 	// check that reaches it while it finishes the interrupted reply.
-	block := NewExecute("import time; print('sleeping', flush=True); time.sleep(30)")
+	block := NewExecute(pySleeping)
 	block.StopOnError = false
 	call, err := k.StartExecute(block, col.handle)
 	if err != nil {
