@@ -248,7 +248,11 @@ func TestOrphanWatchdog(t *testing.T) { eachLauncher(t, testOrphanWatchdog) }
 
 func testOrphanWatchdog(t *testing.T, launcher string, spec *kernelspecs.Spec) {
 	before := settledSnapshot(t)
-	p := &LocalProvisioner{RuntimeDir: t.TempDir(), Detached: true, OrphanTimeout: 2 * time.Second}
+	// The lease is renewed every third of the timeout and counted in whole
+	// seconds. With 2 s, a kernel still starting on a loaded machine was
+	// once stopped by SIGTERM 2-3 s after its launch, the window of a
+	// renewal more than 1.3 s late. The gateway takes no less than 10 s.
+	p := &LocalProvisioner{RuntimeDir: t.TempDir(), Detached: true, OrphanTimeout: 5 * time.Second}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 
