@@ -69,6 +69,9 @@ fuzz:
 	$(GO) test ./internal/jsonscan -run '^$$' -fuzz '^FuzzValid$$' -fuzztime 300000x
 	$(GO) test ./internal/jsonscan -run '^$$' -fuzz '^FuzzAppendString$$' -fuzztime 100000x
 	$(GO) test ./internal/jsonscan -run '^$$' -fuzz '^FuzzMembers$$' -fuzztime 150000x
+	$(GO) test ./internal/jsonscan -run '^$$' -fuzz '^FuzzEach$$' -fuzztime 100000x
+	$(GO) test ./internal/jsonscan -run '^$$' -fuzz '^FuzzString$$' -fuzztime 100000x
+	$(GO) test ./sessions -run '^$$' -fuzz '^FuzzFastReaders$$' -fuzztime 60000x
 	$(GO) test ./gateway -run '^$$' -fuzz '^FuzzDecodeLegacyText$$' -fuzztime 40000x
 	$(GO) test ./kernelspecs -run '^$$' -fuzz '^FuzzResourcePath$$' -fuzztime 130000x
 

@@ -11,9 +11,12 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"kernelgate/internal/jsonscan"
 )
 
 // bodyReadTimeout bounds reading a request body.
@@ -75,18 +78,27 @@ func (s *Server) decodeBody(c echo.Context, v any) error {
 	if err != nil || body == nil {
 		return err
 	}
-	var members map[string]json.RawMessage
-	if err := json.Unmarshal(body, &members); err != nil || members == nil {
-		if err := unmarshalBody(body, new(any)); err != nil {
-			return err
-		}
-		return newError(http.StatusBadRequest, "BAD_REQUEST", "the request body must be a JSON object")
-	}
 	known := fieldNames(reflect.TypeOf(v).Elem())
 	var unknown []string
-	for name := range members {
-		if !contains(known, name) {
-			unknown = append(unknown, name)
+	// Names without escapes are checked as they are, without a map of
+	// the members; encoding/json reads the others.
+	if !jsonscan.Each(body, func(name, _ []byte) {
+		if !contains(known, string(name)) {
+			unknown = append(unknown, string(name))
+		}
+	}) {
+		unknown = unknown[:0]
+		var members map[string]json.RawMessage
+		if err := json.Unmarshal(body, &members); err != nil || members == nil {
+			if err := unmarshalBody(body, new(any)); err != nil {
+				return err
+			}
+			return newError(http.StatusBadRequest, "BAD_REQUEST", "the request body must be a JSON object")
+		}
+		for name := range members {
+			if !contains(known, name) {
+				unknown = append(unknown, name)
+			}
 		}
 	}
 	if len(unknown) > 0 {
@@ -97,8 +109,22 @@ func (s *Server) decodeBody(c echo.Context, v any) error {
 	return unmarshalBody(body, v)
 }
 
-// fieldNames lists the JSON names of a struct's fields.
+// fieldNamesOf holds fieldNames's lists by type: bodies are decoded into
+// a few types.
+var fieldNamesOf sync.Map // reflect.Type → []string
+
+// fieldNames lists the JSON names of a struct's fields. The caller must
+// not change the list.
 func fieldNames(t reflect.Type) []string {
+	if names, ok := fieldNamesOf.Load(t); ok {
+		return names.([]string)
+	}
+	names := structFieldNames(t)
+	fieldNamesOf.Store(t, names)
+	return names
+}
+
+func structFieldNames(t reflect.Type) []string {
 	var out []string
 	for i := range t.NumField() {
 		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")

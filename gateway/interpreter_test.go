@@ -174,6 +174,9 @@ func TestExecuteErrorCodes(t *testing.T) {
 	}{
 		{"malformed JSON", g, "POST", "/api/execute", `{"code":`, nil, 400, "BAD_REQUEST"},
 		{"missing code", g, "POST", "/api/execute", map[string]any{"language": "python"}, nil, 400, "BAD_REQUEST"},
+		{"field in another case", g, "POST", "/api/execute", `{"code":"1","Language":"python"}`, nil, 400, "BAD_REQUEST"},
+		{"unknown escaped field", g, "POST", "/api/execute", `{"code":"1","langu\u0061ges":"python"}`, nil, 400, "BAD_REQUEST"},
+		{"not an object", g, "POST", "/api/execute", `["code"]`, nil, 400, "BAD_REQUEST"},
 		{"unknown language", g, "POST", "/api/execute", map[string]any{"code": "1", "language": "cobol"}, nil, 400, "BAD_REQUEST"},
 		{"isolated with context", g, "POST", "/api/execute", map[string]any{"code": "1", "isolated": true, "context": "busy"}, nil, 400, "BAD_REQUEST"},
 		{"env with context", g, "POST", "/api/execute", map[string]any{"code": "1", "context": "busy", "env": map[string]string{"A": "b"}}, nil, 400, "BAD_REQUEST"},

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+	"time"
 )
 
 func TestEventJSON(t *testing.T) {
@@ -75,5 +76,90 @@ func TestTextEventSizeWritesNothing(t *testing.T) {
 	var p any = textEvent{Text: string(make([]byte, 1<<20))}
 	if a := testing.AllocsPerRun(10, func() { eventSize("stdout", p) }); a != 0 {
 		t.Errorf("eventSize of a text event allocated %v times", a)
+	}
+}
+
+// The start and end events every run has are sized without writing
+// their JSON, and their size covers it.
+func TestStartAndEndEventSizes(t *testing.T) {
+	two := 2
+	for typ, p := range map[string]any{
+		"start": map[string]string{"run": "0190-<id>", "context": "ctx \"a\"", "language": "python"},
+		"end":   endEvent{ExecutionCount: &two, Process: ProcessState{ExitCode: &two, Reason: TimedOut, Message: "the run took <longer> than its timeout"}, Truncated: true},
+	} {
+		js, err := eventJSON(typ, 12345, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := eventSize(typ, p); n < len(js) {
+			t.Errorf("eventSize(%s) = %d, below its JSON's %d bytes: %s", typ, n, len(js), js)
+		}
+		if a := testing.AllocsPerRun(10, func() { eventSize(typ, p) }); a != 0 {
+			t.Errorf("eventSize of the %s event allocated %v times", typ, a)
+		}
+	}
+}
+
+// TestRunRecordJSONIsEncodingJSONs: a run record's JSON is json.Marshal's,
+// byte for byte, with the Execution last, whatever its members hold.
+func TestRunRecordJSONIsEncodingJSONs(t *testing.T) {
+	if n := reflect.TypeFor[runRecord]().NumField(); n != 12 {
+		t.Fatalf("runRecord has %d fields; marshalRunRecord writes 12: write the new ones", n)
+	}
+	at := time.Date(2026, 12, 6, 23, 59, 1, 123456789, time.UTC)
+	full := runRecord{Context: "ctx <a>", Language: "python", Code: "print(\"&\")\n\x00\u2028bad\xff", Stdin: true,
+		Created: at, Deadline: at.Add(time.Minute).In(time.FixedZone("x", 3600)), State: RunDone,
+		Kernel: "k-1", MsgID: "m-1", Finished: at.Add(2 * time.Second), Failure: "the kernel <died>"}
+	exec := []byte(`{"id":"r","logs":{"stdout":["2\n"]}}`)
+	for name, c := range map[string]struct {
+		rec  runRecord
+		exec []byte
+	}{"empty": {}, "queued": {rec: runRecord{Context: "c", Language: "deno", Code: "1+1", Created: at, State: RunQueued}}, "full": {full, exec}} {
+		// encoding/json writes the record, and the Execution is put last.
+		want, err := json.Marshal(c.rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(c.exec) > 0 {
+			want = append(append(append(want[:len(want)-1], `,"execution":`...), c.exec...), '}')
+		}
+		if got := marshalRunRecord(c.rec, c.exec); string(got) != string(want) {
+			t.Errorf("%s: marshalRunRecord wrote\n%s\njson.Marshal writes\n%s", name, got, want)
+		}
+	}
+	if got := marshalRunRecord(runRecord{Created: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}, nil); got != nil {
+		t.Errorf("a record json.Marshal cannot write was written: %s", got)
+	}
+}
+
+// The start and end events are written by hand as json.Marshal writes
+// them, byte for byte.
+func TestStartAndEndEventsAreEncodingJSONs(t *testing.T) {
+	if n := reflect.TypeFor[ProcessState]().NumField(); n != 3 {
+		t.Fatalf("ProcessState has %d fields; appendEndEvent writes 3: write the new ones", n)
+	}
+	two, zero := 2, 0
+	for _, p := range []any{
+		map[string]string{}, map[string]string{"run": "r-1", "context": "<ctx> & \"a\"", "language": "python", "z": "\xff\u2029"},
+		endEvent{}, endEvent{ExecutionCount: &two, Truncated: true},
+		endEvent{ExecutionCount: &zero, Process: ProcessState{ExitCode: &zero}},
+		endEvent{Process: ProcessState{Message: "restarted <now>"}},
+		endEvent{ExecutionCount: &two, Process: ProcessState{ExitCode: &two, Reason: Errored, Message: "the kernel died"}},
+		endEvent{Process: ProcessState{Reason: TimedOut}},
+	} {
+		want, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []byte
+		switch p := p.(type) {
+		case map[string]string:
+			got = appendStringMap(nil, p)
+		case endEvent:
+			got = appendEndEvent(nil, p)
+		}
+		if string(got) != string(want) {
+			t.Errorf("wrote\n%s\njson.Marshal writes\n%s", got, want)
+		}
 	}
 }

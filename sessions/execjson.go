@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
 
 	"kernelgate/internal/jsonscan"
@@ -106,4 +107,56 @@ func appendTextEvent(typ string, seq int, p textEvent) []byte {
 	out = append(out, `,"text":`...)
 	out = jsonscan.AppendString(out, p.Text)
 	return append(out, '}')
+}
+
+// appendStringMap appends m as json.Marshal writes it: keys in order.
+func appendStringMap(b []byte, m map[string]string) []byte {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	b = append(b, '{')
+	for i, k := range keys {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = jsonscan.AppendString(b, k)
+		b = append(b, ':')
+		b = jsonscan.AppendString(b, m[k])
+	}
+	return append(b, '}')
+}
+
+// appendEndEvent appends e as json.Marshal writes it.
+func appendEndEvent(b []byte, e endEvent) []byte {
+	b = append(b, `{"executionCount":`...)
+	b = appendCount(b, e.ExecutionCount)
+	b = append(b, `,"process":{`...)
+	sep := ""
+	if p := e.Process; p.ExitCode != nil {
+		b = append(b, `"exitCode":`...)
+		b = strconv.AppendInt(b, int64(*p.ExitCode), 10)
+		sep = ","
+	}
+	if p := e.Process; p.Reason != "" {
+		b = append(b, sep+`"reason":`...)
+		b = jsonscan.AppendString(b, string(p.Reason))
+		sep = ","
+	}
+	if p := e.Process; p.Message != "" {
+		b = append(b, sep+`"message":`...)
+		b = jsonscan.AppendString(b, p.Message)
+	}
+	b = append(b, `},"truncated":`...)
+	b = strconv.AppendBool(b, e.Truncated)
+	return append(b, '}')
+}
+
+// appendCount appends an execution count: null for none.
+func appendCount(b []byte, n *int) []byte {
+	if n == nil {
+		return append(b, "null"...)
+	}
+	return strconv.AppendInt(b, int64(*n), 10)
 }

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"unicode/utf8"
 
+	"kernelgate/internal/jsonscan"
 	"kernelgate/jupyter"
 )
 
@@ -113,6 +114,9 @@ func StripANSI(s string) string {
 // mimeText reads a bundle entry as text: a JSON string, or a list of
 // strings (nbformat's multi-line form).
 func mimeText(raw json.RawMessage) string {
+	if s, ok := jsonscan.String(raw); ok {
+		return s
+	}
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
 		return s
@@ -294,7 +298,7 @@ func (b *builder) message(ch jupyter.Channel, m *jupyter.Message) {
 			return
 		}
 		var c displayContent
-		if m.DecodeContent(&c) != nil {
+		if !readDisplay(m.RawContent, &c) && m.DecodeContent(&c) != nil {
 			return
 		}
 		b.applyClear()
@@ -320,7 +324,7 @@ func (b *builder) message(ch jupyter.Channel, m *jupyter.Message) {
 			b.noteTruncation()
 		}
 		var c displayContent
-		if m.DecodeContent(&c) != nil || c.Transient.DisplayID == "" {
+		if (!readDisplay(m.RawContent, &c) && m.DecodeContent(&c) != nil) || c.Transient.DisplayID == "" {
 			return
 		}
 		for i, r := range b.exec.Results {
@@ -358,11 +362,18 @@ func (b *builder) message(ch jupyter.Channel, m *jupyter.Message) {
 		}
 		b.setError(c)
 	case jupyter.ExecuteInput:
-		var c struct {
-			ExecutionCount *int `json:"execution_count"`
+		n, ok := readInputCount(m.RawContent)
+		if !ok {
+			var c struct {
+				ExecutionCount *int `json:"execution_count"`
+			}
+			if m.DecodeContent(&c) != nil {
+				break
+			}
+			n = c.ExecutionCount
 		}
-		if m.DecodeContent(&c) == nil && c.ExecutionCount != nil {
-			b.exec.ExecutionCount = c.ExecutionCount
+		if n != nil {
+			b.exec.ExecutionCount = n
 		}
 	case jupyter.ExecuteReply:
 		b.reply(m)
@@ -401,7 +412,8 @@ func (b *builder) reply(m *jupyter.Message) {
 		ExecutionCount *int   `json:"execution_count"`
 		errorContent
 	}
-	if m.DecodeContent(&c) != nil {
+	var ok bool
+	if c.Status, c.ExecutionCount, ok = readReply(m.RawContent); !ok && m.DecodeContent(&c) != nil {
 		return
 	}
 	b.replyStatus = c.Status

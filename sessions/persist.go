@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"kernelgate/internal/jsonscan"
 	"kernelgate/jupyter"
 	"kernelgate/state"
 )
@@ -263,17 +264,65 @@ type runRecord struct {
 }
 
 // marshalRunRecord is the JSON of rec with exec (JSON made by
-// encoding/json, or nil) as its Execution: spliced in as it is, where
-// json.Marshal would check and compact it again.
+// encoding/json, or nil) as its Execution, last: written by hand, as
+// json.Marshal writes the other members, in one allocation, where
+// json.Marshal would check and compact exec again.
 func marshalRunRecord(rec runRecord, exec []byte) []byte {
-	rec.Execution = nil
-	data, err := json.Marshal(rec)
-	if err != nil || len(exec) == 0 {
-		return data
+	n := 160 + jsonscan.StringLen(rec.Context) + jsonscan.StringLen(rec.Language) + jsonscan.StringLen(rec.Code) +
+		jsonscan.StringLen(string(rec.State)) + jsonscan.StringLen(rec.Kernel) + jsonscan.StringLen(rec.MsgID) +
+		jsonscan.StringLen(rec.Failure) + len(exec)
+	b := make([]byte, 0, n)
+	b = append(b, `{"context":`...)
+	b = jsonscan.AppendString(b, rec.Context)
+	b = append(b, `,"language":`...)
+	b = jsonscan.AppendString(b, rec.Language)
+	b = append(b, `,"code":`...)
+	b = jsonscan.AppendString(b, rec.Code)
+	if rec.Stdin {
+		b = append(b, `,"stdin":true`...)
 	}
-	data = append(data[:len(data)-1], `,"execution":`...)
-	data = append(data, exec...)
-	return append(data, '}')
+	var ok bool
+	if b, ok = appendTime(b, `,"created":`, rec.Created); !ok {
+		return nil
+	}
+	if !rec.Deadline.IsZero() {
+		if b, ok = appendTime(b, `,"deadline":`, rec.Deadline); !ok {
+			return nil
+		}
+	}
+	b = append(b, `,"state":`...)
+	b = jsonscan.AppendString(b, string(rec.State))
+	if rec.Kernel != "" {
+		b = append(b, `,"kernel":`...)
+		b = jsonscan.AppendString(b, rec.Kernel)
+	}
+	if rec.MsgID != "" {
+		b = append(b, `,"msgId":`...)
+		b = jsonscan.AppendString(b, rec.MsgID)
+	}
+	if !rec.Finished.IsZero() {
+		if b, ok = appendTime(b, `,"finished":`, rec.Finished); !ok {
+			return nil
+		}
+	}
+	if rec.Failure != "" {
+		b = append(b, `,"failure":`...)
+		b = jsonscan.AppendString(b, rec.Failure)
+	}
+	if len(exec) > 0 {
+		b = append(b, `,"execution":`...)
+		b = append(b, exec...)
+	}
+	return append(b, '}')
+}
+
+// appendTime appends name and t as time.Time's MarshalJSON writes it;
+// false for a time it cannot write (a year outside 0–9999).
+func appendTime(b []byte, name string, t time.Time) ([]byte, bool) {
+	b = append(b, name...)
+	b = append(b, '"')
+	b, err := t.AppendText(b)
+	return append(b, '"'), err == nil
 }
 
 // runStore is how a run writes itself to the store.

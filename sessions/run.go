@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"kernelgate/internal/jsonscan"
 )
 
 // RunState is where a run is in its life.
@@ -140,6 +142,14 @@ func eventSize(typ string, payload any) int {
 		return frame + len(typ) + p.size
 	case textEvent:
 		return frame + len(typ) + len(p.Text)
+	case map[string]string: // start
+		n := frame + len(typ)
+		for k, v := range p {
+			n += jsonscan.StringLen(k) + jsonscan.StringLen(v) + 2
+		}
+		return n
+	case endEvent:
+		return frame + len(typ) + 96 + len(p.Process.Reason) + jsonscan.StringLen(p.Process.Message)
 	}
 	js, err := json.Marshal(payload)
 	if err != nil {
@@ -166,6 +176,10 @@ func eventJSON(typ string, seq int, payload any) ([]byte, error) {
 	case nil:
 	case *Result: // compact JSON already: not checked and compacted again
 		body, err = p.MarshalJSON()
+	case map[string]string: // start
+		body = appendStringMap(nil, p)
+	case endEvent:
+		body = appendEndEvent(nil, p)
 	default:
 		body, err = json.Marshal(payload)
 	}

@@ -105,6 +105,12 @@ func TestStores(t *testing.T) {
 			must(t, s.PutRun("r2", []byte(`x`)))
 			must(t, s.AppendRunEvents("r2", Event{1, []byte("x")}))
 			must(t, s.DeleteRun("r2"))
+			// Written again after its deletion, in the same commit.
+			must(t, s.AppendRunEvents("r3", Event{1, []byte("gone")}))
+			must(t, s.PutRun("r3", []byte(`old`)))
+			must(t, s.DeleteRun("r3"))
+			must(t, s.PutRun("r3", []byte(`new`)))
+			must(t, s.AppendRunEvents("r3", Event{2, []byte("kept")}))
 			if err := s.PutKernel(ctx, Kernel{}); !errors.Is(err, ErrInvalid) {
 				t.Errorf("a kernel without id: %v, want ErrInvalid", err)
 			}
@@ -115,7 +121,8 @@ func TestStores(t *testing.T) {
 				Contexts:  []Context{sampleContext("c1")},
 				Sessions:  []Session{{ID: "s1", Path: "a.ipynb", Name: "a", Type: "notebook", KernelID: "k2", Created: t0}},
 				Sandboxes: []Sandbox{sampleSandbox("sb1")},
-				Runs:      []Run{{ID: "r1", Data: []byte(`{"state":"done"}`), Events: []Event{{1, []byte("a")}, {2, []byte("b")}, {3, []byte("c")}}}},
+				Runs: []Run{{ID: "r1", Data: []byte(`{"state":"done"}`), Events: []Event{{1, []byte("a")}, {2, []byte("b")}, {3, []byte("c")}}},
+					{ID: "r3", Data: []byte(`new`), Events: []Event{{2, []byte("kept")}}}},
 			}
 			if !reflect.DeepEqual(snap, want) {
 				t.Errorf("loaded\n%+v\nwant\n%+v", snap, want)

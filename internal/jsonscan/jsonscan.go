@@ -13,6 +13,7 @@ package jsonscan
 
 import (
 	"strings"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -266,6 +267,36 @@ func Strings(b []byte, keys []string, dst []*string) bool {
 // not such an object, when value does, or when a key equals one of keys
 // only regardless of case.
 func eachMember(b []byte, keys []string, value func(want, i int) (next int, ok bool)) bool {
+	return walk(b, func(key []byte, i int) (int, bool) {
+		want, ok := lookup(key, keys)
+		if !ok {
+			return 0, false
+		}
+		return value(want, i)
+	})
+}
+
+// Each reads b, one JSON object whose keys are plain strings, calling fn
+// with each key and raw value in order (a repeated key is passed each
+// time). The slices share b's bytes, capped at their ends, so appending
+// to one copies it. It checks the whole of b and reports false, with fn
+// possibly called for some members, when b is not such an object; a
+// caller decoding into a map then gives up to encoding/json, which
+// reads escaped keys too.
+func Each(b []byte, fn func(key, value []byte)) bool {
+	return walk(b, func(key []byte, i int) (int, bool) {
+		j, ok := Skip(b, i)
+		if ok {
+			fn(key[:len(key):len(key)], b[i:j:j])
+		}
+		return j, ok
+	})
+}
+
+// walk walks b, one JSON object whose keys are plain strings, calling
+// member with each key and the index of its value; member returns the
+// index after the value, or false.
+func walk(b []byte, member func(key []byte, i int) (next int, ok bool)) bool {
 	i := SkipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return false
@@ -279,10 +310,6 @@ func eachMember(b []byte, keys []string, value func(want, i int) (next int, ok b
 		if !ok {
 			return false
 		}
-		want, ok := lookup(key, keys)
-		if !ok {
-			return false
-		}
 		i = SkipSpace(b, j)
 		if i >= len(b) || b[i] != ':' {
 			return false
@@ -291,7 +318,7 @@ func eachMember(b []byte, keys []string, value func(want, i int) (next int, ok b
 		if i >= len(b) {
 			return false
 		}
-		if i, ok = value(want, i); !ok {
+		if i, ok = member(key, i); !ok {
 			return false
 		}
 		i = SkipSpace(b, i)
@@ -369,3 +396,73 @@ func SkipSpace(b []byte, i int) int {
 
 // IsSpace reports whether c is JSON whitespace.
 func IsSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// String reads b, one JSON string with nothing around it, as
+// encoding/json decodes it. It reports false for a string it leaves to
+// encoding/json: one with invalid UTF-8 or a \u escape of a surrogate
+// (replaced or paired there), or one that is not valid.
+func String(b []byte) (string, bool) {
+	s, next, ok := PlainString(b, 0)
+	if ok {
+		return string(s), next == len(b)
+	}
+	if len(b) < 2 || b[0] != '"' || b[len(b)-1] != '"' {
+		return "", false
+	}
+	out := make([]byte, 0, len(b)-2)
+	for i := 1; i < len(b)-1; i++ {
+		c := b[i]
+		switch {
+		case c < 0x20 || c == '"':
+			return "", false
+		case c != '\\':
+			out = append(out, c)
+			continue
+		}
+		if i++; i >= len(b)-1 {
+			return "", false
+		}
+		switch b[i] {
+		case '"', '\\', '/':
+			out = append(out, b[i])
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			if i+4 > len(b)-2 { // the four digits, before the closing quote
+				return "", false
+			}
+			r := rune(0)
+			for _, h := range b[i+1 : i+5] {
+				switch {
+				case h >= '0' && h <= '9':
+					r = r<<4 | rune(h-'0')
+				case h >= 'a' && h <= 'f':
+					r = r<<4 | rune(h-'a'+10)
+				case h >= 'A' && h <= 'F':
+					r = r<<4 | rune(h-'A'+10)
+				default:
+					return "", false
+				}
+			}
+			if utf16.IsSurrogate(r) {
+				return "", false
+			}
+			out = utf8.AppendRune(out, r)
+			i += 4
+		default:
+			return "", false
+		}
+	}
+	if !utf8.Valid(out) {
+		return "", false
+	}
+	return string(out), true
+}

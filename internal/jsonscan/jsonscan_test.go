@@ -118,6 +118,103 @@ func TestMembersMatchesEncodingJSON(t *testing.T) {
 	}
 }
 
+// checkEach compares Each with encoding/json's decoding into a map of
+// raw values on b and reports whether Each took b.
+func checkEach(t *testing.T, b []byte) bool {
+	t.Helper()
+	got := map[string]json.RawMessage{}
+	if !Each(b, func(k, v []byte) { got[string(k)] = v }) {
+		return false
+	}
+	var want map[string]json.RawMessage
+	if err := json.Unmarshal(b, &want); err != nil {
+		t.Fatalf("Each took %q, which encoding/json rejects: %v", b, err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("Each read %d members of %q, encoding/json %d", len(got), b, len(want))
+	}
+	for k, w := range want {
+		if v, ok := got[k]; !ok || !bytes.Equal(v, w) {
+			t.Fatalf("Each read %q of %q as %q, encoding/json as %q", k, b, v, w)
+		}
+		if v := got[k]; cap(v) != len(v) {
+			t.Fatalf("Each gave %q of %q with room to append over what follows", k, b)
+		}
+	}
+	return true
+}
+
+func TestEachMatchesEncodingJSON(t *testing.T) {
+	takes := []string{
+		`{}`, ` { } `, `{"text/plain":"2","text/html":"<b>2</b>"}`,
+		`{"text/plain":"\u001b[33m2\u001b[39m","application/json":{"a":[1,2.5,{"x":null}]}}`,
+		`{"a":1,"a":2}`, `{"A":1,"a":2}`, "{\n \"image/png\" : \"iVBO\" ,\t\"x\":[]\r\n}", `{"é":true}`,
+	}
+	for _, s := range takes {
+		if !checkEach(t, []byte(s)) {
+			t.Errorf("Each gave up on %q", s)
+		}
+	}
+	leaves := []string{
+		`{"te\u0078t/plain":"2"}`, "{\"\xff\":1}", `{"a":1,}`, `{"a":1`, `{"a":1}x`, `{"a":01}`, `[]`,
+		`null`, ``, `{"a"}`, `{"a":tru}`,
+	}
+	for _, s := range leaves {
+		if checkEach(t, []byte(s)) {
+			t.Errorf("Each took %q", s)
+		}
+	}
+}
+
+func FuzzEach(f *testing.F) {
+	f.Add([]byte(`{"text/plain":"2","image/png":"iVBO","application/json":{"a":[1]}}`))
+	f.Add([]byte(`{"a":1,"a":"\u0041","b":null}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		checkEach(t, b)
+	})
+}
+
+// checkDecodeString compares String with encoding/json on b.
+func checkDecodeString(t *testing.T, b []byte) bool {
+	t.Helper()
+	got, ok := String(b)
+	if !ok {
+		return false
+	}
+	var want string
+	if err := json.Unmarshal(b, &want); err != nil {
+		t.Fatalf("String took %q, which encoding/json rejects: %v", b, err)
+	}
+	if got != want {
+		t.Fatalf("String read %q as %q, encoding/json as %q", b, got, want)
+	}
+	return true
+}
+
+func TestStringMatchesEncodingJSON(t *testing.T) {
+	takes := []string{`""`, `"2"`, `"\u001b[33m2\u001b[39m"`, `"a\nb\t\"c\"\\\/\b\f\r"`, `"\u00e9\u20AC é"`, `"<b>&</b>"`}
+	for _, s := range takes {
+		if !checkDecodeString(t, []byte(s)) {
+			t.Errorf("String gave up on %q", s)
+		}
+	}
+	leaves := []string{`"\ud83d\ude00"`, `"\ud800"`, "\"\xff\"", `"a`, `"a" `, ` "a"`, `"\x"`, `"\u12"`, `"\u12g4"`, "\"\x01\"",
+		`"a"b"`, `"\"`, `1`, `null`, ``}
+	for _, s := range leaves {
+		if checkDecodeString(t, []byte(s)) {
+			t.Errorf("String took %q", s)
+		}
+	}
+}
+
+func FuzzString(f *testing.F) {
+	f.Add([]byte(`"\u001b[33m2\u001b[39m\n"`))
+	f.Add([]byte(`"plain"`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		checkDecodeString(t, b)
+	})
+}
+
 func FuzzValid(f *testing.F) {
 	for _, s := range validity {
 		f.Add([]byte(s))
