@@ -67,7 +67,7 @@ func (p *LocalProvisioner) Adopt(ctx context.Context, info ProvisionerInfo) (Pro
 		if timeout <= 0 {
 			timeout = p.guardTimeout()
 		}
-		if ap.guard, err = newGuard(filepath.Dir(li.Lease), timeout); err != nil {
+		if ap.guard, err = newGuard(filepath.Dir(li.Lease), timeout, p.logger()); err != nil {
 			w.close()
 			return nil, fmt.Errorf("%w: lease: %v", ErrNotAdoptable, err)
 		}

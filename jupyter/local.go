@@ -249,7 +249,7 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 		return fail(fmt.Errorf("%w: %v%s", ErrStartFailed, err, outputSuffix(lp.Output())))
 	}
 	if lp.detached {
-		if lp.guard, err = guardOrphan(cmd.Process.Pid, dir, lp.cg, p.guardTimeout()); err != nil {
+		if lp.guard, err = guardOrphan(cmd.Process.Pid, dir, lp.cg, p.guardTimeout(), p.logger()); err != nil {
 			lp.killGroup()
 			return fail(fmt.Errorf("%w: orphan watchdog: %v", ErrStartFailed, err))
 		}

@@ -2,6 +2,7 @@ package jupyter
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -90,13 +91,13 @@ func closed(done <-chan struct{}) bool {
 }
 
 // guardOrphan gives the detached kernel pid, with its directory and
-// cgroup, its lease and watchdog.
-func guardOrphan(pid int, dir string, cg *kernelCgroup, timeout time.Duration) (*orphanGuard, error) {
+// cgroup, its lease and watchdog; log gets the renewals that fail.
+func guardOrphan(pid int, dir string, cg *kernelCgroup, timeout time.Duration, log *slog.Logger) (*orphanGuard, error) {
 	start, err := processStart(pid)
 	if err != nil {
 		return nil, err
 	}
-	g, err := newGuard(dir, timeout)
+	g, err := newGuard(dir, timeout, log)
 	if err != nil {
 		return nil, err
 	}

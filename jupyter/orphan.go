@@ -1,6 +1,7 @@
 package jupyter
 
 import (
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,6 +66,7 @@ done`
 type orphanGuard struct {
 	lease   string
 	timeout time.Duration
+	log     *slog.Logger
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -86,9 +88,10 @@ func (p *LocalProvisioner) guardTimeout() time.Duration {
 	return DefaultOrphanTimeout
 }
 
-// newGuard writes the lease of a kernel in dir and starts renewing it.
-func newGuard(dir string, timeout time.Duration) (*orphanGuard, error) {
-	g := &orphanGuard{lease: filepath.Join(dir, leaseFileName), timeout: timeout, stop: make(chan struct{})}
+// newGuard writes the lease of a kernel in dir and starts renewing it;
+// log gets the renewals that fail.
+func newGuard(dir string, timeout time.Duration, log *slog.Logger) (*orphanGuard, error) {
+	g := &orphanGuard{lease: filepath.Join(dir, leaseFileName), timeout: timeout, log: log, stop: make(chan struct{})}
 	if err := g.renew(); err != nil {
 		return nil, err
 	}
@@ -110,17 +113,33 @@ func (g *orphanGuard) renew() error {
 // renewLoop renews the lease every third of the timeout, at times aligned
 // on the wall clock (multiples of the period), so that the guards of all
 // the kernels wake the gateway once per period rather than each at its own
-// moment: idle kernels cost one wakeup every few minutes.
+// moment: idle kernels cost one wakeup every few minutes. A renewal that
+// fails (a full disk, a directory removed) is logged and tried again every
+// tenth of the period until one succeeds: the watchdog stops the kernel
+// once the lease it reads has run out.
 func (g *orphanGuard) renewLoop() {
 	defer g.renewing.Done()
 	every := max(g.timeout/3, 100*time.Millisecond)
+	retry := max(every/10, 100*time.Millisecond)
 	t := time.NewTimer(untilNextMultiple(time.Now(), every))
 	defer t.Stop()
+	failing := false
 	for {
 		select {
 		case <-t.C:
-			g.renew()
-			t.Reset(untilNextMultiple(time.Now(), every))
+			err := g.renew()
+			switch {
+			case err != nil && !failing:
+				g.log.Warn("kernel lease not renewed: trying again", "lease", g.lease, "retry", retry, "err", err)
+			case err == nil && failing:
+				g.log.Info("kernel lease renewed again", "lease", g.lease)
+			}
+			failing = err != nil
+			if failing {
+				t.Reset(retry)
+			} else {
+				t.Reset(untilNextMultiple(time.Now(), every))
+			}
 		case <-g.stop:
 			return
 		}

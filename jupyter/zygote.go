@@ -228,7 +228,7 @@ func (p *LocalProvisioner) launchForked(ctx context.Context, req LaunchRequest, 
 		return nil, err
 	}
 	if p.Detached {
-		if fp.guard, err = guardOrphan(fp.pid, fp.dir, fp.cg, p.guardTimeout()); err != nil {
+		if fp.guard, err = guardOrphan(fp.pid, fp.dir, fp.cg, p.guardTimeout(), p.logger()); err != nil {
 			fp.Signal(syscall.SIGKILL)
 			<-fp.Done()
 			return nil, fmt.Errorf("orphan watchdog: %v", err)
