@@ -3,9 +3,9 @@ package sessions
 import (
 	"encoding/json"
 	"strconv"
-	"strings"
 
 	"kernelgate/internal/jsonscan"
+	"kernelgate/jupyter"
 )
 
 // Readers of the contents every run gets (results, execute_input, the
@@ -24,33 +24,30 @@ var (
 // readDisplay reads a display_data, update_display_data or
 // execute_result content into c; on false c is left empty. The bundle's
 // raw values share raw. A repeated data, metadata or transient member is
-// left to encoding/json, which merges the two objects into one.
+// left to encoding/json, which merges the two objects into one, and so
+// is a member it would take regardless of case.
 func readDisplay(raw []byte, c *displayContent) bool {
-	var f [4][]byte
-	seen := 0
+	var f [4][]byte // Each's values are never nil: nil is absent
+	plain := true
 	ok := jsonscan.Each(raw, func(k, v []byte) {
-		for i, name := range displayKeys {
-			switch {
-			case string(k) == name:
-				if i < 3 && seen&(1<<i) != 0 {
-					seen = -1
-				}
-				if seen >= 0 {
-					seen |= 1 << i
-				}
-				f[i] = v
-				return
-			case strings.EqualFold(string(k), name):
-				seen = -1
-				return
-			}
+		switch i, exact := jsonscan.Lookup(k, displayKeys); {
+		case !exact, i >= 0 && i < 3 && f[i] != nil:
+			plain = false
+		case i >= 0:
+			f[i] = v
 		}
 	})
-	if ok && seen >= 0 && readDisplayMembers(f, c) {
+	if ok && plain && readDisplayMembers(f, c) {
 		return true
 	}
 	*c = displayContent{}
 	return false
+}
+
+// decodeDisplay reads m's display content into c, with encoding/json
+// when readDisplay leaves it.
+func decodeDisplay(m *jupyter.Message, c *displayContent) bool {
+	return readDisplay(m.RawContent, c) || m.DecodeContent(c) == nil
 }
 
 // readDisplayMembers reads the raw members data, metadata, transient and

@@ -298,7 +298,7 @@ func (b *builder) message(ch jupyter.Channel, m *jupyter.Message) {
 			return
 		}
 		var c displayContent
-		if !readDisplay(m.RawContent, &c) && m.DecodeContent(&c) != nil {
+		if !decodeDisplay(m, &c) {
 			return
 		}
 		b.applyClear()
@@ -324,7 +324,7 @@ func (b *builder) message(ch jupyter.Channel, m *jupyter.Message) {
 			b.noteTruncation()
 		}
 		var c displayContent
-		if (!readDisplay(m.RawContent, &c) && m.DecodeContent(&c) != nil) || c.Transient.DisplayID == "" {
+		if !decodeDisplay(m, &c) || c.Transient.DisplayID == "" {
 			return
 		}
 		for i, r := range b.exec.Results {

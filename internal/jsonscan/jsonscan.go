@@ -268,7 +268,7 @@ func Strings(b []byte, keys []string, dst []*string) bool {
 // only regardless of case.
 func eachMember(b []byte, keys []string, value func(want, i int) (next int, ok bool)) bool {
 	return walk(b, func(key []byte, i int) (int, bool) {
-		want, ok := lookup(key, keys)
+		want, ok := Lookup(key, keys)
 		if !ok {
 			return 0, false
 		}
@@ -336,9 +336,9 @@ func walk(b []byte, member func(key []byte, i int) (next int, ok bool)) bool {
 	}
 }
 
-// lookup returns the index of key in keys (-1 for none); ok is false
+// Lookup returns the index of key in keys (-1 for none); ok is false
 // when key matches one of keys only regardless of case.
-func lookup(key []byte, keys []string) (int, bool) {
+func Lookup(key []byte, keys []string) (int, bool) {
 	for k, name := range keys {
 		if string(key) == name {
 			return k, true
