@@ -149,7 +149,7 @@ func (r *Root) Create(name string, owner *Owner) (*Workspace, error) {
 	if err := r.root.Mkdir(clean, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, classify(err, "")
 	}
-	wr, err := r.root.OpenRoot(clean)
+	wr, err := openDir(r.root, clean)
 	if err != nil {
 		return nil, classify(err, "")
 	}
@@ -167,7 +167,7 @@ func (r *Root) Open(name string, owner *Owner) (*Workspace, error) {
 	if err != nil || clean == "." {
 		return nil, errorf(ErrBadPath, "bad workspace name %q", name)
 	}
-	wr, err := r.root.OpenRoot(clean)
+	wr, err := openDir(r.root, clean)
 	if err != nil {
 		return nil, classify(err, "")
 	}
