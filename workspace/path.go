@@ -41,6 +41,9 @@ func CleanPath(p string) (string, error) {
 		return "", errorf(ErrBadPath, "%q holds a NUL", p)
 	}
 	p = strings.TrimSuffix(p, "/")
+	if len(p) > 4*maxPath { // an escape is 4 bytes for 1: longer is too long whatever it holds
+		return "", errorf(ErrBadPath, "the path is longer than %d bytes", maxPath)
+	}
 	if n := strings.Count(p, "/") + 1; n > MaxDepth {
 		return "", errorf(ErrBadPath, "the path has %d levels, over the %d allowed", n, MaxDepth)
 	}
