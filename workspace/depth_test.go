@@ -57,6 +57,12 @@ func TestDepthBounded(t *testing.T) {
 			break
 		}
 	}
+	if _, err := w.List("t/"+deepPath(MaxDepth-1, "a"), false); !errors.Is(err, ErrBadPath) {
+		t.Errorf("listing a folder at MaxDepth: %v", err)
+	}
+	if _, err := w.List("t/"+deepPath(MaxDepth-2, "a"), false); err != nil {
+		t.Errorf("listing a folder above MaxDepth: %v", err)
+	}
 	if most != MaxDepth || len(list) != MaxDepth-1 {
 		t.Errorf("the listing of t went %d levels deep with %d entries, want %d and %d", most, len(list), MaxDepth, MaxDepth-1)
 	}

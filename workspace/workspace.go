@@ -596,7 +596,8 @@ func regular(clean string, fi fs.FileInfo) error {
 // List returns the entries of folder p ("" for the workspace), sorted by
 // path; with recursive, those of every folder below it too, down to
 // MaxDepth levels from the workspace (a folder at that depth is listed,
-// not entered). Symlinks are listed, not followed. More than MaxList
+// not entered, and listing it is ErrBadPath: every entry listed can be
+// named). Symlinks are listed, not followed. More than MaxList
 // entries is ErrTooMany, found out before more are read. Each folder is
 // opened from the one above it, so the work grows with the entries listed.
 func (w *Workspace) List(p string, recursive bool) ([]Entry, error) {
@@ -619,6 +620,9 @@ func (w *Workspace) List(p string, recursive bool) ([]Entry, error) {
 	depth := 0
 	if clean != "." {
 		depth = strings.Count(clean, "/") + 1
+	}
+	if depth >= MaxDepth {
+		return nil, errorf(ErrBadPath, "%s is %d levels deep: what it holds is past the %d-level limit", escape(clean), depth, MaxDepth)
 	}
 	l := lister{recursive: recursive, out: []Entry{}}
 	if err := l.walk(d, clean, depth); err != nil {
