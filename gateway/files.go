@@ -52,8 +52,10 @@ func (s *Server) contextWorkspace(c echo.Context) (*workspace.Workspace, error) 
 	return ws, nil
 }
 
-// filePath is the {path} of a files route, unescaped. An escaped "/" or
-// "\" (%2f, %5c) or NUL would let one path element name two: refused.
+// filePath is the {path} of a files route, unescaped. An escaped "/"
+// (%2f) would let one path element name two, and NUL end it: refused. A
+// backslash (%5c) is the workspace's escape of a byte that is not UTF-8
+// (\xHH), which the workspace decodes and checks.
 func (s *Server) filePath(c echo.Context) (string, error) {
 	raw := c.Request().URL.EscapedPath()
 	prefix := s.path("api/contexts/" + url.PathEscape(c.Param("id")) + "/files/")
@@ -62,9 +64,9 @@ func (s *Server) filePath(c echo.Context) (string, error) {
 		rest = c.Param("*")
 	}
 	lower := strings.ToLower(rest)
-	for _, bad := range []string{"%2f", "%5c", "%00"} {
+	for _, bad := range []string{"%2f", "%00"} {
 		if strings.Contains(lower, bad) {
-			return "", newError(http.StatusBadRequest, "BAD_REQUEST", "encoded separators (%2F, %5C) and NUL are not allowed in a file path")
+			return "", newError(http.StatusBadRequest, "BAD_REQUEST", "an encoded separator (%2F) or NUL is not allowed in a file path")
 		}
 	}
 	p, err := url.PathUnescape(rest)

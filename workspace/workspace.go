@@ -4,10 +4,14 @@
 // each Workspace reads, writes, lists and removes files below itself only.
 //
 // Every path goes through an os.Root opened on the workspace's directory
-// when it was made: "..", absolute paths, names with NUL or backslashes,
-// and symbolic links that lead out (absolute ones included, whatever they
-// point at) are refused, never followed. Writes are atomic (a temporary
-// file in the same folder, renamed into place) and streamed.
+// when it was made: "..", absolute paths, names with NUL, paths deeper
+// than MaxDepth, and symbolic links that lead out (absolute ones
+// included, whatever they point at) are refused, never followed. Only
+// regular files are read: a FIFO, socket or device is refused without
+// ever waiting on it. Writes are atomic (a temporary file in the same
+// folder, renamed into place) and streamed. Names that are not UTF-8 are
+// shown, and taken, with \xHH escapes (see path.go), so every entry a
+// listing shows can be named back.
 //
 // It knows nothing of kernels, contexts or HTTP: sessions decides which
 // workspace a kernel works in; the gateway, MCP and the E2B adapter call
@@ -139,22 +143,20 @@ func (r *Root) Create(name string, owner *Owner) (*Workspace, error) {
 	}
 	if dir := path.Dir(clean); dir != "." {
 		if err := r.root.MkdirAll(dir, 0o711); err != nil {
-			return nil, classify(err)
+			return nil, classify(err, "")
 		}
 	}
 	if err := r.root.Mkdir(clean, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
-		return nil, classify(err)
+		return nil, classify(err, "")
 	}
-	wr, err := r.root.OpenRoot(clean)
+	wr, err := openDir(r.root, clean)
 	if err != nil {
-		return nil, classify(err)
+		return nil, classify(err, "")
 	}
 	w := &Workspace{parent: r, name: clean, dir: r.dir + "/" + clean, root: wr, owner: owner}
-	if owner != nil {
-		if err := w.chown("."); err != nil {
-			wr.Close()
-			return nil, err
-		}
+	if err := w.chown(wr); err != nil {
+		wr.Close()
+		return nil, err
 	}
 	return w, nil
 }
@@ -165,9 +167,9 @@ func (r *Root) Open(name string, owner *Owner) (*Workspace, error) {
 	if err != nil || clean == "." {
 		return nil, errorf(ErrBadPath, "bad workspace name %q", name)
 	}
-	wr, err := r.root.OpenRoot(clean)
+	wr, err := openDir(r.root, clean)
 	if err != nil {
-		return nil, classify(err)
+		return nil, classify(err, "")
 	}
 	return &Workspace{parent: r, name: clean, dir: r.dir + "/" + clean, root: wr, owner: owner}, nil
 }
@@ -200,97 +202,78 @@ func (w *Workspace) Close() error { return w.root.Close() }
 func (w *Workspace) Delete() error {
 	w.root.Close()
 	if err := w.parent.root.RemoveAll(w.name); err != nil {
-		return classify(err)
+		return classify(err, "")
 	}
 	return nil
 }
 
-// Resolve returns the absolute host path of p (see CleanPath) inside the
-// workspace, with p checked for a way out through symlinks.
-func (w *Workspace) Resolve(p string) (string, error) {
-	clean, err := CleanPath(p)
-	if err != nil {
-		return "", err
-	}
-	if _, err := w.root.Lstat(clean); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return "", classify(err)
-	}
-	if clean == "." {
-		return w.dir, nil
-	}
-	return w.dir + "/" + clean, nil
-}
-
-// Entry describes a file, folder or symlink of a workspace.
+// Entry describes a file, folder or symlink of a workspace. Name and Path
+// are in the API's form (see CleanPath): a name that is not UTF-8 has its
+// odd bytes as \xHH, and Path given back to any method names the entry.
 type Entry struct {
 	Name     string    // last element of Path
 	Path     string    // relative to the workspace, "/"-separated
-	Type     string    // "file", "dir" or "symlink"
-	Size     int64     // bytes (a symlink's own size)
+	Type     string    // "file", "dir", "symlink", "fifo", "socket", "device" or "other"
+	Size     int64     // bytes (a symlink's own size; 0 for a folder)
 	Modified time.Time // last modification
 }
 
-func entryOf(p string, fi fs.FileInfo) Entry {
-	e := Entry{Name: path.Base(p), Path: p, Type: "file", Size: fi.Size(), Modified: fi.ModTime()}
-	switch {
-	case fi.Mode()&fs.ModeSymlink != 0:
-		e.Type = "symlink"
-	case fi.IsDir():
-		e.Type, e.Size = "dir", 0
+// entryOf describes the file at raw, a path on disk, from fi.
+func entryOf(raw string, fi fs.FileInfo) Entry {
+	p := escape(raw)
+	e := Entry{Name: path.Base(p), Path: p, Type: typeOf(fi.Mode()), Size: fi.Size(), Modified: fi.ModTime()}
+	if e.Type != "file" && e.Type != "symlink" {
+		e.Size = 0
 	}
-	if p == "." {
+	if raw == "." {
 		e.Name, e.Path = ".", ""
 	}
 	return e
 }
 
-// CleanPath checks a caller's path and returns it in canonical form: "/"-
-// separated, relative, without empty, "." or ".." elements; "" and "."
-// are the workspace itself ("."). A single trailing "/" is allowed.
-func CleanPath(p string) (string, error) {
-	if p == "" || p == "." || p == "./" {
-		return ".", nil
+// typeOf names the type of a file mode.
+func typeOf(m fs.FileMode) string {
+	switch t := m.Type(); {
+	case t == 0:
+		return "file"
+	case t&fs.ModeSymlink != 0:
+		return "symlink"
+	case t&fs.ModeDir != 0:
+		return "dir"
+	case t&fs.ModeNamedPipe != 0:
+		return "fifo"
+	case t&fs.ModeSocket != 0:
+		return "socket"
+	case t&fs.ModeDevice != 0:
+		return "device"
 	}
-	if strings.HasPrefix(p, "/") {
-		return "", errorf(ErrBadPath, "%q is absolute: paths are relative to the workspace", p)
-	}
-	if strings.ContainsAny(p, "\x00\\") {
-		return "", errorf(ErrBadPath, "%q holds a NUL or a backslash", p)
-	}
-	p = strings.TrimSuffix(p, "/")
-	for _, el := range strings.Split(p, "/") {
-		switch el {
-		case "", ".", "..":
-			return "", errorf(ErrBadPath, "%q has an empty, . or .. element: paths stay inside the workspace", p)
-		}
-		if len(el) > 255 {
-			return "", errorf(ErrBadPath, "a name is longer than 255 bytes")
-		}
-	}
-	if len(p) > 4096 {
-		return "", errorf(ErrBadPath, "the path is longer than 4096 bytes")
-	}
-	return p, nil
+	return "other"
 }
 
 // classify maps an error of an os.Root call to this package's errors,
-// keeping the original for its message.
-func classify(err error) error {
-	switch {
-	case err == nil:
+// keeping the original for its message. raw is the path (on disk) the
+// message names; "" names the one the error carries.
+func classify(err error, raw string) error {
+	if err == nil {
 		return nil
+	}
+	p := escape(raw)
+	if raw == "" {
+		p = escape(pathOf(err))
+	}
+	switch {
 	case errors.Is(err, fs.ErrClosed):
 		return ErrClosed
 	case errors.Is(err, fs.ErrNotExist):
-		return errorf(ErrNotFound, "%s: no such file or folder", pathOf(err))
+		return errorf(ErrNotFound, "%s: no such file or folder", p)
 	case errors.Is(err, syscall.EISDIR):
-		return errorf(ErrIsDir, "%s is a folder", pathOf(err))
+		return errorf(ErrIsDir, "%s is a folder", p)
 	case errors.Is(err, syscall.ENOTDIR):
-		return errorf(ErrNotDir, "%s: not a folder", pathOf(err))
+		return errorf(ErrNotDir, "%s: not a folder", p)
 	case errors.Is(err, syscall.ELOOP), escapes(err):
-		return errorf(ErrEscapes, "%s leads out of the workspace (through a symlink)", pathOf(err))
+		return errorf(ErrEscapes, "%s leads out of the workspace (through a symlink)", p)
 	case errors.Is(err, syscall.ENAMETOOLONG):
-		return errorf(ErrBadPath, "%s: name too long", pathOf(err))
+		return errorf(ErrBadPath, "%s: name too long", p)
 	}
 	return err
 }
@@ -310,33 +293,63 @@ func errorf(kind error, format string, args ...any) error {
 }
 
 // escapes recognises os.Root's refusal of a path that leads out of it
-// (its error value is not exported).
+// (its error value is not exported), from a call on one path or two.
 func escapes(err error) bool {
 	var pe *fs.PathError
-	return errors.As(err, &pe) && pe.Err != nil && pe.Err.Error() == "path escapes from parent"
+	if errors.As(err, &pe) && pe.Err != nil && pe.Err.Error() == "path escapes from parent" {
+		return true
+	}
+	var le *os.LinkError
+	return errors.As(err, &le) && le.Err != nil && le.Err.Error() == "path escapes from parent"
 }
 
-// pathOf is the path a path error names ("" otherwise).
+// pathOf is the path a path error names ("the path" otherwise).
 func pathOf(err error) string {
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
 		return pe.Path
 	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		return le.New
+	}
 	return "the path"
 }
 
-// chown gives p to the workspace's owner, through an open descriptor (a
-// path could be swapped for a symlink between a check and a chown).
-func (w *Workspace) chown(p string) error {
+// chown gives the folder dir is open on to the workspace's owner, through
+// its descriptor (a path could be swapped between a check and a chown).
+func (w *Workspace) chown(dir *os.Root) error {
 	if w.owner == nil {
 		return nil
 	}
-	f, err := openNoFollow(w.root, p)
-	if err != nil {
-		return classify(err)
+	return dir.Chown(".", w.owner.UID, w.owner.GID)
+}
+
+// openDir opens the folder raw of r as a root of its own. The last
+// element is opened as "raw/.": every element before "." is opened as a
+// folder (O_DIRECTORY), so that a FIFO swapped in for the folder is
+// refused, never waited on, and "." is then the folder itself.
+func openDir(r *os.Root, raw string) (*os.Root, error) {
+	if raw == "." {
+		return r.OpenRoot(".")
 	}
-	defer f.Close()
-	return f.Chown(w.owner.UID, w.owner.GID)
+	return r.OpenRoot(raw + "/.")
+}
+
+// Resolve returns the absolute host path of p (see CleanPath) inside the
+// workspace, with p checked for a way out through symlinks.
+func (w *Workspace) Resolve(p string) (string, error) {
+	clean, err := CleanPath(p)
+	if err != nil {
+		return "", err
+	}
+	if _, err := w.root.Lstat(clean); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", classify(err, clean)
+	}
+	if clean == "." {
+		return w.dir, nil
+	}
+	return w.dir + "/" + clean, nil
 }
 
 // Stat describes p; a symlink is followed when it stays inside.
@@ -345,9 +358,13 @@ func (w *Workspace) Stat(p string) (Entry, error) {
 	if err != nil {
 		return Entry{}, err
 	}
+	return w.stat(clean)
+}
+
+func (w *Workspace) stat(clean string) (Entry, error) {
 	fi, err := w.root.Stat(clean)
 	if err != nil {
-		return Entry{}, classify(err)
+		return Entry{}, classify(err, clean)
 	}
 	return entryOf(clean, fi), nil
 }
@@ -369,40 +386,70 @@ func (w *Workspace) Mkdir(p string) (Entry, error) {
 	if err != nil {
 		return Entry{}, err
 	}
-	if err := w.mkdirAll(clean); err != nil {
+	d, err := w.makeDirs(clean)
+	if err != nil {
 		return Entry{}, err
 	}
-	return w.Stat(clean)
+	defer d.Close()
+	fi, err := d.Stat(".")
+	if err != nil {
+		return Entry{}, classify(err, clean)
+	}
+	return entryOf(clean, fi), nil
 }
 
-// mkdirAll makes the folders of clean one by one, giving each one it made
-// to the owner.
-func (w *Workspace) mkdirAll(clean string) error {
+// makeDirs opens the folder clean (a path on disk) as a root of its own,
+// making it and the folders above it when missing and giving each one it
+// makes to the owner. It goes down one element at a time, each opened
+// from the one above, so the work grows with the depth, not its square;
+// only a symlink that leads above the folder it is in is resolved again
+// from the workspace (where it may stay inside).
+func (w *Workspace) makeDirs(clean string) (*os.Root, error) {
+	cur, err := openDir(w.root, ".")
+	if err != nil {
+		return nil, classify(err, ".")
+	}
 	if clean == "." {
-		return nil
+		return cur, nil
 	}
-	parts := strings.Split(clean, "/")
-	for i := range parts {
-		dir := strings.Join(parts[:i+1], "/")
-		err := w.root.Mkdir(dir, 0o755)
-		switch {
-		case err == nil:
-			if err := w.chown(dir); err != nil {
-				return err
-			}
-		case errors.Is(err, fs.ErrExist):
-			fi, err := w.root.Stat(dir)
-			if err != nil {
-				return classify(err)
-			}
-			if !fi.IsDir() {
-				return errorf(ErrNotDir, "%s is not a folder", dir)
-			}
-		default:
-			return classify(err)
+	at := 0
+	for {
+		end := strings.IndexByte(clean[at:], '/')
+		if end < 0 {
+			end = len(clean)
+		} else {
+			end += at
 		}
+		name, sofar := clean[at:end], clean[:end]
+		err := cur.Mkdir(name, 0o755)
+		made := err == nil
+		if err != nil && !errors.Is(err, fs.ErrExist) {
+			cur.Close()
+			return nil, classify(err, sofar)
+		}
+		next, err := openDir(cur, name)
+		if escapes(err) {
+			next, err = openDir(w.root, sofar)
+		}
+		cur.Close()
+		if err != nil {
+			if errors.Is(err, syscall.ENOTDIR) {
+				return nil, errorf(ErrNotDir, "%s is not a folder", escape(sofar))
+			}
+			return nil, classify(err, sofar)
+		}
+		if made {
+			if err := w.chown(next); err != nil {
+				next.Close()
+				return nil, err
+			}
+		}
+		cur = next
+		if end == len(clean) {
+			return cur, nil
+		}
+		at = end + 1
 	}
-	return nil
 }
 
 // Write stores what r yields as the file p, atomically: the bytes go to a
@@ -410,6 +457,10 @@ func (w *Workspace) mkdirAll(clean string) error {
 // readers see the old file or the new one, never a part. Folders above p
 // are made. With limit > 0, a body longer than limit bytes fails with
 // ErrTooLarge and leaves nothing behind.
+//
+// Everything after the folder is opened happens in that folder's open
+// descriptor: the folder swapped for a symlink meanwhile (by a kernel)
+// changes nothing, and a failed write removes its temporary file.
 func (w *Workspace) Write(p string, r io.Reader, limit int64) (Entry, error) {
 	clean, err := CleanPath(p)
 	if err != nil {
@@ -418,23 +469,29 @@ func (w *Workspace) Write(p string, r io.Reader, limit int64) (Entry, error) {
 	if clean == "." {
 		return Entry{}, errorf(ErrBadPath, "a file needs a name")
 	}
-	dir := path.Dir(clean)
-	if err := w.mkdirAll(dir); err != nil {
+	dir, base := path.Split(clean)
+	dir = strings.TrimSuffix(dir, "/")
+	if dir == "" {
+		dir = "."
+	}
+	d, err := w.makeDirs(dir)
+	if err != nil {
 		return Entry{}, err
 	}
-	if fi, err := w.root.Lstat(clean); err == nil && fi.IsDir() {
-		return Entry{}, errorf(ErrIsDir, "%s is a folder", clean)
+	defer d.Close()
+	if fi, err := d.Lstat(base); err == nil && fi.IsDir() {
+		return Entry{}, errorf(ErrIsDir, "%s is a folder", escape(clean))
 	}
-	tmp := path.Join(dir, ".kgupload-"+randomHex())
-	f, err := w.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	tmp := ".kgupload-" + randomHex()
+	f, err := d.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
-		return Entry{}, classify(err)
+		return Entry{}, classify(err, clean)
 	}
 	done := false
 	defer func() {
 		if !done {
 			f.Close()
-			w.root.Remove(tmp)
+			d.Remove(tmp)
 		}
 	}()
 	if w.owner != nil {
@@ -461,13 +518,13 @@ func (w *Workspace) Write(p string, r io.Reader, limit int64) (Entry, error) {
 	if err := f.Close(); err != nil {
 		return Entry{}, err
 	}
-	if err := w.root.Rename(tmp, clean); err != nil {
-		return Entry{}, classify(err)
+	if err := d.Rename(tmp, base); err != nil {
+		return Entry{}, classify(err, clean)
 	}
 	done = true
-	fi, err := w.root.Lstat(clean)
+	fi, err := d.Lstat(base)
 	if err != nil {
-		return Entry{}, classify(err)
+		return Entry{}, classify(err, clean)
 	}
 	return entryOf(clean, fi), nil
 }
@@ -492,36 +549,57 @@ func randomHex() string {
 	return hex.EncodeToString(b)
 }
 
-// Open opens the file p for reading; the caller closes it. A folder is
-// ErrIsDir.
+// Open opens the regular file p for reading; the caller closes it. A
+// folder is ErrIsDir; a FIFO, socket or device is ErrBadPath, refused
+// without waiting: p is checked first, then opened with O_NONBLOCK (see
+// readFlags) and what was opened checked again through its descriptor, so
+// that a FIFO swapped in between the two never makes the open wait for a
+// writer.
 func (w *Workspace) Open(p string) (*os.File, Entry, error) {
 	clean, err := CleanPath(p)
 	if err != nil {
 		return nil, Entry{}, err
 	}
-	f, err := w.root.Open(clean)
+	fi, err := w.root.Stat(clean)
 	if err != nil {
-		return nil, Entry{}, classify(err)
+		return nil, Entry{}, classify(err, clean)
 	}
-	fi, err := f.Stat()
+	if err := regular(clean, fi); err != nil {
+		return nil, Entry{}, err
+	}
+	f, err := w.root.OpenFile(clean, os.O_RDONLY|readFlags, 0)
+	if err != nil {
+		return nil, Entry{}, classify(err, clean)
+	}
+	fi, err = f.Stat()
+	if err == nil {
+		err = regular(clean, fi)
+	}
 	if err != nil {
 		f.Close()
 		return nil, Entry{}, err
 	}
-	if fi.IsDir() {
-		f.Close()
-		return nil, Entry{}, errorf(ErrIsDir, "%s is a folder", clean)
-	}
-	if !fi.Mode().IsRegular() {
-		f.Close()
-		return nil, Entry{}, errorf(ErrBadPath, "%s is not a regular file", clean)
-	}
 	return f, entryOf(clean, fi), nil
 }
 
+// regular checks that fi, of the file at clean, is a regular file.
+func regular(clean string, fi fs.FileInfo) error {
+	switch {
+	case fi.IsDir():
+		return errorf(ErrIsDir, "%s is a folder", escape(clean))
+	case !fi.Mode().IsRegular():
+		return errorf(ErrBadPath, "%s is a %s, not a regular file: only files are read", escape(clean), typeOf(fi.Mode()))
+	}
+	return nil
+}
+
 // List returns the entries of folder p ("" for the workspace), sorted by
-// path; with recursive, those of every folder below it too (symlinks are
-// listed, not followed).
+// path; with recursive, those of every folder below it too, down to
+// MaxDepth levels from the workspace (a folder at that depth is listed,
+// not entered, and listing it is ErrBadPath: every entry listed can be
+// named). Symlinks are listed, not followed. More than MaxList
+// entries is ErrTooMany, found out before more are read. Each folder is
+// opened from the one above it, so the work grows with the entries listed.
 func (w *Workspace) List(p string, recursive bool) ([]Entry, error) {
 	clean, err := CleanPath(p)
 	if err != nil {
@@ -529,52 +607,93 @@ func (w *Workspace) List(p string, recursive bool) ([]Entry, error) {
 	}
 	fi, err := w.root.Stat(clean)
 	if err != nil {
-		return nil, classify(err)
+		return nil, classify(err, clean)
 	}
 	if !fi.IsDir() {
-		return nil, errorf(ErrNotDir, "%s is not a folder", clean)
+		return nil, errorf(ErrNotDir, "%s is not a folder", escape(clean))
 	}
-	var out []Entry
-	var walk func(dir string) error
-	walk = func(dir string) error {
-		f, err := w.root.Open(dir)
-		if err != nil {
-			return classify(err)
-		}
-		des, err := f.ReadDir(-1)
-		f.Close()
-		if err != nil {
-			return classify(err)
-		}
-		sort.Slice(des, func(i, j int) bool { return des[i].Name() < des[j].Name() })
-		for _, de := range des {
-			rel := de.Name()
-			if dir != "." {
-				rel = dir + "/" + rel
-			}
-			info, err := de.Info()
-			if err != nil {
-				continue // removed meanwhile
-			}
-			if len(out) >= MaxList {
-				return errorf(ErrTooMany, "more than %d entries: list a folder below", MaxList)
-			}
-			out = append(out, entryOf(rel, info))
-			if recursive && de.IsDir() {
-				if err := walk(rel); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
+	d, err := openDir(w.root, clean)
+	if err != nil {
+		return nil, classify(err, clean)
 	}
-	if err := walk(clean); err != nil {
+	defer d.Close()
+	depth := 0
+	if clean != "." {
+		depth = strings.Count(clean, "/") + 1
+	}
+	if depth >= MaxDepth {
+		return nil, errorf(ErrBadPath, "%s is %d levels deep: what it holds is past the %d-level limit", escape(clean), depth, MaxDepth)
+	}
+	l := lister{recursive: recursive, out: []Entry{}}
+	if err := l.walk(d, clean, depth); err != nil {
 		return nil, err
 	}
-	if out == nil {
-		out = []Entry{}
+	return l.out, nil
+}
+
+// lister collects a listing.
+type lister struct {
+	recursive bool
+	out       []Entry
+}
+
+// listBatch is how many entries a folder is read by at a time.
+const listBatch = 1024
+
+// walk lists the folder d, at raw (a path on disk) and depth levels below
+// the workspace, and, when recursive, the folders below it.
+func (l *lister) walk(d *os.Root, raw string, depth int) error {
+	f, err := d.Open(".")
+	if err != nil {
+		return classify(err, raw)
 	}
-	return out, nil
+	var des []fs.DirEntry
+	for {
+		batch, err := f.ReadDir(listBatch)
+		des = append(des, batch...)
+		if len(l.out)+len(des) > MaxList {
+			f.Close()
+			return errorf(ErrTooMany, "more than %d entries: list a folder below", MaxList)
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			f.Close()
+			return classify(err, raw)
+		}
+	}
+	f.Close()
+	sort.Slice(des, func(i, j int) bool { return des[i].Name() < des[j].Name() })
+	for _, de := range des {
+		rel := de.Name()
+		if raw != "." {
+			rel = raw + "/" + rel
+		}
+		info, err := de.Info()
+		if err != nil {
+			continue // removed meanwhile
+		}
+		l.out = append(l.out, entryOf(rel, info))
+		if !l.recursive || !info.IsDir() || depth+1 >= MaxDepth {
+			continue
+		}
+		sub, err := openDir(d, de.Name())
+		if err != nil {
+			continue // removed or replaced meanwhile
+		}
+		// The folder read is the one listed, not a symlink swapped in.
+		if now, err := sub.Stat("."); err != nil || !os.SameFile(now, info) {
+			sub.Close()
+			continue
+		}
+		err = l.walk(sub, rel, depth+1)
+		sub.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Remove removes the file or symlink p (never what a symlink points at),
@@ -589,13 +708,13 @@ func (w *Workspace) Remove(p string, recursive bool) error {
 	}
 	fi, err := w.root.Lstat(clean)
 	if err != nil {
-		return classify(err)
+		return classify(err, clean)
 	}
 	if fi.IsDir() {
 		if !recursive {
-			return errorf(ErrIsDir, "%s is a folder: remove it with recursive", clean)
+			return errorf(ErrIsDir, "%s is a folder: remove it with recursive", escape(clean))
 		}
-		return classify(w.root.RemoveAll(clean))
+		return classify(w.root.RemoveAll(clean), clean)
 	}
-	return classify(w.root.Remove(clean))
+	return classify(w.root.Remove(clean), clean)
 }
