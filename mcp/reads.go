@@ -1,0 +1,119 @@
+package mcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+
+	"golang.org/x/sync/semaphore"
+)
+
+// The answer of a read_file call is built in memory: the file's text (or
+// its base64), the tool result's JSON and the JSON-RPC message around it
+// are each a copy of about the content's size, and they live until the
+// HTTP answer is written. readBudget bounds what calls hold at once: a
+// call takes its content's length from the budget before reading the file
+// into memory and gives it back when its HTTP request has been answered.
+// Calls past the budget wait their turn, in arrival order, until their
+// client gives up; so the gateway's memory does not grow with the number
+// of parallel reads.
+
+// ErrReadsBusy refuses a second read_file of one JSON-RPC batch when the
+// budget is taken: waiting while the batch holds the first could wait for
+// ever.
+var ErrReadsBusy = errors.New("mcp: the read_file calls in flight hold all the memory they may")
+
+// errRequestEnded is the error of a call whose HTTP request was answered
+// (its client went away) before the call had its turn.
+var errRequestEnded = errors.New("mcp: the request ended before the file was read")
+
+// readBudget is the budget of what read_file calls hold.
+type readBudget struct {
+	sem  *semaphore.Weighted
+	size int64
+}
+
+func newReadBudget(size int64) *readBudget {
+	return &readBudget{sem: semaphore.NewWeighted(size), size: size}
+}
+
+// readHold is what the read_file calls of one HTTP request took from the
+// budget.
+type readHold struct {
+	mu      sync.Mutex
+	started bool // a call took, or is waiting to take, from the budget
+	ended   bool // the request was answered: what is held went back
+	n       int64
+}
+
+type holdKey struct{}
+
+// serve serves an HTTP request with next, giving back what its calls took
+// from the budget once next has written the answer.
+func (b *readBudget) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	hold := &readHold{}
+	defer b.end(hold)
+	next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), holdKey{}, hold)))
+}
+
+// end gives back what hold took; calls that take after it give back at
+// once.
+func (b *readBudget) end(hold *readHold) {
+	hold.mu.Lock()
+	n := hold.n
+	hold.n, hold.ended = 0, true
+	hold.mu.Unlock()
+	if n > 0 {
+		b.sem.Release(n)
+	}
+}
+
+// take takes n bytes from the budget for a call of ctx's request, waiting
+// for them while ctx lives. What it took goes back when the request has
+// been answered; release gives it back earlier, for a call that failed
+// before it made an answer. A call outside serve (no request to tie it
+// to) gives back on release alone.
+func (b *readBudget) take(ctx context.Context, n int64) (release func(), err error) {
+	n = min(n, b.size)
+	hold, _ := ctx.Value(holdKey{}).(*readHold)
+	if hold == nil {
+		if err := b.sem.Acquire(ctx, n); err != nil {
+			return nil, err
+		}
+		return func() { b.sem.Release(n) }, nil
+	}
+	hold.mu.Lock()
+	first := !hold.started
+	hold.started = true
+	hold.mu.Unlock()
+	if first {
+		if err := b.sem.Acquire(ctx, n); err != nil {
+			return nil, err
+		}
+	} else if !b.sem.TryAcquire(n) {
+		return nil, fmt.Errorf("%w: call read_file again, one call per request", ErrReadsBusy)
+	}
+	hold.mu.Lock()
+	ended := hold.ended
+	if !ended {
+		hold.n += n
+	}
+	hold.mu.Unlock()
+	if ended {
+		b.sem.Release(n)
+		return nil, errRequestEnded
+	}
+	return func() {
+		hold.mu.Lock()
+		back := !hold.ended && hold.n >= n
+		if back {
+			hold.n -= n
+		}
+		hold.mu.Unlock()
+		if back {
+			b.sem.Release(n)
+		}
+	}, nil
+}
