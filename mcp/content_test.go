@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"strings"
@@ -111,4 +112,45 @@ func TestBase64String(t *testing.T) {
 			t.Errorf("%d bytes: base64String differs from EncodeToString", n)
 		}
 	}
+}
+
+// For any file, the answer's content takes no more JSON than answerBound
+// counted for it, and gives the file's bytes back.
+func FuzzAnswerBound(f *testing.F) {
+	for _, s := range []string{"", "plain", "<a>&amp;</a>", "\x01\x1f\"\\", "\u2028\u2029\xe2\x80", "caf\xe9", "\x00bin", "漢字 🎉"} {
+		f.Add([]byte(s), "a.txt")
+		f.Add([]byte(s), "p.png")
+	}
+	f.Fuzz(func(t *testing.T, data []byte, name string) {
+		bound, err := answerBound(bytes.NewReader(data), name, int64(len(data)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		content, meta, err := readContent(bytes.NewReader(data), name, int64(len(data)), bound)
+		if err != nil {
+			t.Fatal(err)
+		}
+		js, err := json.Marshal(content)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wire struct{ Type, Text, Data, MIMEType string }
+		json.Unmarshal(js, &wire)
+		overhead := len(`{"type":"image","mimeType":"","data":""}`) + len(wire.MIMEType)
+		if int64(len(js)) > bound+int64(overhead) {
+			t.Fatalf("%d bytes of JSON, over the bound %d: %s", len(js), bound, js)
+		}
+		var got []byte
+		switch {
+		case wire.Type == "image":
+			got, _ = base64.StdEncoding.DecodeString(wire.Data)
+		case meta["encoding"] == "base64":
+			got, _ = base64.StdEncoding.DecodeString(wire.Text)
+		default:
+			got = []byte(wire.Text)
+		}
+		if !bytes.Equal(got, data) {
+			t.Fatalf("the answer gives back %q, not %q", got, data)
+		}
+	})
 }

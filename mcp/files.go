@@ -114,13 +114,13 @@ func (h *Handler) readFile(ctx context.Context, req *sdk.CallToolRequest) (*sdk.
 	if err != nil {
 		return h.toolError(err), nil
 	}
-	release, err := h.reads.take(ctx, bound)
+	done, err := h.reads.take(ctx, bound)
 	if err != nil {
 		return h.toolError(err), nil
 	}
+	defer done()
 	c, meta, err := readContent(file, fi.Path, fi.Size, bound)
 	if err != nil {
-		release()
 		return h.toolError(err), nil
 	}
 	return &sdk.CallToolResult{Content: []sdk.Content{c}, StructuredContent: meta}, nil

@@ -71,11 +71,11 @@ func (b *readBudget) end(hold *readHold) {
 }
 
 // take takes n bytes from the budget for a call of ctx's request, waiting
-// for them while ctx lives. What it took goes back when the request has
-// been answered; release gives it back earlier, for a call that failed
-// before it made an answer. A call outside serve (no request to tie it
-// to) gives back on release alone.
-func (b *readBudget) take(ctx context.Context, n int64) (release func(), err error) {
+// for them while ctx lives; a call larger than the whole budget takes all
+// of it. What it took goes back when the request has been answered, after
+// the call's answer was written. done marks the end of the call: it gives
+// back only for a call outside serve, which has no request to wait for.
+func (b *readBudget) take(ctx context.Context, n int64) (done func(), err error) {
 	n = min(n, b.size)
 	hold, _ := ctx.Value(holdKey{}).(*readHold)
 	if hold == nil {
@@ -105,15 +105,5 @@ func (b *readBudget) take(ctx context.Context, n int64) (release func(), err err
 		b.sem.Release(n)
 		return nil, errRequestEnded
 	}
-	return func() {
-		hold.mu.Lock()
-		back := !hold.ended && hold.n >= n
-		if back {
-			hold.n -= n
-		}
-		hold.mu.Unlock()
-		if back {
-			b.sem.Release(n)
-		}
-	}, nil
+	return func() {}, nil
 }

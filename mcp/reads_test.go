@@ -70,10 +70,11 @@ func TestReadBudgetHeldUntilAnswered(t *testing.T) {
 }
 
 // A waiting call whose client gives up takes nothing; a call larger than
-// the whole budget runs alone; release gives back early.
-func TestReadBudgetCancelLargeRelease(t *testing.T) {
+// the whole budget takes all of it; a call outside a request gives back
+// when done, one within a request only once the request is answered.
+func TestReadBudgetCancelLargeDone(t *testing.T) {
 	b := newReadBudget(10)
-	release, err := b.take(context.Background(), 100) // no request: held until release
+	done, err := b.take(context.Background(), 100)
 	if err != nil || !full(b) {
 		t.Fatalf("a call over the budget: %v, full %v; want it to take the whole budget", err, full(b))
 	}
@@ -82,20 +83,19 @@ func TestReadBudgetCancelLargeRelease(t *testing.T) {
 	if _, err := b.take(ctx, 1); !errors.Is(err, context.Canceled) {
 		t.Fatalf("take with a cancelled context = %v", err)
 	}
-	release()
+	done()
 	if full(b) {
-		t.Fatal("release did not give the budget back")
+		t.Fatal("done outside a request did not give the budget back")
 	}
 	serveTaking(b, func(ctx context.Context) {
-		release, err := b.take(ctx, 6)
+		done, err := b.take(ctx, 6)
 		if err != nil {
 			t.Fatal(err)
 		}
-		release() // the call failed before its answer
-		if !b.sem.TryAcquire(10) {
-			t.Fatal("release within a request did not give back")
+		done() // the answer is not written yet
+		if b.sem.TryAcquire(5) {
+			t.Fatal("a call's part of the budget went back before its request was answered")
 		}
-		b.sem.Release(10)
 	})
 	if !b.sem.TryAcquire(10) {
 		t.Fatal("the budget is not whole after the request")
