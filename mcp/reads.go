@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 
 	"golang.org/x/sync/semaphore"
 )
@@ -18,7 +19,13 @@ import (
 // into memory and gives it back when its HTTP request has been answered.
 // Calls past the budget wait their turn, in arrival order, until their
 // client gives up; so the gateway's memory does not grow with the number
-// of parallel reads.
+// of parallel reads. A client must read an answer within answerWriteTime
+// (its connection is cut otherwise): one that does not read cannot keep
+// the budget from the others.
+
+// answerWriteTime is how long the answer of a request whose calls hold
+// part of the budget may take to write.
+const answerWriteTime = 2 * time.Minute
 
 // ErrReadsBusy refuses a second read_file of one JSON-RPC batch when the
 // budget is taken: waiting while the batch holds the first could wait for
@@ -31,21 +38,26 @@ var errRequestEnded = errors.New("mcp: the request ended before the file was rea
 
 // readBudget is the budget of what read_file calls hold.
 type readBudget struct {
-	sem  *semaphore.Weighted
-	size int64
+	sem       *semaphore.Weighted
+	size      int64
+	writeTime time.Duration // answerWriteTime
 }
 
 func newReadBudget(size int64) *readBudget {
-	return &readBudget{sem: semaphore.NewWeighted(size), size: size}
+	return &readBudget{sem: semaphore.NewWeighted(size), size: size, writeTime: answerWriteTime}
 }
 
 // readHold is what the read_file calls of one HTTP request took from the
 // budget.
 type readHold struct {
-	mu      sync.Mutex
-	started bool // a call took, or is waiting to take, from the budget
-	ended   bool // the request was answered: what is held went back
-	n       int64
+	rc *http.ResponseController
+
+	mu       sync.Mutex
+	started  bool  // a call took, or is waiting to take, from the budget
+	ended    bool  // the request was answered: what is held went back
+	n        int64 // what is held
+	setting  int   // calls setting the write deadline now
+	deadline bool  // the answer has a write deadline
 }
 
 type holdKey struct{}
@@ -53,20 +65,41 @@ type holdKey struct{}
 // serve serves an HTTP request with next, giving back what its calls took
 // from the budget once next has written the answer.
 func (b *readBudget) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
-	hold := &readHold{}
+	hold := &readHold{rc: http.NewResponseController(w)}
 	defer b.end(hold)
 	next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), holdKey{}, hold)))
 }
 
 // end gives back what hold took; calls that take after it give back at
-// once.
+// once. The connection's write deadline is cleared for its next request,
+// here or by a call still setting it.
 func (b *readBudget) end(hold *readHold) {
 	hold.mu.Lock()
 	n := hold.n
 	hold.n, hold.ended = 0, true
+	clear := hold.deadline && hold.setting == 0
 	hold.mu.Unlock()
 	if n > 0 {
 		b.sem.Release(n)
+	}
+	if clear {
+		hold.rc.SetWriteDeadline(time.Time{})
+	}
+}
+
+// limitWrite gives the request's answer a write deadline of d from now.
+func (hold *readHold) limitWrite(d time.Duration) {
+	hold.mu.Lock()
+	hold.setting++
+	hold.mu.Unlock()
+	err := hold.rc.SetWriteDeadline(time.Now().Add(d))
+	hold.mu.Lock()
+	hold.setting--
+	hold.deadline = hold.deadline || err == nil
+	clear := hold.ended && hold.deadline && hold.setting == 0
+	hold.mu.Unlock()
+	if clear {
+		hold.rc.SetWriteDeadline(time.Time{})
 	}
 }
 
@@ -105,5 +138,6 @@ func (b *readBudget) take(ctx context.Context, n int64) (done func(), err error)
 		b.sem.Release(n)
 		return nil, errRequestEnded
 	}
+	hold.limitWrite(b.writeTime)
 	return func() {}, nil
 }

@@ -150,3 +150,70 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 		}
 	}
 }
+
+// deadlineRecorder is a response writer that records the write deadlines
+// set on it.
+type deadlineRecorder struct {
+	*httptest.ResponseRecorder
+	deadlines []time.Time
+}
+
+func (d *deadlineRecorder) SetWriteDeadline(t time.Time) error {
+	d.deadlines = append(d.deadlines, t)
+	return nil
+}
+
+// A request whose call holds part of the budget gets a write deadline,
+// cleared once it is answered (the connection may serve another request).
+func TestReadBudgetWriteDeadline(t *testing.T) {
+	b := newReadBudget(10)
+	w := &deadlineRecorder{ResponseRecorder: httptest.NewRecorder()}
+	b.serve(w, httptest.NewRequest("POST", "/mcp", nil), http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		if _, err := b.take(r.Context(), 5); err != nil {
+			t.Fatal(err)
+		}
+		if len(w.deadlines) != 1 || time.Until(w.deadlines[0]) <= 0 || time.Until(w.deadlines[0]) > answerWriteTime {
+			t.Fatalf("write deadlines %v while the call holds the budget; want one within %v", w.deadlines, answerWriteTime)
+		}
+	}))
+	if len(w.deadlines) != 2 || !w.deadlines[1].IsZero() {
+		t.Fatalf("write deadlines %v; want the first cleared after the answer", w.deadlines)
+	}
+	// A request that takes nothing keeps the connection as it is.
+	w = &deadlineRecorder{ResponseRecorder: httptest.NewRecorder()}
+	b.serve(w, httptest.NewRequest("POST", "/mcp", nil), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	if len(w.deadlines) != 0 {
+		t.Fatalf("write deadlines %v of a request without reads", w.deadlines)
+	}
+}
+
+// A client that does not read its answer loses its connection after the
+// write time, and the budget it held goes to the calls waiting.
+func TestReadBudgetSlowReader(t *testing.T) {
+	b := newReadBudget(10)
+	b.writeTime = 200 * time.Millisecond
+	big := make([]byte, 64<<20) // more than the sockets' buffers hold
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b.serve(w, r, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if _, err := b.take(r.Context(), 10); err != nil {
+				t.Error(err)
+				return
+			}
+			w.Write(big)
+		}))
+	}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL) // its body is never read
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if !full(b) {
+		t.Fatal("the slow reader's call does not hold the budget")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := b.take(ctx, 10); err != nil {
+		t.Fatalf("a call waiting behind a client that does not read: %v", err)
+	}
+}
