@@ -35,8 +35,8 @@ func fileSandbox(t *testing.T) (*Handler, *sandbox) {
 
 // filePart is a part of a multipart upload, its Content-Disposition
 // written as Node's fetch (undici) writes it: the name between quotes,
-// as it is.
-type filePart struct{ form, name, data string }
+// as it is; or cd when set.
+type filePart struct{ form, name, data, cd string }
 
 func multipartBody(t *testing.T, parts []filePart) (string, *bytes.Buffer) {
 	t.Helper()
@@ -45,6 +45,9 @@ func multipartBody(t *testing.T, parts []filePart) (string, *bytes.Buffer) {
 	for _, p := range parts {
 		hdr := textproto.MIMEHeader{}
 		hdr.Set("Content-Disposition", fmt.Sprintf(`form-data; name=%q; filename="%s"`, p.form, p.name))
+		if p.cd != "" {
+			hdr.Set("Content-Disposition", p.cd)
+		}
 		hdr.Set("Content-Type", "application/octet-stream")
 		w, err := mw.CreatePart(hdr)
 		if err != nil {
@@ -71,25 +74,30 @@ func TestPostFile(t *testing.T) {
 		msg    string            // in the error's message
 	}{
 		{name: "several files keep their folders", parts: []filePart{
-			{"file", "/home/user/sub/dir/a.csv", "one"}, {"file", "other/b.csv", "two"}, {"file", "a.csv", "three"}},
+			{"file", "/home/user/sub/dir/a.csv", "one", ""}, {"file", "other/b.csv", "two", ""}, {"file", "a.csv", "three", ""}},
 			status: 200, want: map[string]string{"sub/dir/a.csv": "one", "other/b.csv": "two", "a.csv": "three"},
 			paths: []string{"/home/user/sub/dir/a.csv", "/home/user/other/b.csv", "/home/user/a.csv"}},
-		{name: "a name outside the workspace", parts: []filePart{{"file", "/etc/x", "x"}},
+		{name: "a name outside the workspace", parts: []filePart{{"file", "/etc/x", "x", ""}},
 			status: 400, want: map[string]string{}, msg: "outside the sandbox"},
-		{name: "dot-dot", parts: []filePart{{"file", "../x", "x"}}, status: 400, want: map[string]string{}},
-		{name: "dot-dot under home", parts: []filePart{{"file", "/home/user/../x", "x"}}, status: 400, want: map[string]string{}},
-		{name: "a backslash", parts: []filePart{{"file", `dir\x.csv`, "x"}}, status: 400, want: map[string]string{}, msg: "backslash"},
-		{name: "a bad path after a good one", parts: []filePart{{"file", "ok.txt", "ok"}, {"file", "/tmp/x", "x"}},
+		{name: "dot-dot", parts: []filePart{{"file", "../x", "x", ""}}, status: 400, want: map[string]string{}},
+		{name: "dot-dot under home", parts: []filePart{{"file", "/home/user/../x", "x", ""}}, status: 400, want: map[string]string{}},
+		{name: "a backslash", parts: []filePart{{"file", `dir\x.csv`, "x", ""}}, status: 400, want: map[string]string{}, msg: "backslash"},
+		{name: "an encoded name", parts: []filePart{{cd: `form-data; name="file"; filename*=UTF-8''%2E%2E%2Fx`, data: "x"}},
+			status: 400, want: map[string]string{}},
+		{name: "an encoded name inside", parts: []filePart{{cd: `form-data; name="file"; filename*=UTF-8''r%C3%A9p%2Fa.txt`, data: "a"}},
+			status: 200, want: map[string]string{"rép/a.txt": "a"}, paths: []string{"/home/user/rép/a.txt"}},
+		{name: "not form-data", parts: []filePart{{cd: `attachment; filename="a.txt"`, data: "a"}}, status: 400, want: map[string]string{}},
+		{name: "a bad path after a good one", parts: []filePart{{"file", "ok.txt", "ok", ""}, {"file", "/tmp/x", "x", ""}},
 			status: 400, want: map[string]string{"ok.txt": "ok"}, msg: "written before it: /home/user/ok.txt"},
-		{name: "one path twice", parts: []filePart{{"file", "/home/user/same.txt", "first"}, {"file", "same.txt", "second"}},
+		{name: "one path twice", parts: []filePart{{"file", "/home/user/same.txt", "first", ""}, {"file", "same.txt", "second", ""}},
 			status: 400, want: map[string]string{"same.txt": "first"}, msg: "twice"},
-		{name: "names beyond ASCII", parts: []filePart{{"file", "données/été.csv", "é"}},
+		{name: "names beyond ASCII", parts: []filePart{{"file", "données/été.csv", "é", ""}},
 			status: 200, want: map[string]string{"données/été.csv": "é"}, paths: []string{"/home/user/données/été.csv"}},
-		{name: "other form fields are not files", parts: []filePart{{"meta", "ignored.txt", "x"}, {"file", "kept.txt", "k"}},
+		{name: "other form fields are not files", parts: []filePart{{"meta", "ignored.txt", "x", ""}, {"file", "kept.txt", "k", ""}},
 			status: 200, want: map[string]string{"kept.txt": "k"}, paths: []string{"/home/user/kept.txt"}},
-		{name: "one file at the query's path", query: "/home/user/data/in.csv", parts: []filePart{{"file", "/home/user/data/in.csv", "a,b"}},
+		{name: "one file at the query's path", query: "/home/user/data/in.csv", parts: []filePart{{"file", "/home/user/data/in.csv", "a,b", ""}},
 			status: 200, want: map[string]string{"data/in.csv": "a,b"}, paths: []string{"/home/user/data/in.csv"}},
-		{name: "the query's path wins", query: "notes.txt", parts: []filePart{{"file", "blob", "n"}},
+		{name: "the query's path wins", query: "notes.txt", parts: []filePart{{"file", "blob", "n", ""}},
 			status: 200, want: map[string]string{"notes.txt": "n"}, paths: []string{"/home/user/notes.txt"}},
 		{name: "octet-stream", query: "/home/user/raw/r.bin", status: 200,
 			want: map[string]string{"raw/r.bin": "raw"}, paths: []string{"/home/user/raw/r.bin"}},
