@@ -74,6 +74,7 @@ fuzz:
 	$(GO) test ./sessions -run '^$$' -fuzz '^FuzzFastReaders$$' -fuzztime 60000x
 	$(GO) test ./gateway -run '^$$' -fuzz '^FuzzDecodeLegacyText$$' -fuzztime 40000x
 	$(GO) test ./kernelspecs -run '^$$' -fuzz '^FuzzResourcePath$$' -fuzztime 130000x
+	$(GO) test ./mcp -run '^$$' -fuzz '^FuzzAnswerBound$$' -fuzztime 50000x
 
 # Benchmarks (docs/benchmarks.md): the kernel client against internal/directclient (Go
 # benchmarks, about 1 minute), the state store's durable writes and run-record throughput

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"mime/multipart"
 	"net/http"
 	"strconv"
 	"strings"
@@ -138,23 +139,45 @@ type writeEntry struct {
 }
 
 // postFile is the SDK's files.write: a multipart form with a "file" part
-// per file (its filename the path when the query names none), or the
-// bytes themselves as application/octet-stream.
+// per file, or the bytes themselves as application/octet-stream. A part
+// is written at the path of the query when there is one (one file), else
+// at its file name, which the SDK sets to the file's whole path.
 func (h *Handler) postFile(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 	qpath := r.URL.Query().Get("path")
 	ct, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	var out []writeEntry
+	written := map[string]bool{}
 	write := func(p string, body io.Reader) error {
 		rel, err := relPath(p)
 		if err != nil {
 			return err
 		}
+		clean, err := workspace.CleanPath(rel)
+		if err != nil {
+			return err
+		}
+		if written[clean] {
+			return fmt.Errorf("%w: %s is written twice in one upload (the first is kept)", workspace.ErrBadPath, absPath(clean))
+		}
 		e, err := sb.ws.Write(rel, body, h.cfg.MaxUploadBytes)
 		if err != nil {
 			return err
 		}
+		written[clean] = true
 		out = append(out, writeEntry{Name: e.Name, Type: "file", Path: absPath(e.Path)})
 		return nil
+	}
+	// fail answers an error; the files written before it stay, and the
+	// message names them.
+	fail := func(err error) {
+		if len(out) > 0 {
+			names := make([]string, len(out))
+			for i, e := range out {
+				names[i] = e.Path
+			}
+			err = fmt.Errorf("%w (written before it: %s)", err, strings.Join(names, ", "))
+		}
+		h.envdError(w, err)
 	}
 	switch ct {
 	case "multipart/form-data":
@@ -169,17 +192,20 @@ func (h *Handler) postFile(w http.ResponseWriter, r *http.Request, sb *sandbox) 
 				break
 			}
 			if err != nil {
-				writeJSON(w, http.StatusBadRequest, map[string]any{"code": 400, "message": "multipart body: " + err.Error()})
+				fail(fmt.Errorf("%w: multipart body: %v", workspace.ErrBadPath, err))
 				return
 			}
-			p := qpath
-			if p == "" {
-				p = part.FileName()
+			name, filename, err := partNames(part)
+			if err == nil && name == "file" {
+				p := qpath
+				if p == "" {
+					p = filename
+				}
+				err = write(p, part)
 			}
-			err = write(p, part)
 			part.Close()
 			if err != nil {
-				h.envdError(w, err)
+				fail(err)
 				return
 			}
 		}
@@ -198,6 +224,17 @@ func (h *Handler) postFile(w http.ResponseWriter, r *http.Request, sb *sandbox) 
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// partNames returns the form name and the whole file name of a multipart
+// part: Part.FileName keeps only the last element of a path.
+func partNames(part *multipart.Part) (name, filename string, err error) {
+	cd := part.Header.Get("Content-Disposition")
+	disposition, params, err := mime.ParseMediaType(cd)
+	if err != nil || disposition != "form-data" {
+		return "", "", fmt.Errorf("%w: a part's Content-Disposition %q is not form-data with a name", workspace.ErrBadPath, cd)
+	}
+	return params["name"], params["filename"], nil
 }
 
 // rpcError writes a Connect error.

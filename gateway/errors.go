@@ -7,6 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"kernelgate/mcp"
 	"kernelgate/sessions"
 	"kernelgate/workspace"
 )
@@ -59,6 +60,7 @@ var errorTable = []struct {
 	{workspace.ErrNotFound, http.StatusNotFound, "NOT_FOUND"},
 	{workspace.ErrClosed, http.StatusNotFound, "SESSION_NOT_FOUND"},
 	{workspace.ErrTooLarge, http.StatusRequestEntityTooLarge, "PAYLOAD_TOO_LARGE"},
+	{mcp.ErrReadsBusy, http.StatusTooManyRequests, "RESOURCE_EXHAUSTED"},
 }
 
 // classify maps any error to an apiError: sessions errors by the table,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"io"
 	"strings"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -26,7 +27,7 @@ path is relative to the workspace ("data/input.csv"); absolute paths and ".." ar
 	srv.AddTool(&sdk.Tool{
 		Name:        "read_file",
 		Title:       "Read a file",
-		Description: fmt.Sprintf(`Read a file of a context's workspace (for example one the code wrote: a CSV, a saved plot). Text comes back as text, PNG, JPEG, GIF and WebP images as images, other binary data as base64. Files over %d bytes are refused: read a part of them with run_code instead.`, h.cfg.MaxReadBytes),
+		Description: fmt.Sprintf(`Read a file of a context's workspace (for example one the code wrote: a CSV, a saved plot). Text comes back as text, PNG, JPEG, GIF and WebP images as images, other binary data as base64. Files over %d bytes are refused: download them from the files API, or read a part of them with run_code. Many large reads at once wait their turn.`, h.cfg.MaxReadBytes),
 		InputSchema: schema(`{"type":"object","properties":{
 "context":{"type":"string","description":"The context's id."},
 "path":{"type":"string","description":"Path relative to the context's workspace."}},
@@ -99,11 +100,29 @@ func (h *Handler) readFile(ctx context.Context, req *sdk.CallToolRequest) (*sdk.
 	if err := h.check(a, false, args.Context); err != nil {
 		return h.toolError(err), nil
 	}
-	data, fi, err := h.cfg.Files.Read(ctx, args.Context, args.Path, h.cfg.MaxReadBytes)
+	file, fi, err := h.cfg.Files.Open(ctx, args.Context, args.Path, h.cfg.MaxReadBytes)
 	if err != nil {
 		return h.toolError(err), nil
 	}
-	c, meta := fileContent(fi.Path, data)
+	defer file.Close()
+	// The call waits for as much of the budget as its answer will hold,
+	// counted from the file before the answer is made.
+	bound, err := answerBound(file, fi.Path, fi.Size)
+	if err == nil {
+		_, err = file.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		return h.toolError(err), nil
+	}
+	done, err := h.reads.take(ctx, bound)
+	if err != nil {
+		return h.toolError(err), nil
+	}
+	defer done()
+	c, meta, err := readContent(file, fi.Path, fi.Size, bound)
+	if err != nil {
+		return h.toolError(err), nil
+	}
 	return &sdk.CallToolResult{Content: []sdk.Content{c}, StructuredContent: meta}, nil
 }
 

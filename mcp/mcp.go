@@ -55,8 +55,11 @@ type FileInfo struct {
 type Files interface {
 	// Write stores the file atomically, making the folders above it.
 	Write(ctx context.Context, contextID, path string, r io.Reader) (FileInfo, error)
-	// Read returns the file's bytes, failing past max bytes.
-	Read(ctx context.Context, contextID, path string, max int64) ([]byte, FileInfo, error)
+	// Open opens the file for reading; the caller closes it. A file of
+	// over max bytes is refused (ErrTooLarge of the workspace package),
+	// its message saying where to get it instead. FileInfo.Size is the
+	// file's size when opened.
+	Open(ctx context.Context, contextID, path string, max int64) (io.ReadSeekCloser, FileInfo, error)
 	// List lists the folder ("" for the workspace itself).
 	List(ctx context.Context, contextID, path string) ([]FileInfo, error)
 }
@@ -75,8 +78,15 @@ type Config struct {
 	Files Files
 	// MaxBodyBytes bounds a request's body.
 	MaxBodyBytes int64
-	// MaxReadBytes bounds what read_file returns (default 8 MiB).
+	// MaxReadBytes bounds the file read_file returns (default 8 MiB).
 	MaxReadBytes int64
+	// ReadBudgetBytes bounds what the answers of read_file calls in
+	// flight hold at once, counted as their content's length in JSON (a
+	// file's base64, or its text as a JSON string: up to six bytes a
+	// byte); calls past it wait their turn, and a call larger than all of
+	// it runs alone (default 3 × MaxReadBytes: two reads of text or
+	// binary data at the limit).
+	ReadBudgetBytes int64
 	// Version is kernelgate's version, told to clients.
 	Version string
 	Logger  *slog.Logger
@@ -84,9 +94,10 @@ type Config struct {
 
 // Handler serves MCP.
 type Handler struct {
-	cfg  Config
-	mgr  *sessions.Manager
-	http http.Handler
+	cfg   Config
+	mgr   *sessions.Manager
+	http  http.Handler
+	reads *readBudget
 }
 
 // New builds the MCP handler over mgr.
@@ -97,13 +108,16 @@ func New(cfg Config, mgr *sessions.Manager) *Handler {
 	if cfg.MaxReadBytes <= 0 {
 		cfg.MaxReadBytes = 8 << 20
 	}
+	if cfg.ReadBudgetBytes <= 0 {
+		cfg.ReadBudgetBytes = 3 * cfg.MaxReadBytes
+	}
 	if cfg.Describe == nil {
 		cfg.Describe = func(err error) (string, string) { return "ERROR", err.Error() }
 	}
 	if cfg.Authorize == nil {
 		cfg.Authorize = func(http.Header) (Access, error) { return Access{Read: true, Exec: true}, nil }
 	}
-	h := &Handler{cfg: cfg, mgr: mgr}
+	h := &Handler{cfg: cfg, mgr: mgr, reads: newReadBudget(cfg.ReadBudgetBytes)}
 	srv := sdk.NewServer(&sdk.Implementation{Name: "kernelgate", Title: "kernelgate code interpreter", Version: cfg.Version},
 		&sdk.ServerOptions{Instructions: instructions})
 	h.addTools(srv)
@@ -120,7 +134,7 @@ func New(cfg Config, mgr *sessions.Manager) *Handler {
 }
 
 // ServeHTTP serves one MCP request.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.http.ServeHTTP(w, r) }
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.reads.serve(w, r, h.http) }
 
 const instructions = `kernelgate runs code in Jupyter kernels (Python with ipykernel; JavaScript and TypeScript on Deno).
 Each context is one kernel whose state (variables, imports, functions, open files) persists across run_code calls until the context is deleted or restarted.

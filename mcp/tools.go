@@ -6,11 +6,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"mime"
-	"path"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -311,28 +308,4 @@ func (h *Handler) interrupt(ctx context.Context, req *sdk.CallToolRequest) (*sdk
 		return h.toolError(err), nil
 	}
 	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "Interrupted context " + args.Context + "; its state is kept."}}}, nil
-}
-
-// imageTypes are the file types read_file returns as images.
-var imageTypes = map[string]bool{"image/png": true, "image/jpeg": true, "image/gif": true, "image/webp": true}
-
-// fileContent is what read_file returns for data: text when it is UTF-8,
-// an image for the image types models read, base64 otherwise.
-func fileContent(p string, data []byte) (sdk.Content, map[string]any) {
-	typ := mime.TypeByExtension(path.Ext(p))
-	if i := strings.IndexByte(typ, ';'); i >= 0 {
-		typ = typ[:i]
-	}
-	meta := map[string]any{"path": p, "size": len(data)}
-	switch {
-	case imageTypes[typ]:
-		meta["mimeType"] = typ
-		return &sdk.ImageContent{Data: data, MIMEType: typ}, meta
-	case utf8.Valid(data) && !bytes.ContainsRune(data, 0):
-		meta["encoding"] = "utf-8"
-		return &sdk.TextContent{Text: string(data)}, meta
-	}
-	b64 := base64.StdEncoding.EncodeToString(data)
-	meta["encoding"] = "base64"
-	return &sdk.TextContent{Text: b64}, meta
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/url"
+	"strings"
 
 	"kernelgate/sessions"
 	"kernelgate/workspace"
@@ -48,7 +50,7 @@ func (f workspaceFiles) Write(_ context.Context, id, p string, r io.Reader) (Fil
 	return infoOf(e), err
 }
 
-func (f workspaceFiles) Read(_ context.Context, id, p string, max int64) ([]byte, FileInfo, error) {
+func (f workspaceFiles) Open(_ context.Context, id, p string, max int64) (io.ReadSeekCloser, FileInfo, error) {
 	ws, err := f.workspace(id)
 	if err != nil {
 		return nil, FileInfo{}, err
@@ -57,18 +59,21 @@ func (f workspaceFiles) Read(_ context.Context, id, p string, max int64) ([]byte
 	if err != nil {
 		return nil, FileInfo{}, err
 	}
-	defer file.Close()
 	if e.Size > max {
-		return nil, FileInfo{}, fmt.Errorf("%w: %s has %d bytes, over the %d read_file returns", workspace.ErrTooLarge, p, e.Size, max)
+		file.Close()
+		return nil, FileInfo{}, fmt.Errorf("%w: %s has %d bytes, over the %d read_file returns: download it from the files API (GET /api/contexts/%s/files/%s), or read a part of it with run_code",
+			workspace.ErrTooLarge, e.Path, e.Size, max, url.PathEscape(id), escapePath(e.Path))
 	}
-	data, err := io.ReadAll(io.LimitReader(file, max+1))
-	if err != nil {
-		return nil, FileInfo{}, err
+	return file, infoOf(e), nil
+}
+
+// escapePath escapes each element of a workspace path for a URL.
+func escapePath(p string) string {
+	parts := strings.Split(p, "/")
+	for i, el := range parts {
+		parts[i] = url.PathEscape(el)
 	}
-	if int64(len(data)) > max {
-		return nil, FileInfo{}, fmt.Errorf("%w: %s grew past the %d bytes read_file returns", workspace.ErrTooLarge, p, max)
-	}
-	return data, infoOf(e), nil
+	return strings.Join(parts, "/")
 }
 
 func (f workspaceFiles) List(_ context.Context, id, p string) ([]FileInfo, error) {
