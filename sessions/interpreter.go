@@ -281,7 +281,7 @@ type ExecuteRequest struct {
 	Isolated bool
 	Cwd      string
 	Env      map[string]string // nil: not given
-	Timeout  time.Duration     // 0: no limit
+	Timeout  time.Duration     // 0: no limit; at most MaxRunTimeout
 	Stdin    bool
 	// Wait says the caller waits for the run's end (a POST /api/execute
 	// that is not streamed). On an idle context the run then runs on the
@@ -307,8 +307,8 @@ func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*Run, error)
 	if err := checkEnv(req.Env); err != nil {
 		return nil, err
 	}
-	if req.Timeout < 0 {
-		return nil, errorf(ErrBadRequest, "timeout must be 0 (none) or a number of seconds")
+	if req.Timeout < 0 || req.Timeout > MaxRunTimeout {
+		return nil, errorf(ErrBadRequest, "%s", TimeoutRange)
 	}
 	var c *Context
 	var err error
