@@ -363,6 +363,31 @@ func (s *Server) restartContext(c echo.Context) error {
 	return c.JSON(http.StatusOK, ctx.Model())
 }
 
+// revokeContextTokens revokes every token minted for one context, kept
+// ones included: they fail from now on, also after a restart.
+func (s *Server) revokeContextTokens(c echo.Context) error {
+	id := c.Param("id")
+	if _, err := s.mgr.Context(id); err != nil {
+		return err
+	}
+	s.tokens.revoke(id)
+	s.closeTokenSockets(id)
+	if err := s.mgr.RevokeContextTokens(id); err != nil {
+		return err
+	}
+	s.log.Info("context tokens revoked", "context", id)
+	return c.NoContent(http.StatusNoContent)
+}
+
+// revokeAllContextTokens revokes every context token of every context.
+func (s *Server) revokeAllContextTokens(c echo.Context) error {
+	s.tokens.revokeAll()
+	s.closeTokenSockets("")
+	s.mgr.RevokeAllContextTokens()
+	s.log.Info("every context token revoked")
+	return c.NoContent(http.StatusNoContent)
+}
+
 // mintContextToken makes a token that can run code in one context.
 func (s *Server) mintContextToken(c echo.Context) error {
 	ctx, err := s.mgr.Context(c.Param("id"))
