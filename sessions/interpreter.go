@@ -247,8 +247,7 @@ func (m *Manager) deleteContext(ctx context.Context, c *Context, stopping bool) 
 		running.lose(during)
 	}
 	if k != nil {
-		m.forget(k)
-		k.shutdown(ctx)
+		m.stopKernel(ctx, k)
 	}
 	if !already {
 		m.deleteWorkspace(c)
@@ -422,15 +421,11 @@ func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*Run
 		}
 	}
 	if k != nil {
+		// take moved the kernel (and its place under MaxKernels) from
+		// the pool to the manager's kernels.
 		c.ws = k.ws
 		fail := func(err error) (*Run, error) {
-			m.forget(k)
-			k.shutdown(context.Background())
-			c.ws.Delete()
-			return nil, err
-		}
-		if err := m.reserve(k); err != nil {
-			k.shutdown(context.Background())
+			m.stopKernel(context.Background(), k)
 			c.ws.Delete()
 			return nil, err
 		}
