@@ -14,7 +14,8 @@ import (
 
 // Of is s seconds as a Duration, with ok true when s is a number from 0
 // to max (NaN, infinities, negative numbers and numbers past max are
-// not).
+// not). A number above 0 stays above 0 (a nanosecond at least): 0 often
+// means "no limit".
 func Of(s float64, max time.Duration) (d time.Duration, ok bool) {
 	if math.IsNaN(s) || s < 0 || s > max.Seconds() {
 		return 0, false
@@ -22,6 +23,9 @@ func Of(s float64, max time.Duration) (d time.Duration, ok bool) {
 	ns := math.Round(s * float64(time.Second))
 	if ns >= float64(max) { // max.Seconds() rounded up
 		return max, true
+	}
+	if ns < 1 && s > 0 {
+		return 1, true
 	}
 	return time.Duration(ns), true
 }

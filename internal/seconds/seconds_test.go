@@ -15,6 +15,7 @@ func TestOf(t *testing.T) {
 	}{
 		{0, 0, true},
 		{0.05, 50 * time.Millisecond, true},
+		{1e-12, time.Nanosecond, true}, // not 0, "no limit"
 		{60, time.Minute, true},
 		{86400, max, true},
 		{86400.0000001, 0, false},
