@@ -187,6 +187,18 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--workspace-root: %w", err)
 		}
 		defer workspaces.Close()
+		// One gateway per root, as per state directory: another would
+		// read and delete this one's workspaces. The lock dies with the
+		// process, so a restart after a crash takes it again.
+		owner := "state in memory only"
+		if stateDir != "" {
+			owner = "state dir " + stateDir
+		}
+		lock, err := workspace.LockRoot(workspaces.Dir(), owner)
+		if err != nil {
+			return fmt.Errorf("--workspace-root: %w", err)
+		}
+		defer lock.Close()
 	}
 	maxFrame, err := sessions.ParseBytes(cfg.MaxKernelFrame)
 	if err != nil {

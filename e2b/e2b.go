@@ -42,6 +42,7 @@ import (
 	"sync"
 	"time"
 
+	"kernelgate/internal/seconds"
 	"kernelgate/internal/timefmt"
 	"kernelgate/sessions"
 	"kernelgate/state"
@@ -61,7 +62,8 @@ type Config struct {
 	// Describe gives an error's status and message.
 	Describe func(err error) (status int, message string)
 	// DefaultTimeout is a sandbox's life when create names none (E2B's
-	// default, 5 minutes); MaxTimeout bounds any (24 hours).
+	// default, 5 minutes); MaxTimeout bounds any (24 hours, E2B's longest):
+	// a longer one is refused, 400, as E2B refuses it.
 	DefaultTimeout, MaxTimeout time.Duration
 	// MaxBodyBytes bounds a request's JSON body; MaxUploadBytes a file
 	// written into a sandbox (0: no limit).
@@ -334,20 +336,37 @@ func nonNil(m map[string]string) map[string]string {
 	return m
 }
 
-// timeoutOf reads a timeout in seconds.
+// timeoutOf reads a timeout in seconds: absent or 0 is the default, one
+// past MaxTimeout is refused (as E2B refuses it: "Timeout cannot be
+// greater than 24 hours"). The number is bounded before it becomes a
+// duration: seconds past 292 years would wrap to an end in the past.
 func (h *Handler) timeoutOf(t *float64) (time.Duration, error) {
 	if t == nil {
 		return h.cfg.DefaultTimeout, nil
 	}
 	if *t < 0 {
-		return 0, fmt.Errorf("timeout is a number of seconds")
+		return 0, fmt.Errorf("timeout is a number of seconds from 0 to %s", seconds.Format(h.cfg.MaxTimeout))
 	}
-	d := time.Duration(*t * float64(time.Second))
+	d, ok := seconds.Of(*t, h.cfg.MaxTimeout)
+	if !ok {
+		return 0, fmt.Errorf("Timeout cannot be greater than %s", spell(h.cfg.MaxTimeout))
+	}
 	if d == 0 {
 		d = h.cfg.DefaultTimeout
 	}
-	return min(d, h.cfg.MaxTimeout), nil
+	return d, nil
 }
+
+// spell says a bound as E2B's messages do: "24 hours", else seconds.
+func spell(d time.Duration) string {
+	if d%time.Hour == 0 {
+		return fmt.Sprintf("%d hours", d/time.Hour)
+	}
+	return seconds.Format(d) + " seconds"
+}
+
+// maxRefresh bounds a refresh's duration (E2B's API: 0 to 3600 seconds).
+const maxRefresh = time.Hour
 
 func (h *Handler) createSandbox(w http.ResponseWriter, r *http.Request) {
 	var body createBody
@@ -527,10 +546,38 @@ func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// refresh keeps the sandbox alive for at least duration seconds more
+// (never shortening its timeout); without a duration it changes nothing.
 func (h *Handler) refresh(w http.ResponseWriter, r *http.Request) {
-	if h.sandbox(r.PathValue("id")) == nil {
+	sb := h.sandbox(r.PathValue("id"))
+	if sb == nil {
 		apiError(w, http.StatusNotFound, "sandbox "+r.PathValue("id")+" not found")
 		return
+	}
+	var body struct {
+		Duration *float64 `json:"duration"`
+	}
+	if err := h.decode(r, &body); err != nil {
+		apiError(w, http.StatusBadRequest, "body: "+err.Error())
+		return
+	}
+	if body.Duration == nil {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	life, ok := seconds.Of(*body.Duration, min(maxRefresh, h.cfg.MaxTimeout))
+	if !ok {
+		apiError(w, http.StatusBadRequest, "duration is a number of seconds from 0 to "+seconds.Format(min(maxRefresh, h.cfg.MaxTimeout)))
+		return
+	}
+	h.mu.Lock()
+	longer := time.Now().Add(life).After(sb.end)
+	if longer {
+		h.setLifeLocked(sb, life)
+	}
+	h.mu.Unlock()
+	if longer {
+		h.save(sb)
 	}
 	w.WriteHeader(http.StatusNoContent)
 }

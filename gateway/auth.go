@@ -175,6 +175,13 @@ func (ts *tokenStore) revoke(ctxID string) {
 	}
 }
 
+// revokeAll drops every context token.
+func (ts *tokenStore) revokeAll() {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	clear(ts.tokens)
+}
+
 // credential extracts the token a request carries: the Authorization
 // header ("token <t>" as Jupyter sends it, or "Bearer <t>"), or the token
 // query parameter where headers cannot be set (websocket upgrades from

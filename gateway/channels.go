@@ -31,7 +31,8 @@ func (s *Server) channels(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if p, _ := c.Get(principalKey).(principal); p.context != "" {
+	p, _ := c.Get(principalKey).(principal)
+	if p.context != "" {
 		ctx, err := s.mgr.Context(p.context)
 		if err != nil || ctx.KernelID() != k.ID() {
 			return newError(http.StatusForbidden, "FORBIDDEN", "this context token is for another kernel")
@@ -56,7 +57,7 @@ func (s *Server) channels(c echo.Context) error {
 		client.Close()
 		return nil // the upgrader answered the client
 	}
-	ws := &wsConn{s: s, conn: conn, client: client, proto: legacyProtocol,
+	ws := &wsConn{s: s, conn: conn, client: client, proto: legacyProtocol, tokenContext: p.context,
 		toClient:      s.metrics.wsMessages.WithLabelValues("to_client"),
 		toClientBytes: s.metrics.wsBytes.WithLabelValues("to_client"),
 		toKernel:      s.metrics.wsMessages.WithLabelValues("to_kernel"),
@@ -90,6 +91,9 @@ type wsConn struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	once   sync.Once
+	// tokenContext is the context of the context token that opened the
+	// websocket ("" for other credentials): revoking its tokens closes it.
+	tokenContext string
 
 	toClient, toClientBytes, toKernel, toKernelBytes prometheus.Counter
 }
@@ -103,6 +107,23 @@ func (ws *wsConn) finish() {
 		delete(ws.s.conns, ws)
 		ws.s.mu.Unlock()
 	})
+}
+
+// closeTokenSockets closes the websockets opened with a context token of
+// context id, or of any context when id is "".
+func (s *Server) closeTokenSockets(id string) {
+	var revoked []*wsConn
+	s.mu.Lock()
+	for ws := range s.conns {
+		if ws.tokenContext != "" && (id == "" || ws.tokenContext == id) {
+			revoked = append(revoked, ws)
+		}
+	}
+	s.mu.Unlock()
+	for _, ws := range revoked {
+		ws.closeWith(websocket.ClosePolicyViolation, "context token revoked")
+		ws.finish()
+	}
 }
 
 // closeGoingAway tells the client the gateway is going away.

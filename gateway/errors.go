@@ -166,7 +166,8 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 func (s *Server) routeSurface(route string) surface {
 	p := strings.TrimPrefix(route, strings.TrimSuffix(s.cfg.BaseURL, "/"))
 	switch {
-	case p == "/api/execute", p == "/api/contexts", strings.HasPrefix(p, "/api/contexts/"), p == "/api/runs", strings.HasPrefix(p, "/api/runs/"):
+	case p == "/api/execute", p == "/api/contexts", strings.HasPrefix(p, "/api/contexts/"), p == "/api/context-tokens",
+		p == "/api/runs", strings.HasPrefix(p, "/api/runs/"):
 		return apiSurface
 	case p == "/healthz", p == "/readyz", p == "/metrics", p == "/api/openapi.json":
 		return anySurface

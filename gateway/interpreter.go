@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"fmt"
-	"math"
 	"mime"
 	"net/http"
 	"strconv"
@@ -15,6 +14,7 @@ import (
 
 	"kernelgate/sessions"
 
+	"kernelgate/internal/seconds"
 	"kernelgate/internal/timefmt"
 )
 
@@ -92,11 +92,10 @@ func (s *Server) execute(c echo.Context) error {
 	}
 	var timeout time.Duration
 	if body.Timeout != nil {
-		t := *body.Timeout
-		if t < 0 || math.IsNaN(t) || t > 365*24*3600 {
-			return newError(http.StatusBadRequest, "BAD_REQUEST", "timeout is a number of seconds, 0 or more")
+		var ok bool
+		if timeout, ok = seconds.Of(*body.Timeout, sessions.MaxRunTimeout); !ok {
+			return newError(http.StatusBadRequest, "BAD_REQUEST", sessions.TimeoutRange)
 		}
-		timeout = time.Duration(t * float64(time.Second))
 	}
 	if body.Context != nil && *body.Context == "" {
 		return newError(http.StatusBadRequest, "BAD_REQUEST", `context "" names no context: omit context to run on the shared kernel`)
@@ -364,6 +363,31 @@ func (s *Server) restartContext(c echo.Context) error {
 	return c.JSON(http.StatusOK, ctx.Model())
 }
 
+// revokeContextTokens revokes every token minted for one context, kept
+// ones included: they fail from now on, also after a restart.
+func (s *Server) revokeContextTokens(c echo.Context) error {
+	id := c.Param("id")
+	if _, err := s.mgr.Context(id); err != nil {
+		return err
+	}
+	s.tokens.revoke(id)
+	s.closeTokenSockets(id)
+	if err := s.mgr.RevokeContextTokens(id); err != nil {
+		return err
+	}
+	s.log.Info("context tokens revoked", "context", id)
+	return c.NoContent(http.StatusNoContent)
+}
+
+// revokeAllContextTokens revokes every context token of every context.
+func (s *Server) revokeAllContextTokens(c echo.Context) error {
+	s.tokens.revokeAll()
+	s.closeTokenSockets("")
+	s.mgr.RevokeAllContextTokens()
+	s.log.Info("every context token revoked")
+	return c.NoContent(http.StatusNoContent)
+}
+
 // mintContextToken makes a token that can run code in one context.
 func (s *Server) mintContextToken(c echo.Context) error {
 	ctx, err := s.mgr.Context(c.Param("id"))
@@ -376,15 +400,15 @@ func (s *Server) mintContextToken(c echo.Context) error {
 	if err := s.decodeBody(c, &body); err != nil {
 		return err
 	}
-	ttl := time.Hour
+	ttl := min(time.Hour, s.cfg.MaxContextTokenTTL)
 	if body.TTL != nil {
-		if *body.TTL <= 0 || math.IsNaN(*body.TTL) {
-			return newError(http.StatusBadRequest, "BAD_REQUEST", "ttl is a number of seconds above 0")
+		// Bounded before it becomes a duration: a number of seconds past
+		// 292 years would wrap to a time in the past.
+		var ok bool
+		if ttl, ok = seconds.Of(*body.TTL, s.cfg.MaxContextTokenTTL); !ok || ttl <= 0 {
+			return newError(http.StatusBadRequest, "BAD_REQUEST",
+				fmt.Sprintf("ttl is a number of seconds above 0 and at most %s (%v)", seconds.Format(s.cfg.MaxContextTokenTTL), s.cfg.MaxContextTokenTTL))
 		}
-		ttl = time.Duration(*body.TTL * float64(time.Second))
-	}
-	if ttl > s.cfg.MaxContextTokenTTL {
-		return newError(http.StatusBadRequest, "BAD_REQUEST", fmt.Sprintf("ttl is at most %v", s.cfg.MaxContextTokenTTL))
 	}
 	tok, exp := s.tokens.mint(ctx.ID, ctx.Created(), ttl)
 	// Kept with the context (hashed): with a state store the token

@@ -101,7 +101,7 @@ func openAPISurface(path string) string {
 	switch {
 	case path == "/healthz" || path == "/readyz" || path == "/metrics" || path == "/api/openapi.json":
 		return "OpsError"
-	case path == "/api/execute" || path == "/api/languages" || strings.HasPrefix(path, "/api/contexts") || strings.HasPrefix(path, "/api/runs"):
+	case path == "/api/execute" || path == "/api/languages" || strings.HasPrefix(path, "/api/contexts") || path == "/api/context-tokens" || strings.HasPrefix(path, "/api/runs"):
 		return "ApiError"
 	}
 	return "JupyterError"
@@ -604,6 +604,9 @@ func TestOpenAPIOperations(t *testing.T) {
 			events: []string{"start", "clear_output", "stdout", "stderr", "result", "display_update", "error", "end"}},
 		{name: "run-events-sse", method: "GET", path: "/api/runs/{id}/events", params: r, query: "after=1", header: map[string]string{"Accept": "text/event-stream"}, want: 200, sse: true},
 		{name: "run-interrupt", method: "POST", path: "/api/runs/{id}/interrupt", params: r, want: 204},
+		{name: "context-tokens-revoke", method: "DELETE", path: "/api/contexts/{id}/tokens", params: c, want: 204},
+		{name: "context-tokens-revoke-missing", method: "DELETE", path: "/api/contexts/{id}/tokens", params: map[string]string{"id": "nope"}, want: 404},
+		{name: "context-tokens-revoke-all", method: "DELETE", path: "/api/context-tokens", want: 204},
 		{name: "languages", method: "GET", path: "/api/languages", want: 200},
 		{name: "files", method: "GET", path: "/api/contexts/{id}/files", params: c, query: "recursive=true", want: 200},
 		{name: "file", method: "GET", path: "/api/contexts/{id}/files/{file}", params: cf, want: 200},

@@ -253,6 +253,8 @@ func (s *Server) routes() {
 	ci.POST("/api/contexts/:id/interrupt", s.interruptContext, ctxExec)
 	ci.POST("/api/contexts/:id/restart", s.restartContext, ctxExec)
 	ci.POST("/api/contexts/:id/tokens", s.mintContextToken, exec)
+	ci.DELETE("/api/contexts/:id/tokens", s.revokeContextTokens, exec)
+	ci.DELETE("/api/context-tokens", s.revokeAllContextTokens, exec)
 	ci.GET("/api/runs/:id", s.getRun, ctxRead)
 	ci.GET("/api/runs/:id/events", s.runEvents, ctxRead)
 	ci.POST("/api/runs/:id/interrupt", s.interruptRun, ctxExec)

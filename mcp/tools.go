@@ -11,6 +11,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"kernelgate/internal/seconds"
 	"kernelgate/sessions"
 )
 
@@ -35,7 +36,7 @@ timeout is in seconds (0 or absent: none). When it runs out the kernel is interr
 "code":{"type":"string","description":"The code to run."},
 "language":{"type":"string","enum":["python","javascript","typescript"],"description":"The language; python when omitted. With context, it must be the context's language."},
 "context":{"type":"string","description":"The id of a context from create_context or list_contexts. Omitted: the shared kernel of the language."},
-"timeout":{"type":"number","minimum":0,"description":"Seconds before the run is interrupted; 0 or absent: no limit."}},
+"timeout":{"type":"number","minimum":0,"maximum":31536000,"description":"Seconds before the run is interrupted; 0 or absent: no limit; at most 31536000 (365 days)."}},
 "required":["code"],"additionalProperties":false}`),
 		Annotations: &sdk.ToolAnnotations{Title: "Run code", DestructiveHint: boolPtr(true), OpenWorldHint: boolPtr(true)},
 	}, h.runCode)
@@ -110,10 +111,10 @@ func (h *Handler) runCode(ctx context.Context, req *sdk.CallToolRequest) (*sdk.C
 	}
 	var timeout time.Duration
 	if args.Timeout != nil {
-		if *args.Timeout < 0 || *args.Timeout > 365*24*3600 {
-			return h.toolError(&badArgs{"timeout is a number of seconds, 0 or more"}), nil
+		var ok bool
+		if timeout, ok = seconds.Of(*args.Timeout, sessions.MaxRunTimeout); !ok {
+			return h.toolError(&badArgs{sessions.TimeoutRange}), nil
 		}
-		timeout = time.Duration(*args.Timeout * float64(time.Second))
 	}
 	run, err := h.mgr.Execute(ctx, sessions.ExecuteRequest{
 		Code: *args.Code, Language: args.Language, Context: args.Context, Timeout: timeout,

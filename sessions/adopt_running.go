@@ -20,7 +20,7 @@ func (m *Manager) AdoptRunning(ctx context.Context, id, specName string, env map
 	if err != nil {
 		return nil, err
 	}
-	if err := m.reserve(k); err != nil {
+	if err := m.reserve(ctx, k); err != nil {
 		return nil, err
 	}
 	k.life.Lock()

@@ -273,10 +273,12 @@ func (c *Context) runQueue(justOne bool) {
 		c.running = nil
 		c.mu.Unlock()
 		if c.Isolated {
+			// The kernel's place under MaxKernels is free once its
+			// process is gone: the pool refills after.
+			c.m.deleteContext(context.Background(), c, false)
 			if c.pool != nil {
 				c.pool.refill()
 			}
-			c.m.deleteContext(context.Background(), c, false)
 		}
 	}
 }

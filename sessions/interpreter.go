@@ -247,8 +247,7 @@ func (m *Manager) deleteContext(ctx context.Context, c *Context, stopping bool) 
 		running.lose(during)
 	}
 	if k != nil {
-		m.forget(k)
-		k.shutdown(ctx)
+		m.stopKernel(ctx, k)
 	}
 	if !already {
 		m.deleteWorkspace(c)
@@ -281,7 +280,7 @@ type ExecuteRequest struct {
 	Isolated bool
 	Cwd      string
 	Env      map[string]string // nil: not given
-	Timeout  time.Duration     // 0: no limit
+	Timeout  time.Duration     // 0: no limit; at most MaxRunTimeout
 	Stdin    bool
 	// Wait says the caller waits for the run's end (a POST /api/execute
 	// that is not streamed). On an idle context the run then runs on the
@@ -307,8 +306,8 @@ func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*Run, error)
 	if err := checkEnv(req.Env); err != nil {
 		return nil, err
 	}
-	if req.Timeout < 0 {
-		return nil, errorf(ErrBadRequest, "timeout must be 0 (none) or a number of seconds")
+	if req.Timeout < 0 || req.Timeout > MaxRunTimeout {
+		return nil, errorf(ErrBadRequest, "%s", TimeoutRange)
 	}
 	var c *Context
 	var err error
@@ -422,15 +421,11 @@ func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*Run
 		}
 	}
 	if k != nil {
+		// take moved the kernel (and its place under MaxKernels) from
+		// the pool to the manager's kernels.
 		c.ws = k.ws
 		fail := func(err error) (*Run, error) {
-			m.forget(k)
-			k.shutdown(context.Background())
-			c.ws.Delete()
-			return nil, err
-		}
-		if err := m.reserve(k); err != nil {
-			k.shutdown(context.Background())
+			m.stopKernel(context.Background(), k)
 			c.ws.Delete()
 			return nil, err
 		}

@@ -5,10 +5,18 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
 )
+
+// MaxRunTimeout bounds a run's timeout (a year: longer is no limit in
+// practice, and 0 already says that).
+const MaxRunTimeout = 365 * 24 * time.Hour
+
+// TimeoutRange says which run timeouts are accepted, for messages.
+const TimeoutRange = "timeout is a number of seconds from 0 (no limit) to 31536000 (365 days)"
 
 // ParseBytes reads a size: a number of bytes, or one with a unit (KiB,
 // MiB, GiB, TiB, or KB, MB, GB, TB in powers of 1000).

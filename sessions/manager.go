@@ -24,7 +24,8 @@ import (
 type Config struct {
 	// DefaultKernel is the kernelspec used when a request names none.
 	DefaultKernel string
-	// MaxKernels bounds the kernels alive or starting at once (0: no bound).
+	// MaxKernels bounds the kernel processes at once: starting, running,
+	// pooled or being stopped (0: no bound). See slots.go.
 	MaxKernels int
 	// StartTimeout bounds a kernel start.
 	StartTimeout time.Duration
@@ -239,7 +240,13 @@ type Manager struct {
 	runOrder []*Run // recorded runs, oldest first
 	runBytes int64  // memory of the finished runs in runs
 	pools    map[string]*pool
-	closed   bool
+	// pooled counts the warm pools' kernels (starting or ready), stopping
+	// the kernels forgotten whose processes are still being stopped: with
+	// the kernels, all count toward MaxKernels. room is closed (and
+	// replaced) whenever a place is freed.
+	pooled, stopping int
+	room             chan struct{}
+	closed           bool
 	// langVersions: the language version kernels of a spec reported.
 	langVersions map[string]string
 
@@ -264,6 +271,7 @@ func New(cfg Config, specs *kernelspecs.Catalog, prov jupyter.Provisioner, log *
 		contexts: make(map[string]*Context),
 		runs:     make(map[string]*Run),
 		pools:    make(map[string]*pool),
+		room:     make(chan struct{}),
 
 		langVersions: make(map[string]string),
 	}
@@ -365,32 +373,6 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// reserve adds k to the kernels if the limit allows, counting kernels
-// that are still starting.
-func (m *Manager) reserve(k *Kernel) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return ErrShuttingDown
-	}
-	if _, taken := m.kernels[k.id]; taken {
-		return errorf(ErrConflict, "kernel id %s is in use", k.id)
-	}
-	if m.cfg.MaxKernels > 0 && len(m.kernels) >= m.cfg.MaxKernels {
-		return errorf(ErrTooManyKernels, "the limit of %d kernels is reached; shut one down or try later", m.cfg.MaxKernels)
-	}
-	m.kernels[k.id] = k
-	return nil
-}
-
-func (m *Manager) forget(k *Kernel) {
-	m.mu.Lock()
-	if m.kernels[k.id] == k {
-		delete(m.kernels, k.id)
-	}
-	m.mu.Unlock()
-}
-
 // StartKernel starts a kernel and returns once it is ready.
 func (m *Manager) StartKernel(ctx context.Context, o StartOptions) (*Kernel, error) {
 	spec, err := m.Spec(o.Name)
@@ -420,15 +402,14 @@ func (m *Manager) startKernel(ctx context.Context, id string, spec *kernelspecs.
 	if err != nil {
 		return nil, err
 	}
-	if err := m.reserve(k); err != nil {
+	if err := m.reserve(ctx, k); err != nil {
 		return nil, err
 	}
 	k.life.Lock()
 	err = k.launch(ctx)
 	k.life.Unlock()
 	if err != nil {
-		m.forget(k)
-		k.shutdown(context.Background())
+		m.stopKernel(context.Background(), k)
 		return nil, err
 	}
 	m.log.Info("kernel started", "kernel", id, "spec", spec.Name, "took", time.Since(k.created).Round(time.Millisecond))
@@ -464,8 +445,7 @@ func (m *Manager) ShutdownKernel(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	m.forget(k)
-	k.shutdown(ctx)
+	m.stopKernel(ctx, k)
 	m.log.Info("kernel shut down", "kernel", id)
 	return nil
 }

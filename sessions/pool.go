@@ -10,7 +10,9 @@ import (
 
 // pool keeps kernels of one kernelspec started and ready for isolated
 // runs. A kernel leaves the pool for one run and is never given back; the
-// pool refills in the background.
+// pool refills in the background, within the places MaxKernels leaves
+// free (see slots.go): a user's kernel that needs the place of a pooled
+// one has it stopped.
 type pool struct {
 	m    *Manager
 	spec *kernelspecs.Spec
@@ -19,8 +21,15 @@ type pool struct {
 	mu       sync.Mutex
 	ready    []*Kernel
 	starting int
+	starts   []*poolStart // the starts in flight
 	hits     int
 	misses   int
+}
+
+// poolStart is a pool kernel being started.
+type poolStart struct {
+	cancel  context.CancelFunc
+	evicted bool // stopped to make room: its place is already a stopping one
 }
 
 // refillDelay is how long the pool waits after handing out a kernel
@@ -30,19 +39,18 @@ type pool struct {
 // pool is serving.
 const refillDelay = time.Second
 
-// take returns a ready kernel, or nil. After a miss the pool refills at
-// once; after a hit, when the run ends or refillDelay has passed.
+// take returns a ready kernel, moved with its place under MaxKernels to
+// the manager's kernels, or nil. After a miss the pool refills at once;
+// after a hit, when the run ends or refillDelay has passed.
 func (p *pool) take() *Kernel {
 	p.mu.Lock()
 	var k *Kernel
+	var dead []*Kernel
 	for len(p.ready) > 0 && k == nil {
 		k = p.ready[0]
 		p.ready = p.ready[1:]
-		if !k.Running() { // died while it waited
-			go func(k *Kernel) {
-				k.shutdown(context.Background())
-				k.ws.Delete()
-			}(k)
+		if !k.Running() || !p.m.adoptPooled(k) { // died while it waited, or the manager closes
+			dead = append(dead, k)
 			k = nil
 		}
 	}
@@ -52,6 +60,9 @@ func (p *pool) take() *Kernel {
 		p.misses++
 	}
 	p.mu.Unlock()
+	for _, d := range dead {
+		p.discard(d)
+	}
 	p.m.cfg.Observer.PoolTaken(p.spec.Name, k != nil)
 	if k == nil {
 		p.refill()
@@ -61,7 +72,18 @@ func (p *pool) take() *Kernel {
 	return k
 }
 
-// refill starts kernels until the pool is full.
+// discard stops a kernel taken out of the pool; its place is free once
+// its process is gone.
+func (p *pool) discard(k *Kernel) {
+	p.m.pooledStopping()
+	p.m.goroutine(func() {
+		k.shutdown(context.Background())
+		k.ws.Delete()
+		p.m.stopped()
+	})
+}
+
+// refill starts kernels until the pool is full, or no place is free.
 func (p *pool) refill() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -71,12 +93,51 @@ func (p *pool) refill() {
 			return
 		default:
 		}
+		if !p.m.claimPooled() {
+			return
+		}
+		// A start still going when the manager closes, or evicted to
+		// make room, is abandoned.
+		ctx, cancel := context.WithCancel(context.Background())
+		st := &poolStart{cancel: cancel}
 		p.starting++
-		p.m.goroutine(p.startOne)
+		p.starts = append(p.starts, st)
+		p.m.goroutine(func() { p.startOne(ctx, st) })
 	}
 }
 
-func (p *pool) startOne() {
+// evict stops a ready kernel (ready) or a start in flight (!ready) of the
+// pool to make room for a user's kernel; false when there is none.
+func (p *pool) evict(ready bool) bool {
+	p.mu.Lock()
+	if ready {
+		n := len(p.ready)
+		if n == 0 {
+			p.mu.Unlock()
+			return false
+		}
+		k := p.ready[n-1]
+		p.ready = p.ready[:n-1]
+		p.mu.Unlock()
+		p.m.log.Info("warm pool: a ready kernel stopped to make room under --max-kernels", "spec", p.spec.Name)
+		p.discard(k)
+		return true
+	}
+	defer p.mu.Unlock()
+	for _, st := range p.starts {
+		if !st.evicted {
+			st.evicted = true
+			p.m.pooledStopping()
+			st.cancel()
+			p.m.log.Info("warm pool: a starting kernel stopped to make room under --max-kernels", "spec", p.spec.Name)
+			return true
+		}
+	}
+	return false
+}
+
+func (p *pool) startOne(ctx context.Context, st *poolStart) {
+	defer st.cancel()
 	id := newID()
 	ws, err := p.m.newWorkspace(runWorkspace(id), p.spec)
 	var k *Kernel
@@ -85,45 +146,50 @@ func (p *pool) startOne() {
 			ws.Delete()
 		}
 	}
-	if err != nil {
-		p.mu.Lock()
-		p.starting--
-		p.mu.Unlock()
-		p.m.log.Warn("warm pool: kernel not started", "spec", p.spec.Name, "err", err)
-		return
+	if err == nil {
+		go func() { // ends with st.cancel at the latest
+			select {
+			case <-p.m.closing:
+				st.cancel()
+			case <-ctx.Done():
+			}
+		}()
+		k.life.Lock()
+		err = k.launch(ctx)
+		k.life.Unlock()
 	}
-	// A start still going when the manager closes is abandoned.
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { // ends with cancel below at the latest
-		select {
-		case <-p.m.closing:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	k.life.Lock()
-	err = k.launch(ctx)
-	k.life.Unlock()
-	cancel()
 	p.mu.Lock()
 	p.starting--
+	for i, s := range p.starts {
+		if s == st {
+			p.starts = append(p.starts[:i], p.starts[i+1:]...)
+			break
+		}
+	}
+	evicted := st.evicted
 	closed := false
 	select {
 	case <-p.m.closing:
 		closed = true
 	default:
 	}
-	if err == nil && !closed {
+	if err == nil && !closed && !evicted {
 		p.ready = append(p.ready, k)
 		p.mu.Unlock()
 		return
 	}
+	if !evicted {
+		p.m.pooledStopping()
+	}
 	p.mu.Unlock()
-	if err != nil && !closed {
+	if err != nil && !closed && !evicted {
 		p.m.log.Warn("warm pool: kernel failed to start", "spec", p.spec.Name, "err", err)
 	}
-	k.shutdown(context.Background())
-	ws.Delete()
+	if k != nil {
+		k.shutdown(context.Background())
+		ws.Delete()
+	}
+	p.m.stopped()
 }
 
 // PoolStats says how the pool of a kernelspec is doing.
@@ -149,11 +215,13 @@ func (p *pool) drain(ctx context.Context) {
 	p.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, k := range ready {
+		p.m.pooledStopping()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			k.shutdown(ctx)
 			k.ws.Delete()
+			p.m.stopped()
 		}()
 	}
 	wg.Wait()

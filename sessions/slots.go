@@ -1,0 +1,139 @@
+package sessions
+
+import "context"
+
+// Places under MaxKernels. Every kernel process counts while it may run:
+// the manager's kernels (starting, running, dead but listed), the warm
+// pools' kernels (starting or ready), and the kernels forgotten whose
+// processes are still being stopped. A user's kernel wins over the pool:
+// when the pool holds the place it needs, a pooled kernel is stopped to
+// make room, rather than the user getting ErrTooManyKernels while a pool
+// kernel idles.
+
+// usedLocked is the number of places taken; m.mu is held.
+func (m *Manager) usedLocked() int { return len(m.kernels) + m.pooled + m.stopping }
+
+// freedLocked wakes the waiters for a place; m.mu is held.
+func (m *Manager) freedLocked() {
+	close(m.room)
+	m.room = make(chan struct{})
+}
+
+// reserve adds k to the kernels if the limit allows. When it does not, a
+// pooled kernel is stopped to make room, and reserve waits (up to ctx)
+// for its process, or for a kernel already being stopped, to be gone.
+func (m *Manager) reserve(ctx context.Context, k *Kernel) error {
+	for {
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			return ErrShuttingDown
+		}
+		if _, taken := m.kernels[k.id]; taken {
+			m.mu.Unlock()
+			return errorf(ErrConflict, "kernel id %s is in use", k.id)
+		}
+		if m.cfg.MaxKernels <= 0 || m.usedLocked() < m.cfg.MaxKernels {
+			m.kernels[k.id] = k
+			m.mu.Unlock()
+			return nil
+		}
+		stopping, room := m.stopping, m.room
+		m.mu.Unlock()
+		if !m.evictPooled() && stopping == 0 {
+			return errorf(ErrTooManyKernels, "the limit of %d kernels is reached; shut one down or try later", m.cfg.MaxKernels)
+		}
+		select {
+		case <-room:
+		case <-ctx.Done():
+			return errorf(ErrTooManyKernels, "the limit of %d kernels is reached and no place was freed in time; shut one down or try later", m.cfg.MaxKernels)
+		}
+	}
+}
+
+// forget removes k from the kernels; its place is free at once (k has no
+// process: use stopKernel for one that has).
+func (m *Manager) forget(k *Kernel) {
+	m.mu.Lock()
+	if m.kernels[k.id] == k {
+		delete(m.kernels, k.id)
+		m.freedLocked()
+	}
+	m.mu.Unlock()
+}
+
+// stopKernel removes k from the kernels and shuts it down; its place is
+// free once its process is gone, not before.
+func (m *Manager) stopKernel(ctx context.Context, k *Kernel) {
+	m.mu.Lock()
+	mine := m.kernels[k.id] == k
+	if mine {
+		delete(m.kernels, k.id)
+		m.stopping++
+	}
+	m.mu.Unlock()
+	k.shutdown(ctx)
+	if mine {
+		m.stopped()
+	}
+}
+
+// stopped frees the place of a kernel whose process is gone.
+func (m *Manager) stopped() {
+	m.mu.Lock()
+	m.stopping--
+	m.freedLocked()
+	m.mu.Unlock()
+}
+
+// claimPooled takes a place for a pool kernel about to start, if one is
+// free: the pool never takes the last places from users, it only fills
+// what is free.
+func (m *Manager) claimPooled() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed || m.cfg.MaxKernels > 0 && m.usedLocked() >= m.cfg.MaxKernels {
+		return false
+	}
+	m.pooled++
+	return true
+}
+
+// adoptPooled moves a ready pool kernel, with its place, to the kernels.
+func (m *Manager) adoptPooled(k *Kernel) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return false
+	}
+	m.pooled--
+	m.kernels[k.id] = k
+	return true
+}
+
+// pooledStopping marks a pool kernel's place as one being stopped.
+func (m *Manager) pooledStopping() {
+	m.mu.Lock()
+	m.pooled--
+	m.stopping++
+	m.mu.Unlock()
+}
+
+// evictPooled stops one pooled kernel (a ready one first, else one still
+// starting) to make room for a user's; false when the pools hold none.
+func (m *Manager) evictPooled() bool {
+	m.mu.Lock()
+	ps := make([]*pool, 0, len(m.pools))
+	for _, p := range m.pools {
+		ps = append(ps, p)
+	}
+	m.mu.Unlock()
+	for _, ready := range []bool{true, false} {
+		for _, p := range ps {
+			if p.evict(ready) {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,23 @@
+//go:build windows
+
+package workspace
+
+import (
+	"errors"
+	"os"
+
+	"golang.org/x/sys/windows"
+)
+
+// tryLock takes an exclusive lock on f's last byte range without
+// waiting; held reports that another handle holds it. The lock ends when
+// f is closed or the process ends.
+func tryLock(f *os.File) (held bool, err error) {
+	const all = ^uint32(0)
+	ol := &windows.Overlapped{Offset: all, OffsetHigh: all}
+	err = windows.LockFileEx(windows.Handle(f.Fd()), windows.LOCKFILE_EXCLUSIVE_LOCK|windows.LOCKFILE_FAIL_IMMEDIATELY, 0, 1, 0, ol)
+	if errors.Is(err, windows.ERROR_LOCK_VIOLATION) || errors.Is(err, windows.ERROR_IO_PENDING) {
+		return true, nil
+	}
+	return false, err
+}
