@@ -70,6 +70,10 @@ func rpcEntry(e workspace.Entry) envdEntry {
 		typ, mode, perm = "FILE_TYPE_DIRECTORY", 0o755, "drwxr-xr-x"
 	case "symlink":
 		typ, mode, perm = "FILE_TYPE_SYMLINK", 0o777, "lrwxrwxrwx"
+	case "fifo", "socket", "device", "other":
+		// Not a file the sandbox's file API reads: envd's protocol has no
+		// type for it, and the SDK leaves an unspecified type undefined.
+		typ, perm = "FILE_TYPE_UNSPECIFIED", specialPerm[e.Type]
 	}
 	name := e.Name
 	if e.Path == "" {
@@ -78,6 +82,10 @@ func rpcEntry(e workspace.Entry) envdEntry {
 	return envdEntry{Name: name, Type: typ, Path: absPath(e.Path), Size: strconv.FormatInt(e.Size, 10), Mode: mode,
 		Permissions: perm, Owner: "user", Group: "user", ModifiedTime: timefmt.Format(e.Modified)}
 }
+
+// specialPerm is the permission string `ls -l` would show for a special
+// file's type.
+var specialPerm = map[string]string{"fifo": "prw-r--r--", "socket": "srw-r--r--", "device": "crw-r--r--", "other": "?rw-r--r--"}
 
 // envdError writes an error of envd's HTTP API.
 func (h *Handler) envdError(w http.ResponseWriter, err error) {

@@ -37,7 +37,7 @@ path is relative to the workspace ("data/input.csv"); absolute paths and ".." ar
 	srv.AddTool(&sdk.Tool{
 		Name:        "list_files",
 		Title:       "List files",
-		Description: `List a folder of a context's workspace (the workspace itself when path is omitted): name, path, type (file, dir or symlink), size and modification time of each entry.`,
+		Description: `List a folder of a context's workspace (the workspace itself when path is omitted): name, path, type (file, dir, symlink, fifo, socket, device or other; only files can be read), size and modification time of each entry.`,
 		InputSchema: schema(`{"type":"object","properties":{
 "context":{"type":"string","description":"The context's id."},
 "path":{"type":"string","description":"A folder relative to the workspace; omitted: the workspace."}},

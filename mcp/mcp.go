@@ -44,7 +44,7 @@ var ErrForbidden = errors.New("mcp: forbidden")
 type FileInfo struct {
 	Name     string    `json:"name"`
 	Path     string    `json:"path"`
-	Type     string    `json:"type"` // file, dir or symlink
+	Type     string    `json:"type"` // file, dir, symlink, fifo, socket, device or other
 	Size     int64     `json:"size"`
 	Modified time.Time `json:"modified"`
 }
