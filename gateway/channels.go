@@ -148,6 +148,9 @@ func (ws *wsConn) readPump() {
 		}
 		ch, ok := sessions.ParseChannel(chName)
 		if !ok {
+			if len(chName) > 32 { // the client's string: a bounded part of it
+				chName = chName[:32] + "…"
+			}
 			ws.s.log.Warn("a websocket message for an unknown channel was dropped", "kernel", ws.client.Kernel().ID(), "channel", chName)
 			continue
 		}
@@ -156,6 +159,12 @@ func (ws *wsConn) readPump() {
 		if err := ws.client.Send(ws.ctx, ch, m); err != nil {
 			if errors.Is(err, sessions.ErrKernelGone) || errors.Is(err, sessions.ErrClientClosed) || ws.ctx.Err() != nil {
 				return
+			}
+			if errors.Is(err, sessions.ErrConflict) {
+				// A msg_id already awaiting its reply: an answer with that
+				// parent would end the first request for the client.
+				ws.s.log.Warn("a websocket request was not forwarded to the kernel", "kernel", ws.client.Kernel().ID(), "channel", ch.String(), "err", err)
+				continue
 			}
 			ws.refuse(chName, m.RawHeader, err)
 		}

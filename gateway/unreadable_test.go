@@ -166,3 +166,31 @@ func TestWebsocketUnreadableMessageIsAnswered(t *testing.T) {
 		t.Error("the log holds a message's content")
 	}
 }
+
+// A request sent again with the msg_id of one still running is not
+// forwarded, and not answered either: an answer with that parent would end
+// the running request for the client.
+func TestWebsocketRepeatedMsgIDIsNotAnswered(t *testing.T) {
+	var logs lockedBuffer
+	g := newGateway(t, b4Logs(&logs))
+	k := g.startKernel("python3")
+	c := g.mustDial(k.ID, false)
+	run := uuid.NewString()
+	header := gatewayClientHeader(run, jupyter.ExecuteRequest)
+	content := `{"code":"import time; time.sleep(1); 6*7","silent":false,"store_history":true,"user_expressions":{},"allow_stdin":false}`
+	c.sendRaw("shell", header, content)
+	c.sendRaw("shell", header, content)
+	msgs := c.untilDone(30*time.Second, run)
+	var replies []string
+	for _, m := range msgs {
+		if m.Header.MsgType == jupyter.ExecuteReply {
+			replies = append(replies, string(m.Content))
+		}
+	}
+	if len(replies) != 1 || !strings.Contains(replies[0], `"status": "ok"`) || resultText(t, msgs) != "42" {
+		t.Fatalf("the running request's messages: %s; replies %q", summary(msgs), replies)
+	}
+	if !strings.Contains(logs.String(), "already awaiting a reply") {
+		t.Errorf("the repeated request was not logged:\n%s", logs.String())
+	}
+}

@@ -132,6 +132,9 @@ func (c *Client) Send(ctx context.Context, ch Channel, m *Message) error {
 		if held {
 			c.k.unholdIdle(m.Header.MsgID)
 		}
+		if errors.Is(err, jupyter.ErrDuplicateRequest) {
+			return errorf(ErrConflict, "%v", err)
+		}
 		return err
 	}
 	c.mu.Lock()
