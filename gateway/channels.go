@@ -141,9 +141,12 @@ func (ws *wsConn) readPump() {
 		if err != nil {
 			// A frame that could not be read at all is answered on shell,
 			// the channel of a legacy message that names none.
-			bad := &unreadableError{channel: "shell", err: err}
-			errors.As(err, &bad)
-			ws.refuse(bad.channel, bad.header, err)
+			chName, header := "shell", []byte(nil)
+			var bad *unreadableError
+			if errors.As(err, &bad) {
+				chName, header = bad.channel, bad.header
+			}
+			ws.refuse(chName, header, err)
 			continue
 		}
 		ch, ok := sessions.ParseChannel(chName)
