@@ -244,33 +244,20 @@ func TestClassicNotebookThroughGateway(t *testing.T) {
 
 // Deno publishes some results after its idle status; through Jupyter
 // Server's GatewayClient (how JupyterLab runs against a gateway),
-// @jupyterlab/services still gets every result within its request.
+// @jupyterlab/services still gets every result within its request. The
+// Jupyter Server runs with deploy/jupyter-server/jupyter_server_config.py,
+// as README advises: without it, it loses a kernel's first message now
+// and then (TestGatewayClientFirstMessage).
 func TestDenoResultsThroughJupyterServerGateway(t *testing.T) {
 	if _, err := exec.Command("/usr/bin/python3", "-c", "import jupyter_server").CombinedOutput(); err != nil {
 		t.Fatal("Jupyter Server is missing: run `make test-deps` (Debian package python3-jupyter-server)")
 	}
 	bin := buildBinary(t)
 	gw := startGateway(t, bin, "--token", "gw-token")
-	port := freePort(t)
-	cmd := exec.Command("/usr/bin/python3", "-m", "jupyter_server", "--allow-root", "--no-browser",
-		"--ip=127.0.0.1", fmt.Sprintf("--port=%d", port), "--ServerApp.token=js-token", "--ServerApp.root_dir="+t.TempDir(),
-		"--gateway-url="+strings.TrimSuffix(gw.url, "/"), "--GatewayClient.auth_token=gw-token")
-	cmd.Env = append(os.Environ(), "JUPYTER_CONFIG_DIR="+t.TempDir(), "JUPYTER_DATA_DIR="+t.TempDir(), "JUPYTER_RUNTIME_DIR="+t.TempDir())
-	logs := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		cmd.Wait()
-	}()
-	url := fmt.Sprintf("http://127.0.0.1:%d/", port)
-	waitHTTP(t, url+"api", 60*time.Second)
-	node(t, "gateway-deno.mjs", "SERVER_URL="+url, "SERVER_TOKEN=js-token")
+	js := startJupyterServer(t, gw.url, "gw-token", workaroundConfig(t))
+	node(t, "gateway-deno.mjs", "SERVER_URL="+js.url, "SERVER_TOKEN="+js.token)
 	if t.Failed() {
-		t.Logf("Jupyter Server:\n%s", logs.String())
+		t.Logf("Jupyter Server:\n%s", js.logs.String())
 	}
 }
 

@@ -160,12 +160,22 @@ func (ws *wsConn) readPump() {
 			chName, m, err = decodeLegacyBinary(data)
 		}
 		if err != nil {
-			ws.s.log.Debug("dropped a malformed websocket message", "err", err)
+			// A frame that could not be read at all is answered on shell,
+			// the channel of a legacy message that names none.
+			chName, header := "shell", []byte(nil)
+			var bad *unreadableError
+			if errors.As(err, &bad) {
+				chName, header = bad.channel, bad.header
+			}
+			ws.refuse(chName, header, err)
 			continue
 		}
 		ch, ok := sessions.ParseChannel(chName)
 		if !ok {
-			ws.s.log.Debug("dropped a websocket message for an unknown channel", "channel", chName)
+			if len(chName) > 32 { // the client's string: a bounded part of it
+				chName = chName[:32] + "…"
+			}
+			ws.s.log.Warn("a websocket message for an unknown channel was dropped", "kernel", ws.client.Kernel().ID(), "channel", chName)
 			continue
 		}
 		ws.toKernel.Inc()
@@ -174,9 +184,27 @@ func (ws *wsConn) readPump() {
 			if errors.Is(err, sessions.ErrKernelGone) || errors.Is(err, sessions.ErrClientClosed) || ws.ctx.Err() != nil {
 				return
 			}
-			ws.s.log.Debug("message not forwarded to the kernel", "err", err)
+			if errors.Is(err, sessions.ErrConflict) {
+				// A msg_id already awaiting its reply: an answer with that
+				// parent would end the first request for the client.
+				ws.s.log.Warn("a websocket request was not forwarded to the kernel", "kernel", ws.client.Kernel().ID(), "channel", ch.String(), "err", err)
+				continue
+			}
+			ws.refuse(chName, m.RawHeader, err)
 		}
 	}
+}
+
+// refuse logs a client message that cannot go to the kernel and answers
+// it to the client with an error on its channel (on shell when the
+// channel is unknown), never in silence.
+func (ws *wsConn) refuse(chName string, header []byte, err error) {
+	ch, ok := sessions.ParseChannel(chName)
+	if !ok {
+		ch = sessions.Shell
+	}
+	ws.s.log.Warn("a websocket message could not be forwarded to the kernel", "kernel", ws.client.Kernel().ID(), "channel", ch.String(), "err", err)
+	ws.client.Refuse(ch, header, err.Error())
 }
 
 func (ws *wsConn) writePump() {

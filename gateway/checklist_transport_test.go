@@ -165,7 +165,8 @@ func TestB4_17_LargeFrame(t *testing.T) {
 // forwarded; connection policy documented".
 //
 // Policy: malformed frames and frames for any channel but shell, control
-// and stdin are dropped (logged at debug) and the connection stays open.
+// and stdin are not forwarded (logged, and answered with an error to the
+// sender when the channel exists) and the connection stays open.
 // There is no msg_type allow-list: a client with the exec scope may send
 // any request on shell or control. header.session is the client's and is
 // forwarded as is; replies are routed by msg_id to the connection that sent

@@ -28,6 +28,17 @@ const (
 
 var errFrame = errors.New("malformed websocket frame")
 
+// unreadableError is a message whose frame was read but whose parts were
+// not: its channel and raw header let the gateway answer it.
+type unreadableError struct {
+	channel string
+	header  []byte
+	err     error
+}
+
+func (e *unreadableError) Error() string { return e.err.Error() }
+func (e *unreadableError) Unwrap() error { return e.err }
+
 // writeV1 writes the v1 frame of (ch, m) to w without copying the parts.
 func writeV1(w io.Writer, ch string, m *sessions.Message) error {
 	parts := make([][]byte, 0, 5+len(m.Buffers))
@@ -81,7 +92,7 @@ func decodeV1(b []byte) (string, *sessions.Message, error) {
 	}
 	m, err := sessions.ParseMessage(part(1), part(2), part(3), part(4), bufs)
 	if err != nil {
-		return "", nil, err
+		return "", nil, &unreadableError{channel: string(part(0)), header: part(1), err: err}
 	}
 	return string(part(0)), m, nil
 }
@@ -182,12 +193,12 @@ func scanLegacy(b []byte) (env legacyEnvelope, ok bool) {
 
 // legacyMessage is the message of an envelope; a missing channel is shell.
 func legacyMessage(env legacyEnvelope, bufs [][]byte) (string, *sessions.Message, error) {
-	m, err := sessions.ParseMessage(env.Header, env.ParentHeader, env.Metadata, env.Content, bufs)
-	if err != nil {
-		return "", nil, err
-	}
 	if env.Channel == "" {
 		env.Channel = "shell"
+	}
+	m, err := sessions.ParseMessage(env.Header, env.ParentHeader, env.Metadata, env.Content, bufs)
+	if err != nil {
+		return "", nil, &unreadableError{channel: env.Channel, header: env.Header, err: err}
 	}
 	return env.Channel, m, nil
 }

@@ -76,6 +76,14 @@ const (
 // IsRequest reports whether t is a request that the kernel answers with a reply.
 func (t MsgType) IsRequest() bool { return strings.HasSuffix(string(t), "_request") }
 
+// Reply is the type of the reply to request type t ("" when t is no request).
+func (t MsgType) Reply() MsgType {
+	if !t.IsRequest() {
+		return ""
+	}
+	return MsgType(strings.TrimSuffix(string(t), "_request") + "_reply")
+}
+
 // IsReply reports whether t is a reply to a request.
 func (t MsgType) IsReply() bool { return strings.HasSuffix(string(t), "_reply") }
 
@@ -208,13 +216,56 @@ func ParseParts(header, parent, metadata, content []byte, buffers [][]byte) (*Me
 	return m, nil
 }
 
+// decodeParent reads the parent header's msg_id and msg_type into
+// ParentID and ParentType. Jupyter Server forwards any parent header: one
+// whose msg_id or msg_type is not a string routes as one without them.
+func decodeParent(b []byte, m *Message) error {
+	var p parentRef
+	if jsonscan.Strings(b, parentKeys, []*string{&p.MsgID, (*string)(&p.MsgType)}) {
+		m.ParentID, m.ParentType = p.MsgID, p.MsgType
+		return nil
+	}
+	var v struct {
+		MsgID   any `json:"msg_id"`
+		MsgType any `json:"msg_type"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	m.ParentID, _ = v.MsgID.(string)
+	t, _ := v.MsgType.(string)
+	m.ParentType = MsgType(t)
+	return nil
+}
+
+// HeaderOf is what can be read of the header of a client's message that
+// could not be parsed, to answer it with: a message whose RawHeader is the
+// header when that is a JSON object ({} otherwise), with the header's
+// msg_id and msg_type when they are strings.
+func HeaderOf(header []byte) *Message {
+	m := &Message{RawHeader: emptyObject}
+	if !isJSONObject(header) || !jsonscan.Valid(header) {
+		return m
+	}
+	m.RawHeader = header
+	var v struct {
+		MsgID   any `json:"msg_id"`
+		MsgType any `json:"msg_type"`
+	}
+	if json.Unmarshal(header, &v) == nil {
+		m.Header.MsgID, _ = v.MsgID.(string)
+		t, _ := v.MsgType.(string)
+		m.Header.MsgType = MsgType(t)
+	}
+	return m
+}
+
 // parseHeaders fills Header, ParentID and ParentType from the raw parts.
 func (m *Message) parseHeaders() error {
 	if !isJSONObject(m.RawHeader) {
 		return fmt.Errorf("%w: header is not a JSON object", ErrMalformed)
 	}
-	h := &m.Header
-	if err := decodeFlat(m.RawHeader, h, headerKeys, []*string{&h.MsgID, &h.Session, &h.Username, &h.Date, (*string)(&h.MsgType), &h.Version}); err != nil {
+	if err := decodeHeader(m.RawHeader, &m.Header); err != nil {
 		return fmt.Errorf("%w: header: %v", ErrMalformed, err)
 	}
 	if m.Header.MsgID == "" || m.Header.MsgType == "" {
@@ -224,11 +275,45 @@ func (m *Message) parseHeaders() error {
 		return fmt.Errorf("%w: parent header is not a JSON object", ErrMalformed)
 	}
 	if len(m.RawParent) > 2 {
-		var p parentRef
-		if err := decodeFlat(m.RawParent, &p, parentKeys, []*string{&p.MsgID, (*string)(&p.MsgType)}); err != nil {
+		if err := decodeParent(m.RawParent, m); err != nil {
 			return fmt.Errorf("%w: parent header: %v", ErrMalformed, err)
 		}
-		m.ParentID, m.ParentType = p.MsgID, p.MsgType
+	}
+	return nil
+}
+
+// decodeHeader reads a header as Jupyter Server takes it: msg_id and
+// msg_type must be strings, the other members may hold any JSON value (a
+// date in epoch seconds, as jupyter_server's GatewayKernelClient sends it,
+// or a null username) and are then left empty here. The raw header goes to
+// the kernel unchanged, as Jupyter Server sends it.
+func decodeHeader(b []byte, h *Header) error {
+	fields := []*string{&h.MsgID, &h.Session, &h.Username, &h.Date, (*string)(&h.MsgType), &h.Version}
+	if jsonscan.Strings(b, headerKeys, fields) {
+		return nil
+	}
+	*h = Header{}
+	var v struct {
+		MsgID    json.RawMessage `json:"msg_id"`
+		Session  json.RawMessage `json:"session"`
+		Username json.RawMessage `json:"username"`
+		Date     json.RawMessage `json:"date"`
+		MsgType  json.RawMessage `json:"msg_type"`
+		Version  json.RawMessage `json:"version"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	for i, raw := range []json.RawMessage{v.MsgID, v.Session, v.Username, v.Date, v.MsgType, v.Version} {
+		routed := i == 0 || i == 4 // msg_id, msg_type
+		switch {
+		case len(raw) > 0 && raw[0] == '"':
+			if err := json.Unmarshal(raw, fields[i]); err != nil {
+				return err
+			}
+		case routed && len(raw) > 0 && string(raw) != "null":
+			return fmt.Errorf("%s is not a string", headerKeys[i])
+		}
 	}
 	return nil
 }

@@ -1,14 +1,15 @@
 #!/bin/sh
 # What `make test` needs beyond the kernels, idempotently: the classic
-# notebook and Chromium from Debian (the clients the end-to-end tests
-# drive), bubblewrap for the sandbox tests, and the npm packages of e2e/
-# and web/.
+# notebook, Jupyter Server, nbconvert and Chromium from Debian (the
+# clients the end-to-end tests drive), bubblewrap for the sandbox tests,
+# and the npm packages of e2e/ and web/.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 missing=""
 /usr/bin/python3 -c "import notebook" >/dev/null 2>&1 || missing="$missing jupyter-notebook python3-notebook"
 /usr/bin/python3 -c "import jupyter_server" >/dev/null 2>&1 || missing="$missing python3-jupyter-server"
+/usr/bin/python3 -c "import nbconvert" >/dev/null 2>&1 || missing="$missing python3-nbconvert"
 [ -x /usr/bin/chromium ] || missing="$missing chromium"
 [ -x /usr/bin/bwrap ] || missing="$missing bubblewrap"
 if [ -n "$missing" ]; then

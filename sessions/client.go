@@ -132,6 +132,9 @@ func (c *Client) Send(ctx context.Context, ch Channel, m *Message) error {
 		if held {
 			c.k.unholdIdle(m.Header.MsgID)
 		}
+		if errors.Is(err, jupyter.ErrDuplicateRequest) {
+			return errorf(ErrConflict, "%v", err)
+		}
 		return err
 	}
 	c.mu.Lock()
@@ -238,23 +241,46 @@ func holdsNUL(m *Message) bool {
 // answers code that fails, without sending it to the kernel: status busy,
 // an error, an execute_reply with status error, status idle, to this
 // client only.
-func (c *Client) refuse(req *Message, why string) {
+func (c *Client) refuse(req *Message, why string) { c.answerRefused(Shell, req, why) }
+
+// Refuse answers a message of this client that cannot go to the kernel,
+// to this client only, as a kernel answers what it cannot do: a request
+// with its reply of status error on ch between status busy and idle (an
+// execute_request also with an error on iopub); anything else, or a
+// message whose type cannot be read, with an error message on ch. header
+// is the message's raw header, as the client sent it: the answers carry
+// it as their parent header when it is a JSON object.
+func (c *Client) Refuse(ch Channel, header []byte, why string) {
+	c.answerRefused(ch, jupyter.HeaderOf(header), why)
+}
+
+func (c *Client) answerRefused(ch Channel, req *Message, why string) {
 	failure := map[string]any{"ename": "BadRequest", "evalue": why, "traceback": []string{"BadRequest: " + why}}
-	reply := map[string]any{"status": "error", "ename": "BadRequest", "evalue": why, "traceback": []string{}, "execution_count": nil}
-	for _, step := range []struct {
+	type step struct {
 		ch      Channel
 		t       MsgType
 		content any
-	}{
-		{IOPub, jupyter.StatusMsg, map[string]string{"execution_state": "busy"}},
-		{IOPub, jupyter.ErrorMsg, failure},
-		{Shell, jupyter.ExecuteReply, reply},
-		{IOPub, jupyter.StatusMsg, map[string]string{"execution_state": "idle"}},
-	} {
-		m, err := jupyter.NewMessage(c.k.m.session, step.t, step.content, req)
+	}
+	var steps []step
+	switch t := req.Type(); {
+	case t.IsRequest():
+		reply := map[string]any{"status": "error", "ename": "BadRequest", "evalue": why, "traceback": []string{}}
+		steps = append(steps, step{IOPub, jupyter.StatusMsg, map[string]string{"execution_state": "busy"}})
+		if t == jupyter.ExecuteRequest {
+			reply["execution_count"] = nil
+			steps = append(steps, step{IOPub, jupyter.ErrorMsg, failure})
+		}
+		steps = append(steps,
+			step{ch, t.Reply(), reply},
+			step{IOPub, jupyter.StatusMsg, map[string]string{"execution_state": "idle"}})
+	default:
+		steps = append(steps, step{ch, jupyter.ErrorMsg, failure})
+	}
+	for _, s := range steps {
+		m, err := jupyter.NewMessage(c.k.m.session, s.t, s.content, req)
 		if err != nil {
 			return
 		}
-		c.answer(step.ch, m)
+		c.answer(s.ch, m)
 	}
 }
