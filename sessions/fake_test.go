@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -160,6 +161,10 @@ func (k *fakeKernel) Request(ch Channel, m *Message, h jupyter.Handler, opts jup
 		err := k.err
 		k.mu.Unlock()
 		return nil, err
+	}
+	if k.pending[c.id] != nil { // as jupyter's client refuses it
+		k.mu.Unlock()
+		return nil, fmt.Errorf("%w: msg_id %s is already awaiting a reply", jupyter.ErrDuplicateRequest, c.id)
 	}
 	k.pending[c.id] = c
 	k.mu.Unlock()

@@ -93,11 +93,13 @@ func (m *Manager) lateOutputWait(spec *kernelspecs.Spec, impl string) (time.Dura
 }
 
 // holdIdleFor starts following a client's execute_request, before it is
-// sent; it reports false when the kernel does not wait for late output.
+// sent; it reports false when the kernel does not wait for late output,
+// and when a request of that id is followed already: a repeated msg_id is
+// refused when sent, and must not take the first request's hold with it.
 func (k *Kernel) holdIdleFor(id string) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.lateWait <= 0 {
+	if k.lateWait <= 0 || k.holds[id] != nil {
 		return false
 	}
 	if k.holds == nil {

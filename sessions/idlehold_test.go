@@ -187,3 +187,67 @@ func (h recordHandler) Handle(_ context.Context, r slog.Record) error {
 }
 func (h recordHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h recordHandler) WithGroup(string) slog.Handler      { return h }
+
+// A request that repeats the msg_id of one in flight is refused, and the
+// first request keeps its held idle status: its late result still comes
+// before it.
+func TestRepeatedMsgIDKeepsTheFirstHold(t *testing.T) {
+	gate := make(chan struct{})
+	f := &fakeKernels{impl: "Deno kernel", script: func(r *fakeRequest) {
+		if r.Msg.Type() != jupyter.ExecuteRequest {
+			fakeAnswer(r)
+			return
+		}
+		r.Status(jupyter.StateBusy)
+		r.Reply(map[string]any{"status": "ok"})
+		<-gate
+		r.Status(jupyter.StateIdle)
+		r.Result("5")
+	}}
+	m := newFakeManager(t, Config{LateOutputWait: time.Minute}, f)
+	k, err := m.StartKernel(context.Background(), StartOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := k.Attach("s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	req, _ := jupyter.NewMessage("s", jupyter.ExecuteRequest, jupyter.NewExecute("x"), nil)
+	if err := c.Send(context.Background(), Shell, req); err != nil {
+		t.Fatal(err)
+	}
+	again := *req
+	if err := c.Send(context.Background(), Shell, &again); !errors.Is(err, ErrConflict) {
+		t.Fatalf("a repeated msg_id in flight: %v, want ErrConflict", err)
+	}
+	close(gate)
+	var got []string
+	deadline := time.After(10 * time.Second)
+	for {
+		items, err := c.Take()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range items {
+			if o.Channel != IOPub || o.Msg.ParentID != req.Header.MsgID {
+				continue
+			}
+			got = append(got, string(o.Msg.Type())+string(o.Msg.ExecutionState()))
+			if o.Msg.ExecutionState() == jupyter.StateIdle {
+				if s := strings.Join(got, " "); s != "statusbusy execute_result statusidle" {
+					t.Errorf("the first request got %s, want its result before its idle status", s)
+				}
+				return
+			}
+		}
+		if len(items) == 0 {
+			select {
+			case <-c.Ready():
+			case <-deadline:
+				t.Fatalf("no idle status; got %v", got)
+			}
+		}
+	}
+}
