@@ -162,8 +162,9 @@ func (k *Kernel) config() jupyter.Config {
 		Logger: k.m.log, IOPub: k.onIOPub, Limits: k.limits, Sandbox: k.sandbox, MaxFrame: k.m.cfg.MaxKernelFrame,
 		// Output larger than what a run or the replay buffer keeps is cut
 		// as it is read: nothing would keep more of it.
-		KeepOutput:  int64(max(k.m.cfg.RunLimits.LogBytes, k.m.cfg.ReplayBytes)),
-		KeepResults: int64(max(k.m.cfg.RunLimits.ResultBytes, k.m.cfg.ReplayBytes))}
+		KeepOutput:       int64(max(k.m.cfg.RunLimits.LogBytes, k.m.cfg.ReplayBytes)),
+		KeepResults:      int64(max(k.m.cfg.RunLimits.ResultBytes, k.m.cfg.ReplayBytes)),
+		HeartbeatTimeout: max(k.m.cfg.HeartbeatTimeout, 0), HeartbeatPeriod: k.m.cfg.HeartbeatPeriod}
 }
 
 // chdirCode is the code that moves a kernel started in a fresh directory
