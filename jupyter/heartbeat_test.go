@@ -92,3 +92,35 @@ func TestHeartbeatBusyKernelLives(t *testing.T) {
 		})
 	}
 }
+
+// Deno ignores a control request it does not know, without a reply or a
+// status: once its heartbeat showed it alive past the timeout, the
+// request is not work any more and the heartbeat goes quiet.
+func TestHeartbeatIgnoredRequestGoesQuiet(t *testing.T) {
+	k := startWith(t, &LocalProvisioner{RuntimeDir: t.TempDir()}, heartbeatConfig(t, "deno"))
+	m, err := k.NewMessage(MsgType("inspect_request"), map[string]any{"code": "x", "cursor_pos": 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := k.Request(Control, m, nil, CallOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Forget(c)
+	waitFor(t, 10*time.Second, "the heartbeat to go quiet", func() bool {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		return k.hbTimer == nil && k.work == 0
+	})
+	select {
+	case <-c.Done():
+		t.Fatal("Deno answered the inspect_request on control: the test needs a request it ignores")
+	default:
+	}
+	if k.pings.Load() == 0 {
+		t.Error("the kernel was not pinged while the request was new")
+	}
+	if err := k.Err(); err != nil {
+		t.Errorf("the kernel was taken for dead: %v", err)
+	}
+}

@@ -137,6 +137,8 @@ type Call struct {
 	probes     []*Call     // the kernel_info_requests sent on its behalf
 	probing    bool        // it is such a request
 	working    bool        // counted in the kernel's work: neither its reply nor its idle status has come
+	seen       bool        // a message answering it has come
+	sent       time.Time
 
 	done chan struct{}
 }
@@ -517,6 +519,7 @@ func (k *Kernel) Request(ch Channel, m *Message, h Handler, opts CallOptions) (*
 		return nil, fmt.Errorf("%w: msg_id %s is already awaiting a reply", ErrDuplicateRequest, c.ID)
 	}
 	c.interrupts = k.interrupts
+	c.sent = time.Now()
 	k.pending[c.ID] = c
 	k.beginWorkLocked(c)
 	k.mu.Unlock()
@@ -658,6 +661,7 @@ func (k *Kernel) heartbeat() {
 				return
 			}
 			k.mu.Lock()
+			k.ignoredLocked()
 			if k.work == 0 || k.dead != nil {
 				k.hbTimer = nil
 			} else {
@@ -727,6 +731,19 @@ func (k *Kernel) endWorkLocked(c *Call) {
 	if c.working {
 		c.working = false
 		k.work--
+	}
+}
+
+// ignoredLocked stops counting as work the requests that the kernel,
+// alive as its heartbeat just showed, has left without a sign for
+// HeartbeatTimeout: it ignores them (Deno does so with control requests
+// it does not know), and pinging it for them would never end. A request
+// queued behind a running one is covered by that one.
+func (k *Kernel) ignoredLocked() {
+	for _, c := range k.pending {
+		if c.working && !c.seen && time.Since(c.sent) >= k.cfg.HeartbeatTimeout {
+			k.endWorkLocked(c)
+		}
 	}
 }
 
@@ -880,8 +897,11 @@ func (k *Kernel) dispatch(ch Channel, m *Message) {
 	if c == nil {
 		c = k.findRecent(m.ParentID)
 	}
-	if c != nil && c.working && ((ch == IOPub && m.Header.MsgType == StatusMsg && isIdle(m)) || (ch != IOPub && m.Header.MsgType.IsReply())) {
-		k.endWorkLocked(c)
+	if c != nil {
+		c.seen = true
+		if c.working && ((ch == IOPub && m.Header.MsgType == StatusMsg && isIdle(m)) || (ch != IOPub && m.Header.MsgType.IsReply())) {
+			k.endWorkLocked(c)
+		}
 	}
 	if c == nil || (ch == IOPub && !c.opts.IOPub) {
 		k.mu.Unlock()
