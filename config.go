@@ -40,6 +40,9 @@ type config struct {
 	MaxFrame       int64
 	StartTimeout   time.Duration
 
+	HeartbeatTimeout time.Duration
+	HeartbeatPeriod  time.Duration
+
 	Languages      []string
 	PoolSize       int
 	PoolPrewarm    []string
@@ -219,6 +222,10 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("max-frame")
 	fs.DurationVar(&c.StartTimeout, "start-timeout", 60*time.Second, "how long a kernel may take to start")
 	add("start-timeout")
+	fs.DurationVar(&c.HeartbeatTimeout, "heartbeat-timeout", 30*time.Second, "how long a kernel with work in flight (a run, a request awaiting its reply) may leave a heartbeat unanswered before it is taken for dead (hung whole or cut off) and restarted; idle kernels are never pinged (0: off)")
+	add("heartbeat-timeout")
+	fs.DurationVar(&c.HeartbeatPeriod, "heartbeat-period", jupyter.DefaultHeartbeatPeriod, "how often a kernel with work in flight is pinged on its heartbeat channel")
+	add("heartbeat-period")
 	fs.Var(listFlag{&c.Languages}, "language", "language=kernelspec of the code-interpreter API (repeatable; default python=python3, javascript=deno, typescript=deno)")
 	add("language")
 	fs.StringVar(&c.PythonLauncher, "python-launcher", "fork", "how Python kernels start: fork (from a zygote per kernelspec that has imported ipykernel and its metadata.kernelgate.preload; sandboxed kernels are exec'd) or exec (a new interpreter each)")

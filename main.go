@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -238,32 +239,35 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		defer kube.Stop()
 	}
 	mgr := sessions.New(sessions.Config{
-		DefaultKernel:   cfg.DefaultKernel,
-		MaxKernels:      cfg.MaxKernels,
-		StartTimeout:    cfg.StartTimeout,
-		CullIdleTimeout: cfg.CullIdle,
-		CullInterval:    cfg.CullInterval,
-		CullConnected:   cfg.CullConnected,
-		CullBusy:        cfg.CullBusy,
-		EnvAllow:        cfg.EnvAllow,
-		Languages:       langs,
-		QueueLimit:      cfg.QueueLimit,
-		RunLimits:       sessions.Limits{LogBytes: cfg.MaxLogBytes, ResultBytes: cfg.MaxResultBytes},
-		RunRetention:    cfg.RunRetention,
-		RunsKept:        cfg.RunsKept,
-		InterruptGrace:  cfg.InterruptGrace,
-		PoolSize:        cfg.PoolSize,
-		LateOutputWait:  cfg.LateOutputWait,
-		Observer:        metrics,
-		KernelLimits:    jupyter.Limits{MemoryBytes: memory, Pids: cfg.KernelPids, NoFile: cfg.KernelNoFile},
-		Sandbox:         sandbox,
-		WorkspaceRoot:   cfg.WorkspaceRoot,
-		Workspaces:      workspaces,
-		PipIndexURL:     cfg.PipIndexURL,
-		PipFindLinks:    cfg.PipFindLinks,
-		PipNoIndex:      cfg.PipNoIndex,
-		MaxKernelFrame:  maxFrame,
-		Store:           store,
+		DefaultKernel: cfg.DefaultKernel,
+		MaxKernels:    cfg.MaxKernels,
+		StartTimeout:  cfg.StartTimeout,
+		// 0 turns the heartbeat off: sessions reads that as its default.
+		HeartbeatTimeout: cmp.Or(cfg.HeartbeatTimeout, -1),
+		HeartbeatPeriod:  cfg.HeartbeatPeriod,
+		CullIdleTimeout:  cfg.CullIdle,
+		CullInterval:     cfg.CullInterval,
+		CullConnected:    cfg.CullConnected,
+		CullBusy:         cfg.CullBusy,
+		EnvAllow:         cfg.EnvAllow,
+		Languages:        langs,
+		QueueLimit:       cfg.QueueLimit,
+		RunLimits:        sessions.Limits{LogBytes: cfg.MaxLogBytes, ResultBytes: cfg.MaxResultBytes},
+		RunRetention:     cfg.RunRetention,
+		RunsKept:         cfg.RunsKept,
+		InterruptGrace:   cfg.InterruptGrace,
+		PoolSize:         cfg.PoolSize,
+		LateOutputWait:   cfg.LateOutputWait,
+		Observer:         metrics,
+		KernelLimits:     jupyter.Limits{MemoryBytes: memory, Pids: cfg.KernelPids, NoFile: cfg.KernelNoFile},
+		Sandbox:          sandbox,
+		WorkspaceRoot:    cfg.WorkspaceRoot,
+		Workspaces:       workspaces,
+		PipIndexURL:      cfg.PipIndexURL,
+		PipFindLinks:     cfg.PipFindLinks,
+		PipNoIndex:       cfg.PipNoIndex,
+		MaxKernelFrame:   maxFrame,
+		Store:            store,
 	}, specs, prov, log)
 	restored, err := mgr.Restore(context.Background())
 	if err != nil {

@@ -316,10 +316,12 @@ func (h *Handler) sandboxModel(sb *sandbox, withTokens bool) map[string]any {
 	h.mu.Lock()
 	end, token := sb.end, sb.token
 	h.mu.Unlock()
+	// What its Python kernel, made at create, may use.
+	res, _ := h.mgr.Resources("python")
 	m := map[string]any{
 		"sandboxID": sb.id, "templateID": sb.template, "alias": sb.template, "clientID": "kernelgate",
 		"envdVersion": envdVersion, "startedAt": timefmt.Format(sb.started), "endAt": timefmt.Format(end),
-		"state": "running", "cpuCount": 1, "memoryMB": 0, "diskSizeMB": 0, "metadata": nonNil(sb.metadata),
+		"state": "running", "cpuCount": res.CPUs, "memoryMB": res.MemoryBytes >> 20, "diskSizeMB": 0, "metadata": nonNil(sb.metadata),
 	}
 	if withTokens {
 		m["envdAccessToken"] = token

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"kernelgate/internal/needs"
 	"kernelgate/jupyter"
 	"kernelgate/sessions"
 )
@@ -269,7 +270,7 @@ func TestGigabyteOfOutputKeepsKernelAndMemory(t *testing.T) {
 // resetPeakRSS resets this process's peak resident memory (VmHWM).
 func resetPeakRSS(t *testing.T) {
 	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
-		t.Skipf("cannot reset the peak RSS: %v", err)
+		needs.Skip(t, "cannot reset the peak RSS: %v", err)
 	}
 }
 

@@ -120,7 +120,7 @@ func TestB4_05_MalformedBodies(t *testing.T) {
 				t.Errorf("%s %s %q: body carries %q: %s", r.method, r.path, short, bad, body)
 			}
 			if bytes.Contains(body, []byte("Go struct")) || bytes.Contains(body, []byte("gateway.")) {
-				t.Logf("note: %s %s %q: the message names Go types: %s", r.method, r.path, short, body)
+				t.Errorf("%s %s %q: the message names Go types: %s", r.method, r.path, short, body)
 			}
 		}
 	}

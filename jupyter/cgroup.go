@@ -179,6 +179,12 @@ func detectCgroups() (*cgroupHost, error) {
 				if !isCgroupFS(parent, cgroupSuperMagic) || !exists(filepath.Join(parent, "cgroup.procs")) {
 					continue
 				}
+				if !writable(parent) {
+					// Made by another user (a gateway that ran as
+					// root): no kernel cgroup can be made in it.
+					errs = append(errs, fmt.Errorf("%s: not writable by uid %d", parent, os.Geteuid()))
+					continue
+				}
 				host.addV1(parent, c)
 				found[c] = true
 				break

@@ -102,6 +102,7 @@ func beginConnect(ctx context.Context, p Provisioner, proc Process, cfg Config) 
 			c.err = k.failConnect(ctx, err)
 			return
 		}
+		k.watchHeartbeat()
 		k.log.Debug("kernel connected", "spec", cfg.Spec.Name, "pid", proc.PID(), "took", time.Since(t0))
 	}()
 	return c, nil
@@ -139,6 +140,7 @@ func attach(ctx context.Context, p Provisioner, proc Process, cfg Config, logger
 	if err := k.ready(ctx, Shell); err != nil {
 		return nil, k.failStart(ctx, err)
 	}
+	k.watchHeartbeat()
 	k.log.Debug("kernel ready", "spec", cfg.Spec.Name, "pid", proc.PID(), "took", time.Since(t0))
 	return k, nil
 }
@@ -163,6 +165,7 @@ func dial(ctx context.Context, p Provisioner, proc Process, cfg Config, logger *
 		log:     logger.With("kernel", cfg.ID),
 		started: t0,
 		hbReq:   make(chan chan error),
+		hbTick:  make(chan struct{}, 1),
 		pending: make(map[string]*Call),
 		done:    make(chan struct{}),
 		badSig:  make(chan struct{}),

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // Sentinel errors of the package; wrapped with %w where more is known.
@@ -45,6 +46,10 @@ type DiedError struct {
 	// Lost names the channel whose connection ended while the process
 	// still ran (it was then killed); empty when the process ended first.
 	Lost string
+	// Heartbeat, when set, is how long the kernel left a heartbeat
+	// unanswered while it had work in flight (Config.HeartbeatTimeout):
+	// it was taken for hung or cut off, and killed. Reason says so.
+	Heartbeat time.Duration
 }
 
 func (e *DiedError) Error() string {
@@ -56,6 +61,7 @@ func (e *DiedError) Error() string {
 	switch {
 	case e.Lost != "":
 		fmt.Fprintf(&b, " (its %s connection ended while it ran)", e.Lost)
+
 	case e.Status != "" && e.Reason != "":
 		fmt.Fprintf(&b, " (%s: %s)", e.Reason, e.Status)
 	case e.Status != "" || e.Reason != "":

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -89,7 +90,23 @@ type Config struct {
 	// KeepResults, when set, is KeepOutput for the output other than
 	// stream.
 	KeepResults int64
+	// HeartbeatTimeout, when set, is how long the kernel may leave a ping
+	// on its heartbeat channel unanswered while it has work in flight (a
+	// request awaiting its reply or its idle status) before it is taken
+	// for dead: it is killed and its calls fail with a DiedError whose
+	// Heartbeat is set. The kernel is pinged every HeartbeatPeriod (0:
+	// DefaultHeartbeatPeriod) from the first period after its work began
+	// until none is left; an idle kernel is never pinged. ipykernel and
+	// Deno answer pings from a thread of their own, so a kernel busy with
+	// code still answers; one stopped, deadlocked whole or cut off does
+	// not.
+	HeartbeatTimeout time.Duration
+	HeartbeatPeriod  time.Duration
 }
+
+// DefaultHeartbeatPeriod is how often a kernel with work in flight is
+// pinged when Config.HeartbeatPeriod is not set.
+const DefaultHeartbeatPeriod = 5 * time.Second
 
 // Handler receives the messages that answer one request. It is called from
 // the socket reader goroutines, possibly concurrently for different
@@ -119,6 +136,9 @@ type Call struct {
 	check      *time.Timer // set while it waits for its reply or idle (halfDoneWait)
 	probes     []*Call     // the kernel_info_requests sent on its behalf
 	probing    bool        // it is such a request
+	working    bool        // counted in the kernel's work: neither its reply nor its idle status has come
+	seen       bool        // a message answering it has come
+	sent       time.Time
 
 	done chan struct{}
 }
@@ -178,6 +198,8 @@ type Kernel struct {
 	cancel context.CancelFunc
 	ch     *channels
 	hbReq  chan chan error
+	hbTick chan struct{}  // hbTimer fired: time to ping
+	pings  atomic.Int64   // heartbeats answered
 	wg     sync.WaitGroup // readers, watcher, heartbeat
 
 	mu         sync.Mutex
@@ -189,6 +211,12 @@ type Kernel struct {
 	detached   bool // Detach: the process is left running
 	dead       error
 	done       chan struct{}
+	// work counts the calls that are working; while it is above zero and
+	// the heartbeat is watched (hbWatch), hbTimer is armed or a ping is
+	// under way. hbTimer is nil when neither.
+	work    int
+	hbWatch bool
+	hbTimer *time.Timer
 
 	subMu sync.Mutex
 	subs  atomic.Pointer[[]*subscriber]
@@ -491,7 +519,9 @@ func (k *Kernel) Request(ch Channel, m *Message, h Handler, opts CallOptions) (*
 		return nil, fmt.Errorf("%w: msg_id %s is already awaiting a reply", ErrDuplicateRequest, c.ID)
 	}
 	c.interrupts = k.interrupts
+	c.sent = time.Now()
 	k.pending[c.ID] = c
+	k.beginWorkLocked(c)
 	k.mu.Unlock()
 	if err := k.Send(ch, m); err != nil {
 		k.Forget(c)
@@ -507,6 +537,7 @@ func (k *Kernel) Forget(c *Call) {
 	if k.pending[c.ID] == c {
 		delete(k.pending, c.ID)
 	}
+	k.endWorkLocked(c)
 	k.mu.Unlock()
 }
 
@@ -581,7 +612,9 @@ func (k *Kernel) Interrupt(ctx context.Context) error {
 	return nil
 }
 
-// Ping sends a heartbeat and waits for its echo.
+// Ping sends a heartbeat and waits for its echo. With a HeartbeatTimeout,
+// an echo that does not come within it kills the kernel, as a ping of
+// its own does.
 func (k *Kernel) Ping(ctx context.Context) error {
 	r := make(chan error, 1)
 	select {
@@ -599,21 +632,146 @@ func (k *Kernel) Ping(ctx context.Context) error {
 	}
 }
 
-// heartbeat owns the REQ socket: one ping at a time, on demand.
+// heartbeat owns the REQ socket: one ping at a time, on demand (Ping) or
+// every heartbeat period while the kernel has work in flight (hbTimer).
+// It wakes for nothing else: an idle kernel costs the gateway no CPU.
 func (k *Kernel) heartbeat() {
 	defer k.wg.Done()
 	for {
 		select {
 		case r := <-k.hbReq:
-			err := k.ch.hb.send([][]byte{[]byte("ping")})
-			if err == nil {
-				_, err = k.ch.hb.recv()
-			}
+			err := k.ping()
 			r <- err
+			if err != nil {
+				k.heartbeatLost(err)
+				return
+			}
+		case <-k.hbTick:
+			k.mu.Lock()
+			idle := k.work == 0 || k.dead != nil
+			if idle {
+				k.hbTimer = nil
+			}
+			k.mu.Unlock()
+			if idle {
+				continue
+			}
+			if err := k.ping(); err != nil {
+				k.heartbeatLost(err)
+				return
+			}
+			k.mu.Lock()
+			k.ignoredLocked()
+			if k.work == 0 || k.dead != nil {
+				k.hbTimer = nil
+			} else {
+				k.hbTimer.Reset(k.heartbeatPeriod())
+			}
+			k.mu.Unlock()
 		case <-k.ctx.Done():
 			return
 		}
 	}
+}
+
+// ping sends one heartbeat and waits for its echo, at most
+// HeartbeatTimeout when set. The read deadline is cleared after: an armed
+// one would wake the idle gateway when it expires.
+func (k *Kernel) ping() error {
+	s := k.ch.hb
+	if d := k.cfg.HeartbeatTimeout; d > 0 {
+		s.raw.SetReadDeadline(time.Now().Add(d))
+		defer s.raw.SetReadDeadline(time.Time{})
+	}
+	if err := s.send([][]byte{[]byte("ping")}); err != nil {
+		return err
+	}
+	if _, err := s.recv(); err != nil {
+		return err
+	}
+	k.pings.Add(1)
+	return nil
+}
+
+// heartbeatLost ends the kernel whose heartbeat failed: one that did not
+// answer in time is killed; a closed connection is lost as any other.
+func (k *Kernel) heartbeatLost(err error) {
+	if k.ctx.Err() != nil {
+		return
+	}
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		k.lost(Heartbeat, err)
+		return
+	}
+	d := k.cfg.HeartbeatTimeout
+	k.log.Warn("the kernel did not answer its heartbeat: stopping it", "timeout", d)
+	k.die(&DiedError{Status: "stopped by kernelgate", Heartbeat: d, Output: k.proc.Output(),
+		Reason: fmt.Sprintf("its heartbeat stopped: no answer within %v while it had work in flight", d)})
+}
+
+func (k *Kernel) heartbeatPeriod() time.Duration {
+	if k.cfg.HeartbeatPeriod > 0 {
+		return k.cfg.HeartbeatPeriod
+	}
+	return DefaultHeartbeatPeriod
+}
+
+// beginWorkLocked counts c, just sent, as work in flight, and arms the
+// heartbeat's timer if it is the only one; the caller holds k.mu.
+func (k *Kernel) beginWorkLocked(c *Call) {
+	c.working = true
+	k.work++
+	k.armHeartbeatLocked()
+}
+
+// endWorkLocked stops counting c as work in flight: the kernel answered
+// it, or it is no longer waited for. The heartbeat's timer stays armed:
+// when it fires with no work, the heartbeat goes quiet.
+func (k *Kernel) endWorkLocked(c *Call) {
+	if c.working {
+		c.working = false
+		k.work--
+	}
+}
+
+// ignoredLocked stops counting as work the requests that the kernel,
+// alive as its heartbeat just showed, has left without a sign for
+// HeartbeatTimeout: it ignores them (Deno does so with control requests
+// it does not know), and pinging it for them would never end. A request
+// queued behind a running one is covered by that one.
+func (k *Kernel) ignoredLocked() {
+	for _, c := range k.pending {
+		if c.working && !c.seen && time.Since(c.sent) >= k.cfg.HeartbeatTimeout {
+			k.endWorkLocked(c)
+		}
+	}
+}
+
+// armHeartbeatLocked arms the heartbeat's timer when the kernel has work
+// in flight, its heartbeat is watched and the timer is idle.
+func (k *Kernel) armHeartbeatLocked() {
+	if k.work == 0 || !k.hbWatch || k.hbTimer != nil || k.dead != nil {
+		return
+	}
+	k.hbTimer = time.AfterFunc(k.heartbeatPeriod(), func() {
+		select {
+		case k.hbTick <- struct{}{}:
+		default:
+		}
+	})
+}
+
+// watchHeartbeat starts watching the heartbeat of a kernel that became
+// ready, when a HeartbeatTimeout is set: a start or a connection has
+// deadlines of its own.
+func (k *Kernel) watchHeartbeat() {
+	if k.cfg.HeartbeatTimeout <= 0 {
+		return
+	}
+	k.mu.Lock()
+	k.hbWatch = true
+	k.armHeartbeatLocked()
+	k.mu.Unlock()
 }
 
 // Shutdown stops the kernel: shutdown_request on control, then SIGTERM,
@@ -739,6 +897,12 @@ func (k *Kernel) dispatch(ch Channel, m *Message) {
 	if c == nil {
 		c = k.findRecent(m.ParentID)
 	}
+	if c != nil {
+		c.seen = true
+		if c.working && ((ch == IOPub && m.Header.MsgType == StatusMsg && isIdle(m)) || (ch != IOPub && m.Header.MsgType.IsReply())) {
+			k.endWorkLocked(c)
+		}
+	}
 	if c == nil || (ch == IOPub && !c.opts.IOPub) {
 		k.mu.Unlock()
 		return
@@ -788,6 +952,7 @@ func (k *Kernel) dispatch(ch Channel, m *Message) {
 func (k *Kernel) finishLocked(c *Call, err error) {
 	c.err, c.finished = err, true
 	delete(k.pending, c.ID)
+	k.endWorkLocked(c)
 	if c.check != nil {
 		c.check.Stop()
 	}
@@ -967,7 +1132,11 @@ func (k *Kernel) die(err error) {
 	calls := k.pending
 	k.pending = nil
 	for _, c := range calls {
-		c.err, c.finished = err, true
+		c.err, c.finished, c.working = err, true, false
+	}
+	k.work = 0
+	if k.hbTimer != nil {
+		k.hbTimer.Stop()
 	}
 	k.mu.Unlock()
 	for _, c := range calls {

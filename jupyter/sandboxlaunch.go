@@ -226,6 +226,9 @@ func (lp *localProcess) setup(iso isolation, gate, info *os.File, kernelCI ConnI
 		return fmt.Errorf("sandbox process %d went away", child)
 	}
 	if lp.bridge, err = startBridge(ns, kernelCI, lp.ci); err != nil {
+		if errors.Is(err, syscall.EPERM) {
+			return fmt.Errorf("sandbox network bridge: a kernel that speaks tcp only is reached inside its network namespace, which only a gateway running as root may enter; give it the network (--sandbox-network, or metadata.kernelgate.network) to run it as another user: %w", err)
+		}
 		return fmt.Errorf("sandbox network bridge: %w", err)
 	}
 	return nil

@@ -3,7 +3,9 @@
 package jupyter
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -35,10 +37,10 @@ func TestSandboxUserIDs(t *testing.T) {
 		{"not root, other", false, euid + 1, 0, sandboxUser{}, true},
 	}
 	for _, c := range cases {
+		if c.root != (euid == 0) {
+			continue // run as root, or as nobody below
+		}
 		t.Run(c.name, func(t *testing.T) {
-			if c.root != (euid == 0) {
-				t.Skipf("the test runs as uid %d", euid)
-			}
 			got, err := (&SandboxConfig{UID: c.uid, GID: c.gid}).user()
 			if c.fails {
 				if err == nil {
@@ -50,6 +52,12 @@ func TestSandboxUserIDs(t *testing.T) {
 				t.Errorf("user() = %+v, %v; want %+v", got, err, c.want)
 			}
 		})
+	}
+	switch {
+	case euid == 0:
+		t.Run("unprivileged gateway", func(t *testing.T) { runUnprivileged(t, "TestSandboxUserIDs") })
+	case !unprivilegedChild():
+		needs.Skip(t, "the cases of a root gateway need root: the test runs as uid %d", euid)
 	}
 }
 
@@ -204,9 +212,14 @@ type unprivileged struct {
 // A sandboxed kernel of a root gateway runs as nobody: it reads no root
 // secret (the hidden /etc/shadow, a root-owned 0600 file in its working
 // directory) and writes only its own directories; a working directory it
-// may not write is bound all the same.
+// may not write is bound all the same. One of a gateway running as an
+// ordinary user runs as that user, in a user namespace of its own, and
+// reads no /etc/shadow either: run as nobody when the test runs as root.
 func TestSandboxedKernelIsUnprivileged(t *testing.T) {
 	needSandbox(t)
+	if os.Geteuid() == 0 {
+		t.Run("unprivileged gateway", func(t *testing.T) { runUnprivileged(t, "TestSandboxedKernelIsUnprivileged") })
+	}
 	wantUID, wantGID := os.Geteuid(), os.Getegid()
 	if wantUID == 0 {
 		wantUID, wantGID = nobody, nobody
@@ -277,7 +290,7 @@ func TestSandboxedKernelIsUnprivileged(t *testing.T) {
 	t.Run("root's working directory", func(t *testing.T) {
 		k := startWith(t, prov, Config{Spec: spec, Cwd: ws})
 		got := probe(t, k)
-		if wantUID != 0 && (got.Secret != "PermissionError" || got.Cwd != "PermissionError") {
+		if os.Geteuid() == 0 && (got.Secret != "PermissionError" || got.Cwd != "PermissionError") {
 			t.Errorf("root's 0600 file in the working directory: %s, writing there: %s; want PermissionError for both", got.Secret, got.Cwd)
 		}
 		if b, _ := os.ReadFile(filepath.Join(ws, "secret")); string(b) != secret {
@@ -286,8 +299,20 @@ func TestSandboxedKernelIsUnprivileged(t *testing.T) {
 	})
 	t.Run("deno", func(t *testing.T) {
 		// Deno speaks tcp only: the gateway reaches it through the bridge,
-		// entering the network namespace of the sandbox's user namespace.
+		// entering the network namespace of the sandbox's user namespace,
+		// which only root may do; another gateway gives it the network.
 		prov := &LocalProvisioner{RuntimeDir: runtime, Sandbox: &SandboxConfig{}}
+		if os.Geteuid() != 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if k, err := Start(ctx, prov, Config{Spec: testkernels.Spec(t, "deno")}); !errors.Is(err, ErrStartFailed) || !strings.Contains(err.Error(), "only a gateway running as root") {
+				if k != nil {
+					k.Shutdown(context.Background())
+				}
+				t.Fatalf("a sandboxed Deno without network, started as uid %d: %v; want ErrStartFailed saying it needs root", os.Geteuid(), err)
+			}
+			prov = &LocalProvisioner{RuntimeDir: runtime, Sandbox: &SandboxConfig{Network: true}}
+		}
 		k := startWith(t, prov, Config{Spec: testkernels.Spec(t, "deno")})
 		cases := []struct{ name, code, want string }{
 			{"uid", "Deno.uid() + ':' + Deno.gid()", fmt.Sprintf(`"%d:%d"`, wantUID, wantGID)},

@@ -38,9 +38,8 @@ func (m *Manager) AdoptRunning(ctx context.Context, id, specName string, env map
 	k.lateWait, _ = m.lateOutputWait(spec, jk.Info().Implementation)
 	k.gen++
 	k.state = jupyter.StateIdle
-	gen := k.gen
 	k.mu.Unlock()
-	m.goroutine(func() { k.watch(p, gen) })
+	m.goroutine(func() { k.watch(p) })
 	m.log.Info("kernel adopted", "kernel", id, "spec", spec.Name)
 	return k, nil
 }

@@ -67,7 +67,6 @@ type Kernel struct {
 	restarts []time.Time
 	orphans  []*callRef
 	removed  bool
-	onDeath  []func(gen int, err error)
 	// lateWait is how long the process's output may follow its idle
 	// status (0: it never does); holds follow client requests meanwhile.
 	lateWait time.Duration
@@ -162,8 +161,9 @@ func (k *Kernel) config() jupyter.Config {
 		Logger: k.m.log, IOPub: k.onIOPub, Limits: k.limits, Sandbox: k.sandbox, MaxFrame: k.m.cfg.MaxKernelFrame,
 		// Output larger than what a run or the replay buffer keeps is cut
 		// as it is read: nothing would keep more of it.
-		KeepOutput:  int64(max(k.m.cfg.RunLimits.LogBytes, k.m.cfg.ReplayBytes)),
-		KeepResults: int64(max(k.m.cfg.RunLimits.ResultBytes, k.m.cfg.ReplayBytes))}
+		KeepOutput:       int64(max(k.m.cfg.RunLimits.LogBytes, k.m.cfg.ReplayBytes)),
+		KeepResults:      int64(max(k.m.cfg.RunLimits.ResultBytes, k.m.cfg.ReplayBytes)),
+		HeartbeatTimeout: max(k.m.cfg.HeartbeatTimeout, 0), HeartbeatPeriod: k.m.cfg.HeartbeatPeriod}
 }
 
 // chdirCode is the code that moves a kernel started in a fresh directory
@@ -251,8 +251,7 @@ func (k *Kernel) launch(ctx context.Context) error {
 	k.state = jupyter.StateIdle
 	k.reason = ""
 	k.lastAct = time.Now()
-	gen := k.gen
-	k.m.goroutine(func() { k.watch(jk, gen) })
+	k.m.goroutine(func() { k.watch(jk) })
 	k.mu.Unlock()
 	k.m.putKernel(k, jk)
 	return nil
@@ -273,7 +272,7 @@ func startError(err error) error {
 }
 
 // watch waits for a process to end and handles its death.
-func (k *Kernel) watch(jk process, gen int) {
+func (k *Kernel) watch(jk process) {
 	select {
 	case <-jk.Done():
 	case <-k.m.closing:
@@ -285,12 +284,12 @@ func (k *Kernel) watch(jk process, gen int) {
 	}
 	// Forget the dead process first, so no run is sent to it, then reap
 	// it and remove what it left behind.
-	k.died(jk, gen, err)
+	k.died(jk, err)
 	jk.Shutdown(context.Background())
 }
 
 // died records a process death and restarts the kernel per its policy.
-func (k *Kernel) died(jk process, gen int, err error) {
+func (k *Kernel) died(jk process, err error) {
 	k.life.Lock()
 	defer k.life.Unlock()
 	k.mu.Lock()
@@ -321,12 +320,8 @@ func (k *Kernel) died(jk process, gen int, err error) {
 		k.reason = err.Error()
 	}
 	slow := append(held, k.pushStatusLocked(k.state)...)
-	listeners := k.onDeath
 	k.mu.Unlock()
 	cut(slow)
-	for _, fn := range listeners {
-		fn(gen, err)
-	}
 	if restart {
 		k.m.cfg.Observer.KernelRestarted(k.spec.Name, "died")
 		if err := k.launch(context.Background()); err != nil {
@@ -342,14 +337,14 @@ func (k *Kernel) died(jk process, gen int, err error) {
 func (k *Kernel) running(ctx context.Context) (process, error) {
 	for {
 		k.mu.Lock()
-		jk, ready, removed, gen := k.jk, k.ready, k.removed, k.gen
+		jk, ready, removed := k.jk, k.ready, k.removed
 		reason := k.reason
 		k.mu.Unlock()
 		if jk != nil {
 			// A process that died but whose watcher has not caught up yet
 			// is handled here, so nothing is sent to it.
 			if err := jk.Err(); err != nil && !errors.Is(err, jupyter.ErrKernelShutdown) {
-				k.died(jk, gen, err)
+				k.died(jk, err)
 				continue
 			}
 		}
@@ -434,27 +429,18 @@ func (k *Kernel) Restart(ctx context.Context) error {
 	k.ready = make(chan struct{})
 	k.restarts = nil
 	k.endedBy = "was restarted"
-	gen := k.gen
-	listeners := k.onDeath
 	held := k.releaseAllLocked()
 	k.mu.Unlock()
 	cut(held)
 	if jk == nil && left != nil {
 		k.m.stopAdoptee(ctx, k.id, left)
 	}
-	if jk != nil || left != nil {
-		if jk != nil {
-			jk.Shutdown(ctx)
-		}
-		for _, fn := range listeners {
-			fn(gen, errRestarted)
-		}
+	if jk != nil {
+		jk.Shutdown(ctx)
 	}
 	k.m.cfg.Observer.KernelRestarted(k.spec.Name, "requested")
 	return k.launch(ctx)
 }
-
-var errRestarted = errors.New("the kernel was restarted")
 
 // generation is the kernel's process generation and how the process
 // before it ended.
@@ -496,8 +482,6 @@ func (k *Kernel) shutdown(ctx context.Context) {
 	slow := append(k.releaseAllLocked(), k.pushStatusLocked(jupyter.StateDead)...)
 	clients := k.clients
 	k.clients = map[*Client]struct{}{}
-	gen := k.gen
-	listeners := k.onDeath
 	k.mu.Unlock()
 	cut(slow)
 	for c := range clients {
@@ -509,9 +493,6 @@ func (k *Kernel) shutdown(ctx context.Context) {
 		k.m.stopAdoptee(ctx, k.id, left)
 	}
 	k.m.deleteKernel(k.id)
-	for _, fn := range listeners {
-		fn(gen, ErrKernelGone)
-	}
 }
 
 // onIOPub is subscribed to every process of the kernel: it keeps the

@@ -33,6 +33,13 @@ type Config struct {
 	// RestartWindow before it is left dead.
 	RestartLimit  int
 	RestartWindow time.Duration
+	// HeartbeatTimeout is how long a kernel with work in flight (a run,
+	// a client's request awaiting its reply) may leave a heartbeat
+	// unanswered before it is taken for dead and the restart policy
+	// applies (negative: never); it is pinged every HeartbeatPeriod while
+	// it has such work, never while it is idle.
+	HeartbeatTimeout time.Duration
+	HeartbeatPeriod  time.Duration
 	// Culling: kernels idle longer than CullIdleTimeout (0: never) are
 	// shut down; checked every CullInterval; busy kernels only with
 	// CullBusy, kernels with clients only with CullConnected.
@@ -115,6 +122,8 @@ func DefaultConfig() Config {
 		StartTimeout:       60 * time.Second,
 		RestartLimit:       5,
 		RestartWindow:      time.Minute,
+		HeartbeatTimeout:   30 * time.Second,
+		HeartbeatPeriod:    jupyter.DefaultHeartbeatPeriod,
 		CullInterval:       5 * time.Minute,
 		ReplayMessages:     2000,
 		ReplayBytes:        8 << 20,
@@ -147,6 +156,12 @@ func (c *Config) fill() {
 	}
 	if c.RestartWindow <= 0 {
 		c.RestartWindow = d.RestartWindow
+	}
+	if c.HeartbeatTimeout == 0 {
+		c.HeartbeatTimeout = d.HeartbeatTimeout
+	}
+	if c.HeartbeatPeriod <= 0 {
+		c.HeartbeatPeriod = d.HeartbeatPeriod
 	}
 	if c.CullInterval <= 0 {
 		c.CullInterval = d.CullInterval

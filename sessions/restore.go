@@ -279,7 +279,7 @@ func (k *Kernel) adopted(jk process) {
 		k.ready = nil
 	}
 	k.mu.Unlock()
-	k.m.goroutine(func() { k.watch(jk, 1) })
+	k.m.goroutine(func() { k.watch(jk) })
 	k.m.log.Info("kernel adopted", "kernel", k.id, "spec", k.spec.Name, "pid", jk.PID())
 }
 

@@ -8,8 +8,10 @@ import (
 	"sync"
 )
 
-// Memory is a Store that keeps its records in this process only: what
-// kernelgate does with an empty --state-dir. Nothing survives a restart.
+// Memory is a Store that keeps its records in this process only, for the
+// tests of what is built on a Store. Nothing survives a restart. kernelgate
+// itself never uses it: with an empty --state-dir it runs with no store at
+// all (sessions.Config.Store nil) and records nothing.
 type Memory struct {
 	mu        sync.Mutex
 	closed    bool

@@ -18,6 +18,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"kernelgate/internal/leakcheck"
+	"kernelgate/internal/needs"
 )
 
 // logBuffer collects a store's log for a test to read.
@@ -344,7 +345,7 @@ func TestBoltPermissions(t *testing.T) {
 	})
 	t.Run("other owner", func(t *testing.T) {
 		if os.Geteuid() != 0 {
-			t.Skip("needs root to give a directory away")
+			needs.Skip(t, "giving a directory to another user needs root; the test runs as uid %d", os.Geteuid())
 		}
 		dir := filepath.Join(t.TempDir(), "kernelgate")
 		must(t, os.Mkdir(dir, 0o700))
