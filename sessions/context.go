@@ -366,13 +366,16 @@ func (c *Context) execute(r *Run) {
 			return
 		}
 		var ended func()
-		var msgID string
-		call, msgID, ended, err = k.startRun(jk, content, handle)
-		if err == nil {
-			defer ended()
+		// The record names the request before the kernel gets it: a
+		// gateway started again after a crash picks the run up.
+		call, _, ended, err = k.startRun(jk, content, handle, func(msgID string) {
 			r.mu.Lock()
 			r.kernelID, r.msgID = k.id, msgID
 			r.mu.Unlock()
+			r.promise()
+		})
+		if err == nil {
+			defer ended()
 			break
 		}
 		if attempt > 0 || !errors.Is(err, jupyter.ErrKernelDied) {

@@ -566,7 +566,9 @@ func (m *Manager) newRunWithID(id string, c *Context, req ExecuteRequest) *Run {
 	r.observer = m.cfg.Observer
 	r.onEnd = m.runEnded
 	if m.store != nil {
-		r.ps = &runStore{store: m.store}
+		r.ps = &runStore{m: m, store: m.store}
+		// Its record is committed before anything can hand its id out.
+		r.promise()
 	}
 	m.mu.Lock()
 	pruned := m.pruneRunsLocked()
@@ -574,7 +576,6 @@ func (m *Manager) newRunWithID(id string, c *Context, req ExecuteRequest) *Run {
 	m.runOrder = append(m.runOrder, r)
 	m.mu.Unlock()
 	m.deleteRuns(pruned)
-	r.persist()
 	return r
 }
 
@@ -594,7 +595,7 @@ func (m *Manager) dropRun(r *Run, why error) {
 	}
 	m.mu.Unlock()
 	r.refuse(why)
-	m.deleteRuns([]string{r.ID})
+	m.deleteRuns([]*Run{r})
 }
 
 // runEnded counts a finished run's memory and prunes the records.
@@ -615,9 +616,9 @@ func (m *Manager) runEnded(r *Run) {
 // retention time. It goes from the oldest run and stops at the first
 // finished run it keeps; runs still queued or running are passed over and
 // kept whatever their age, so one long run does not hold back the pruning
-// of those after it. It returns the ids of the runs pruned whose records
-// the store keeps, for deleteRuns once m.mu is released.
-func (m *Manager) pruneRunsLocked() (pruned []string) {
+// of those after it. It returns the runs pruned whose records the store
+// keeps, for deleteRuns once m.mu is released.
+func (m *Manager) pruneRunsLocked() (pruned []*Run) {
 	now := time.Now()
 	n := len(m.runOrder)
 	kept := m.runOrder[:0:0]
@@ -636,7 +637,7 @@ func (m *Manager) pruneRunsLocked() (pruned []string) {
 		}
 		delete(m.runs, r.ID)
 		if m.store != nil {
-			pruned = append(pruned, r.ID)
+			pruned = append(pruned, r)
 		}
 		if r.counted {
 			m.runBytes -= size

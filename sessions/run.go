@@ -85,13 +85,11 @@ type Run struct {
 	// not lose its kernel: its kernel was replaced since the last run.
 	notice string
 
-	// ps writes the run to the state store (nil: none); storedState is
-	// the state its record was last written with. kernelID and msgID
-	// name its kernel and execute_request once it started.
-	ps          *runStore
-	storedState RunState
-	kernelID    string
-	msgID       string
+	// ps writes the run to the state store (nil: none). kernelID and
+	// msgID name its kernel and execute_request once it is sent.
+	ps       *runStore
+	kernelID string
+	msgID    string
 
 	observer Observer
 	onEnd    func(*Run)  // the manager's accounting, told once the run ended
