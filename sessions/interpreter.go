@@ -328,13 +328,21 @@ func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*Run, error)
 		}
 	}
 	r := m.newRun(c, req)
-	inline, err := c.enqueueRun(r, req.Wait)
+	inline, first, err := c.enqueueRun(r, req.Wait)
 	if err != nil {
 		m.dropRun(r, err)
 		return nil, err
 	}
+	if !first {
+		// It waits behind another run: its record is committed now,
+		// before its id is handed out. (The next run to go is committed
+		// as its code is sent, or before it waits for its kernel.)
+		r.promise()
+	}
 	if inline {
 		c.workInline()
+	} else if !req.Wait {
+		r.awaitDurable(ctx)
 	}
 	return r, nil
 }
@@ -476,6 +484,9 @@ func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*Run
 		m.deleteContext(context.Background(), c, false)
 		return nil, err
 	}
+	if !req.Wait {
+		r.awaitDurable(ctx)
+	}
 	return r, nil
 }
 
@@ -567,8 +578,8 @@ func (m *Manager) newRunWithID(id string, c *Context, req ExecuteRequest) *Run {
 	r.onEnd = m.runEnded
 	if m.store != nil {
 		r.ps = &runStore{m: m, store: m.store}
-		// Its record is committed before anything can hand its id out.
-		r.promise()
+	} else {
+		r.madeDurable()
 	}
 	m.mu.Lock()
 	pruned := m.pruneRunsLocked()
@@ -669,7 +680,9 @@ func (m *Manager) keptRuns(ids []string) []string {
 	pruned := m.pruneRunsLocked()
 	out := make([]string, 0, len(ids))
 	for _, id := range ids {
-		if _, ok := m.runs[id]; ok {
+		// A run whose record is not durable yet is not shown: its id
+		// is handed out only once it is (promise).
+		if r, ok := m.runs[id]; ok && r.isDurable() {
 			out = append(out, id)
 		}
 	}

@@ -381,6 +381,29 @@ func (r *Run) persist() { r.write(writeQueued) }
 // the run.
 func (r *Run) promise() { r.write(writePromise) }
 
+// madeDurable notes that the run's record is durable (or that there is
+// no store): its id may be handed out.
+func (r *Run) madeDurable() { r.durableOnce.Do(func() { close(r.durable) }) }
+
+func (r *Run) isDurable() bool {
+	select {
+	case <-r.durable:
+		return true
+	default:
+		return false
+	}
+}
+
+// awaitDurable waits until the run's record is durable, the run has
+// ended (its end is then durable too), or ctx ends.
+func (r *Run) awaitDurable(ctx context.Context) {
+	select {
+	case <-r.durable:
+	case <-r.done:
+	case <-ctx.Done():
+	}
+}
+
 func (r *Run) write(mode writeMode) {
 	r.mu.Lock()
 	ps := r.ps
@@ -390,15 +413,23 @@ func (r *Run) write(mode writeMode) {
 	}
 	ps.wmu.Lock()
 	defer ps.wmu.Unlock()
-	if ps.behind && mode == writeQueued {
-		return
-	}
 	if mode == writeCatchUp {
 		ps.behind = false
 	}
 	r.mu.Lock()
 	if r.ps != ps { // frozen (Manager.Detach) or pruned meanwhile
 		r.mu.Unlock()
+		return
+	}
+	st := r.state
+	if st == RunDone && mode == writeQueued && !r.isDurable() {
+		// It ended before its record was ever committed (its kernel
+		// did not start, it was stopped before it was sent): its id is
+		// handed out with its end.
+		mode = writePromise
+	}
+	if ps.behind && mode == writeQueued {
+		r.mu.Unlock() // the catch-up writes it
 		return
 	}
 	var evs []state.Event
@@ -414,7 +445,6 @@ func (r *Run) write(mode writeMode) {
 		}
 	}
 	var data []byte
-	st := r.state
 	if st != ps.stored || mode == writePromise {
 		rec := runRecord{Context: r.Context, Language: r.Language, Code: r.Code, Stdin: r.Stdin,
 			Created: r.created, Deadline: r.deadline, State: st, Kernel: r.kernelID, MsgID: r.msgID}
@@ -442,6 +472,7 @@ func (r *Run) write(mode writeMode) {
 	if mode == writePromise {
 		ps.m.commitRun(r.ID, data)
 		ps.stored = st
+		r.madeDurable()
 		return
 	}
 	if ps.behind { // its events first

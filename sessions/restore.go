@@ -549,6 +549,7 @@ func (m *Manager) restoredRun(id string, rec runRecord, evs []state.Event) *Run 
 	if m.store != nil {
 		r.ps = &runStore{m: m, store: m.store, stored: rec.State}
 	}
+	r.madeDurable()
 	r.events, r.eventMem = nil, 0
 	for i, e := range evs {
 		if e.Seq != uint64(i+1) {

@@ -87,9 +87,13 @@ type Run struct {
 
 	// ps writes the run to the state store (nil: none). kernelID and
 	// msgID name its kernel and execute_request once it is sent.
-	ps       *runStore
-	kernelID string
-	msgID    string
+	// durable is closed once its record is durable (at once without a
+	// store): its id is handed out only then (promise).
+	ps          *runStore
+	kernelID    string
+	msgID       string
+	durable     chan struct{}
+	durableOnce sync.Once
 
 	observer Observer
 	onEnd    func(*Run)  // the manager's accounting, told once the run ended
@@ -105,6 +109,7 @@ func newRun(id, context, language, code string, stdin bool, timeout time.Duratio
 		state:   RunQueued,
 		changed: make(chan struct{}),
 		done:    make(chan struct{}),
+		durable: make(chan struct{}),
 		// Events carry the same output as the Execution: the same limits
 		// bound them, plus room for the small events around it.
 		maxEvents: limits.LogBytes + limits.ResultBytes + 1<<20,
