@@ -264,19 +264,18 @@ func New(cfg Config, specs *kernelspecs.Catalog, prov jupyter.Provisioner, log *
 	}
 	m := &Manager{
 		cfg: cfg, specs: specs, prov: prov, log: log,
-		session: uuid.NewString(),
-		started: time.Now(),
-		closing: make(chan struct{}),
-		active:  make(chan struct{}, 1),
-
-		catchUpWake: make(chan struct{}, 1),
-		kernels:     make(map[string]*Kernel),
-		sessions:    make(map[string]*Session),
-		contexts:    make(map[string]*Context),
-		runs:        make(map[string]*Run),
-		pools:       make(map[string]*pool),
+		session:  uuid.NewString(),
+		started:  time.Now(),
+		closing:  make(chan struct{}),
+		active:   make(chan struct{}, 1),
+		kernels:  make(map[string]*Kernel),
+		sessions: make(map[string]*Session),
+		contexts: make(map[string]*Context),
+		runs:     make(map[string]*Run),
+		pools:    make(map[string]*pool),
 
 		langVersions: make(map[string]string),
+		catchUpWake:  make(chan struct{}, 1),
 	}
 	m.openWorkspaces()
 	m.start = startJupyter(prov)
