@@ -535,13 +535,20 @@ func (m *Manager) commitRun(id string, data []byte) {
 // commits again. It is the one goroutine that waits on the disk for runs.
 func (m *Manager) catchUp() {
 	ctx := closingCtx{Context: context.Background(), done: m.closing}
+	var retry <-chan time.Time
 	for {
 		select {
 		case <-m.catchUpWake:
+		case <-retry:
 		case <-m.closing:
 			return
 		}
-		m.writeBehind(ctx)
+		retry = nil
+		if err := m.writeBehind(ctx); err != nil && ctx.Err() == nil {
+			// A commit failed (the disk said no): try again soon.
+			m.log.Error("state: run records not written; trying again", "err", err)
+			retry = time.After(time.Second)
+		}
 	}
 }
 
