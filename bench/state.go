@@ -15,9 +15,13 @@ import (
 // benchState measures what the state store costs and buys (docs/state.md):
 //   - execute latency, POST /api/execute of 1+1 in a Python context, on a
 //     kernelgate keeping its state (--state-dir) and on one keeping it in
-//     memory (--state-dir ”), interleaved one for one;
+//     memory (--state-dir ”), interleaved one for one: with the store on
+//     each run waits for one commit (its record is fsynced before its id
+//     is handed out), the difference is that commit;
 //   - throughput, runs a second finishing on several contexts at once,
-//     each run writing its record and events, store on and off in turn;
+//     each run committing its record and writing its events, store on
+//     and off in turn: runs starting together share a commit (group
+//     commit), so the store costs less than a commit a run here;
 //   - the time from the start of a kernelgate to serving when the
 //     kernelgate before it left opt.adopt kernels running
 //     (--keep-kernels): every one is adopted (same process, answering
@@ -127,9 +131,11 @@ func (b *bench) benchState(ctx context.Context) error {
 	b.add(row{figure: fmt.Sprintf("runs/s, %d Python contexts × 1 client, store on", clients), kg: fmt.Sprintf("%.0f", rOn),
 		ratios: fmt.Sprintf("on/off %.2f", rOn/rOff)})
 	b.add(row{figure: fmt.Sprintf("runs/s, %d Python contexts × 1 client, store off", clients), kg: fmt.Sprintf("%.0f", rOff)})
-	b.check("execute with the store on within the noise of the store off (issue 15)",
-		rOn >= 0.9*rOff && ms(sides[0].lat.p50()) <= ms(sides[1].lat.p50())*1.1+0.2,
-		"p50 %s ms on, %s ms off; %.0f against %.0f runs/s", fmtMS(sides[0].lat.p50()), fmtMS(sides[1].lat.p50()), rOn, rOff)
+	// A run's record is committed before its id is handed out: one
+	// commit a run, shared by runs starting together.
+	b.check("runs/s with the store on at least 0.8 of off: concurrent runs share their commits",
+		rOn >= 0.8*rOff,
+		"p50 %s ms on, %s ms off (one commit a run); %.0f against %.0f runs/s", fmtMS(sides[0].lat.p50()), fmtMS(sides[1].lat.p50()), rOn, rOff)
 	return b.benchReadopt(ctx, dir)
 }
 

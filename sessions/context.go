@@ -143,21 +143,22 @@ func (c *Context) ensureKernel(ctx context.Context) (*Kernel, process, error) {
 
 // enqueue adds a run to the queue and makes sure a worker runs it.
 func (c *Context) enqueue(r *Run) error {
-	_, err := c.enqueueRun(r, false)
+	_, _, err := c.enqueueRun(r, false)
 	return err
 }
 
 // enqueueRun queues r. With inline, when the context is idle, it starts
 // no worker and reports true: the caller runs r itself (workInline).
-func (c *Context) enqueueRun(r *Run, inline bool) (bool, error) {
+// first reports that r is the next to run: the context was idle.
+func (c *Context) enqueueRun(r *Run, inline bool) (bool, bool, error) {
 	c.mu.Lock()
 	if c.deleted {
 		c.mu.Unlock()
-		return false, errorf(ErrNoSuchContext, "context %s was deleted", c.ID)
+		return false, false, errorf(ErrNoSuchContext, "context %s was deleted", c.ID)
 	}
 	if limit := c.m.cfg.QueueLimit; len(c.queue) >= limit {
 		c.mu.Unlock()
-		return false, errorf(ErrQueueFull, "context %s already has %d runs waiting; wait for them or use another context", c.ID, limit)
+		return false, false, errorf(ErrQueueFull, "context %s already has %d runs waiting; wait for them or use another context", c.ID, limit)
 	}
 	c.queue = append(c.queue, r)
 	c.runIDs = append(c.runIDs, r.ID)
@@ -170,6 +171,7 @@ func (c *Context) enqueueRun(r *Run, inline bool) (bool, error) {
 	r.mu.Lock()
 	r.cancel = func(reason Reason) { c.dequeue(r, reason) }
 	r.mu.Unlock()
+	first := !c.working
 	inline = inline && !c.working && !c.Isolated
 	if !c.working {
 		c.working = true
@@ -188,7 +190,21 @@ func (c *Context) enqueueRun(r *Run, inline bool) (bool, error) {
 		}
 		r.mu.Unlock()
 	}
-	return inline, nil
+	return inline, first, nil
+}
+
+// kernelReady reports whether the context's kernel process is running and
+// connected (not starting, restarting or being adopted).
+func (c *Context) kernelReady() bool {
+	c.mu.Lock()
+	k := c.kernel
+	c.mu.Unlock()
+	if k == nil {
+		return false
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.jk != nil
 }
 
 // dequeue ends a run that is still queued; a running one is left to its
@@ -328,6 +344,11 @@ func (c *Context) execute(r *Run) {
 	// A kernel that dies between being handed out and taking the run is
 	// replaced once: the run had not started.
 	for attempt := 0; ; attempt++ {
+		if (attempt > 0 || !c.kernelReady()) && !r.isDurable() {
+			// It waits for a kernel: its record is committed now, so
+			// that its id is handed out meanwhile (Execute).
+			r.promise()
+		}
 		ctx, cancel := runContext(r, context.Background())
 		var err error
 		k, jk, err = c.ensureKernel(ctx)
@@ -368,13 +389,16 @@ func (c *Context) execute(r *Run) {
 			return
 		}
 		var ended func()
-		var msgID string
-		call, msgID, ended, err = k.startRun(jk, content, handle)
-		if err == nil {
-			defer ended()
+		// The record names the request before the kernel gets it: a
+		// gateway started again after a crash picks the run up.
+		call, _, ended, err = k.startRun(jk, content, handle, func(msgID string) {
 			r.mu.Lock()
 			r.kernelID, r.msgID = k.id, msgID
 			r.mu.Unlock()
+			r.promise()
+		})
+		if err == nil {
+			defer ended()
 			break
 		}
 		if attempt > 0 || !errors.Is(err, jupyter.ErrKernelDied) {

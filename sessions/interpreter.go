@@ -327,13 +327,21 @@ func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*Run, error)
 		}
 	}
 	r := m.newRun(c, req)
-	inline, err := c.enqueueRun(r, req.Wait)
+	inline, first, err := c.enqueueRun(r, req.Wait)
 	if err != nil {
 		m.dropRun(r, err)
 		return nil, err
 	}
+	if !first {
+		// It waits behind another run: its record is committed now,
+		// before its id is handed out. (The next run to go is committed
+		// as its code is sent, or before it waits for its kernel.)
+		r.promise()
+	}
 	if inline {
 		c.workInline()
+	} else if !req.Wait {
+		r.awaitDurable(ctx)
 	}
 	return r, nil
 }
@@ -471,6 +479,9 @@ func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*Run
 		m.deleteContext(context.Background(), c, false)
 		return nil, err
 	}
+	if !req.Wait {
+		r.awaitDurable(ctx)
+	}
 	return r, nil
 }
 
@@ -561,7 +572,9 @@ func (m *Manager) newRunWithID(id string, c *Context, req ExecuteRequest) *Run {
 	r.observer = m.cfg.Observer
 	r.onEnd = m.runEnded
 	if m.store != nil {
-		r.ps = &runStore{store: m.store}
+		r.ps = &runStore{m: m, store: m.store}
+	} else {
+		r.madeDurable()
 	}
 	m.mu.Lock()
 	pruned := m.pruneRunsLocked()
@@ -569,7 +582,6 @@ func (m *Manager) newRunWithID(id string, c *Context, req ExecuteRequest) *Run {
 	m.runOrder = append(m.runOrder, r)
 	m.mu.Unlock()
 	m.deleteRuns(pruned)
-	r.persist()
 	return r
 }
 
@@ -589,7 +601,7 @@ func (m *Manager) dropRun(r *Run, why error) {
 	}
 	m.mu.Unlock()
 	r.refuse(why)
-	m.deleteRuns([]string{r.ID})
+	m.deleteRuns([]*Run{r})
 }
 
 // runEnded counts a finished run's memory and prunes the records.
@@ -610,9 +622,9 @@ func (m *Manager) runEnded(r *Run) {
 // retention time. It goes from the oldest run and stops at the first
 // finished run it keeps; runs still queued or running are passed over and
 // kept whatever their age, so one long run does not hold back the pruning
-// of those after it. It returns the ids of the runs pruned whose records
-// the store keeps, for deleteRuns once m.mu is released.
-func (m *Manager) pruneRunsLocked() (pruned []string) {
+// of those after it. It returns the runs pruned whose records the store
+// keeps, for deleteRuns once m.mu is released.
+func (m *Manager) pruneRunsLocked() (pruned []*Run) {
 	now := time.Now()
 	n := len(m.runOrder)
 	kept := m.runOrder[:0:0]
@@ -631,7 +643,7 @@ func (m *Manager) pruneRunsLocked() (pruned []string) {
 		}
 		delete(m.runs, r.ID)
 		if m.store != nil {
-			pruned = append(pruned, r.ID)
+			pruned = append(pruned, r)
 		}
 		if r.counted {
 			m.runBytes -= size
@@ -663,7 +675,9 @@ func (m *Manager) keptRuns(ids []string) []string {
 	pruned := m.pruneRunsLocked()
 	out := make([]string, 0, len(ids))
 	for _, id := range ids {
-		if _, ok := m.runs[id]; ok {
+		// A run whose record is not durable yet is not shown: its id
+		// is handed out only once it is (promise).
+		if r, ok := m.runs[id]; ok && r.isDurable() {
 			out = append(out, id)
 		}
 	}

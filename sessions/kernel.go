@@ -549,15 +549,17 @@ func (k *Kernel) deliverLocked(o Outgoing) (slow []*Client) {
 	return slow
 }
 
-// startRun sends the execute_request of a code-interpreter run to jk;
-// ended, called once the run has ended, makes the kernel keep its later
-// messages for the next client again.
-func (k *Kernel) startRun(jk process, content jupyter.ExecuteContent, h jupyter.Handler) (c call, msgID string, ended func(), err error) {
+// startRun sends the execute_request of a code-interpreter run to jk,
+// calling sending with its msg_id just before; ended, called once the
+// run has ended, makes the kernel keep its later messages for the next
+// client again.
+func (k *Kernel) startRun(jk process, content jupyter.ExecuteContent, h jupyter.Handler, sending func(msgID string)) (c call, msgID string, ended func(), err error) {
 	m, err := jk.NewMessage(jupyter.ExecuteRequest, content, nil)
 	if err != nil {
 		return nil, "", nil, err
 	}
 	id := m.Header.MsgID
+	sending(id)
 	k.mu.Lock()
 	if k.runs == nil {
 		k.runs = map[string]struct{}{}

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -247,6 +248,14 @@ type Manager struct {
 	active chan struct{}
 	wg     sync.WaitGroup
 
+	// Runs whose writes the store refused (persist.go): behind, for the
+	// catch-up, which catchUpWake wakes (without blocking); storeStuck
+	// while the store has not committed a promise in time.
+	behindMu    sync.Mutex
+	behind      []*Run
+	catchUpWake chan struct{}
+	storeStuck  atomic.Bool
+
 	mu       sync.Mutex
 	kernels  map[string]*Kernel
 	sessions map[string]*Session
@@ -289,6 +298,7 @@ func New(cfg Config, specs *kernelspecs.Catalog, prov jupyter.Provisioner, log *
 		room:     make(chan struct{}),
 
 		langVersions: make(map[string]string),
+		catchUpWake:  make(chan struct{}, 1),
 	}
 	m.openWorkspaces()
 	m.start = startJupyter(prov)
@@ -300,6 +310,7 @@ func New(cfg Config, specs *kernelspecs.Catalog, prov jupyter.Provisioner, log *
 	if cfg.Store != nil {
 		m.store = cfg.Store
 		m.goroutine(m.checkpoint)
+		m.goroutine(m.catchUp)
 	}
 	if cfg.CullIdleTimeout > 0 {
 		m.goroutine(m.cull)
@@ -587,6 +598,9 @@ func (m *Manager) close(ctx context.Context, keep bool) {
 		wg.Wait()
 		m.wg.Wait()
 		if m.store != nil {
+			if err := m.writeBehind(ctx); err != nil {
+				m.log.Error("state: run records the store was behind on were not written", "err", err)
+			}
 			if err := m.store.Flush(ctx); err != nil {
 				m.log.Error("state: the last run records were not written", "err", err)
 			}

@@ -20,14 +20,21 @@ import (
 //     down; its last activity is written now and then (checkpoint);
 //   - a context and a Jupyter session are written, durably, before the
 //     call that made or changed them returns, and deleted with them;
-//   - a run's record is written when it is queued, starts and ends, and
-//     its events as they come; those writes are queued by the store and
-//     committed together (one fsync for many), waited for only while the
-//     store's queue of them is full (state.Options.MaxQueued).
+//   - a run's record is committed before its id leaves the gateway
+//     (promise): when the run is made, and again, naming its kernel and
+//     its execute_request, before the kernel gets its code; commits of
+//     runs starting together share an fsync. Later, its record is
+//     written when it starts and ends, and its events as they come;
+//     those writes are queued by the store and committed together (one
+//     fsync for many), and never waited for: while the store's queue is
+//     full (a slow or hung disk, state.ErrBusy) the run is behind, its
+//     writes wait in the run's own memory, and the catch-up writes them
+//     in one go once the store has committed what it had queued. A
+//     kernel's reader never waits on the disk.
 //
 // With no store (an empty --state-dir) nothing of this runs.
 
-// storeTimeout bounds a durable write.
+// storeTimeout bounds a durable write, a run's promise included.
 const storeTimeout = 10 * time.Second
 
 // kernelExtra is what the manager keeps of a kernel beyond state.Kernel.
@@ -183,14 +190,25 @@ func (m *Manager) deleteSessionRecord(id string) {
 	}
 }
 
-// deleteRuns forgets the records of runs the manager pruned.
-func (m *Manager) deleteRuns(ids []string) {
+// deleteRuns forgets the records of runs the manager pruned. A write of
+// a run in progress is queued before the delete; none follows it.
+func (m *Manager) deleteRuns(rs []*Run) {
 	if m.store == nil {
 		return
 	}
-	for _, id := range ids {
-		if err := m.store.DeleteRun(id); err != nil && !errors.Is(err, state.ErrClosed) {
-			m.log.Warn("state: run record not deleted", "run", id, "err", err)
+	for _, r := range rs {
+		r.mu.Lock()
+		ps := r.ps
+		r.ps = nil
+		r.mu.Unlock()
+		if ps == nil {
+			continue
+		}
+		ps.wmu.Lock()
+		err := m.store.DeleteRun(r.ID)
+		ps.wmu.Unlock()
+		if err != nil && !errors.Is(err, state.ErrClosed) {
+			m.log.Warn("state: run record not deleted", "run", r.ID, "err", err)
 		}
 	}
 }
@@ -327,17 +345,66 @@ func appendTime(b []byte, name string, t time.Time) ([]byte, bool) {
 
 // runStore is how a run writes itself to the store.
 type runStore struct {
+	m     *Manager
 	store state.Store
 	// wmu orders a run's writes: its record is snapshot and queued in
-	// the order of its changes. It guards only written; it is taken
+	// the order of its changes. It guards the fields below; it is taken
 	// before r.mu, never while holding another lock, and the store's
-	// queue it is held across never calls back.
+	// calls it is held across never call back.
 	wmu     sync.Mutex
-	written int // events queued so far
+	written int      // events queued so far
+	stored  RunState // the state its record was last queued with
+	// behind: the store refused a write (state.ErrBusy); the run's
+	// writes wait for the catch-up.
+	behind bool
 }
 
+// writeMode says how a run writes itself.
+type writeMode uint8
+
+const (
+	// writeQueued queues what changed, unless the run is behind (then
+	// the catch-up writes it): what a change of the run does.
+	writeQueued writeMode = iota
+	// writeCatchUp writes what a run behind has not written.
+	writeCatchUp
+	// writePromise commits the record now, and waits for it: the run's
+	// id, or its code, is about to leave the gateway.
+	writePromise
+)
+
 // persist queues the run's new events, and its record when it changed.
-func (r *Run) persist() {
+func (r *Run) persist() { r.write(writeQueued) }
+
+// promise commits the run's record, as it is now, before its id or its
+// code leaves the gateway: a gateway started again on the store knows
+// the run.
+func (r *Run) promise() { r.write(writePromise) }
+
+// madeDurable notes that the run's record is durable (or that there is
+// no store): its id may be handed out.
+func (r *Run) madeDurable() { r.durableOnce.Do(func() { close(r.durable) }) }
+
+func (r *Run) isDurable() bool {
+	select {
+	case <-r.durable:
+		return true
+	default:
+		return false
+	}
+}
+
+// awaitDurable waits until the run's record is durable, the run has
+// ended (its end is then durable too), or ctx ends.
+func (r *Run) awaitDurable(ctx context.Context) {
+	select {
+	case <-r.durable:
+	case <-r.done:
+	case <-ctx.Done():
+	}
+}
+
+func (r *Run) write(mode writeMode) {
 	r.mu.Lock()
 	ps := r.ps
 	r.mu.Unlock()
@@ -346,28 +413,43 @@ func (r *Run) persist() {
 	}
 	ps.wmu.Lock()
 	defer ps.wmu.Unlock()
+	if mode == writeCatchUp {
+		ps.behind = false
+	}
 	r.mu.Lock()
-	if r.ps != ps { // frozen meanwhile (Manager.Detach)
+	if r.ps != ps { // frozen (Manager.Detach) or pruned meanwhile
 		r.mu.Unlock()
 		return
 	}
-	var evs []state.Event
-	for i := ps.written; i < len(r.events); i++ {
-		ev := r.events[i]
-		js, err := ev.json(i + 1)
-		if err != nil {
-			continue
-		}
-		evs = append(evs, state.Event{Seq: uint64(i + 1), Data: js})
+	st := r.state
+	if st == RunDone && mode == writeQueued && !r.isDurable() {
+		// It ended before its record was ever committed (its kernel
+		// did not start, it was stopped before it was sent): its id is
+		// handed out with its end.
+		mode = writePromise
 	}
-	ps.written = len(r.events)
+	if ps.behind && mode == writeQueued {
+		r.mu.Unlock() // the catch-up writes it
+		return
+	}
+	var evs []state.Event
+	n := len(r.events)
+	if !ps.behind {
+		for i := ps.written; i < n; i++ {
+			ev := r.events[i]
+			js, err := ev.json(i + 1)
+			if err != nil {
+				continue
+			}
+			evs = append(evs, state.Event{Seq: uint64(i + 1), Data: js})
+		}
+	}
 	var data []byte
-	if r.state != r.storedState {
-		r.storedState = r.state
+	if st != ps.stored || mode == writePromise {
 		rec := runRecord{Context: r.Context, Language: r.Language, Code: r.Code, Stdin: r.Stdin,
-			Created: r.created, Deadline: r.deadline, State: r.state, Kernel: r.kernelID, MsgID: r.msgID}
+			Created: r.created, Deadline: r.deadline, State: st, Kernel: r.kernelID, MsgID: r.msgID}
 		var exec []byte
-		if r.state == RunDone {
+		if st == RunDone {
 			rec.Finished = r.finished
 			exec = r.executionJSONLocked()
 			if r.failure != nil {
@@ -378,10 +460,137 @@ func (r *Run) persist() {
 	}
 	r.mu.Unlock()
 	if len(evs) > 0 {
-		ps.store.AppendRunEvents(r.ID, evs...)
+		if err := ps.store.AppendRunEvents(r.ID, evs...); errors.Is(err, state.ErrBusy) {
+			ps.fallBehind(r)
+		} else {
+			ps.written = n
+		}
 	}
-	if data != nil {
-		ps.store.PutRun(r.ID, data)
+	if data == nil {
+		return
+	}
+	if mode == writePromise {
+		ps.m.commitRun(r.ID, data)
+		ps.stored = st
+		r.madeDurable()
+		return
+	}
+	if ps.behind { // its events first
+		return
+	}
+	if err := ps.store.PutRun(r.ID, data); errors.Is(err, state.ErrBusy) {
+		ps.fallBehind(r)
+		return
+	}
+	ps.stored = st
+}
+
+// fallBehind marks the run behind and hands it to the catch-up. The
+// caller holds ps.wmu.
+func (ps *runStore) fallBehind(r *Run) {
+	if ps.behind {
+		return
+	}
+	ps.behind = true
+	m := ps.m
+	m.behindMu.Lock()
+	m.behind = append(m.behind, r)
+	m.behindMu.Unlock()
+	m.wakeCatchUp()
+}
+
+func (m *Manager) wakeCatchUp() {
+	select {
+	case m.catchUpWake <- struct{}{}:
+	default:
+	}
+}
+
+// commitRun commits a run's record and waits for it, at most
+// storeTimeout. A store that did not commit in time is taken as stuck:
+// later promises queue their record without waiting until the catch-up
+// sees the store commit again, so that a hung disk costs the runs it
+// holds up one wait, not one each.
+func (m *Manager) commitRun(id string, data []byte) {
+	ctx, cancel := storeCtx()
+	if m.storeStuck.Load() {
+		cancel() // queued, not waited for
+	}
+	defer cancel()
+	err := m.store.CommitRun(ctx, id, data)
+	switch {
+	case err == nil, errors.Is(err, state.ErrClosed):
+	case ctx.Err() != nil:
+		if !m.storeStuck.Swap(true) {
+			m.log.Error("state: the store did not commit a run's record in time; runs go on without waiting for it until it does, and a crash meanwhile may lose them", "run", id, "waited", storeTimeout)
+		}
+		m.wakeCatchUp()
+	default:
+		m.log.Error("state: run record not committed: a restart of the gateway loses it", "run", id, "err", err)
+	}
+}
+
+// catchUp writes what the store refused of the runs behind, once the
+// store has committed what it had queued, and notes when a stuck store
+// commits again. It is the one goroutine that waits on the disk for runs.
+func (m *Manager) catchUp() {
+	ctx := closingCtx{Context: context.Background(), done: m.closing}
+	var retry <-chan time.Time
+	for {
+		select {
+		case <-m.catchUpWake:
+		case <-retry:
+		case <-m.closing:
+			return
+		}
+		retry = nil
+		if err := m.writeBehind(ctx); err != nil && ctx.Err() == nil {
+			// A commit failed (the disk said no): try again soon.
+			m.log.Error("state: run records not written; trying again", "err", err)
+			retry = time.After(time.Second)
+		}
+	}
+}
+
+// writeBehind writes the runs behind until none is, or ctx ends.
+func (m *Manager) writeBehind(ctx context.Context) error {
+	for {
+		m.behindMu.Lock()
+		rs := m.behind
+		m.behind = nil
+		m.behindMu.Unlock()
+		if len(rs) == 0 && !m.storeStuck.Load() {
+			return nil
+		}
+		if err := m.store.Flush(ctx); err != nil {
+			m.behindMu.Lock()
+			m.behind = append(rs, m.behind...)
+			m.behindMu.Unlock()
+			return err
+		}
+		if m.storeStuck.Swap(false) {
+			m.log.Info("state: the store commits again; runs wait for their records again")
+		}
+		for _, r := range rs {
+			r.write(writeCatchUp)
+		}
+	}
+}
+
+// closingCtx is a context that ends when the manager starts closing.
+type closingCtx struct {
+	context.Context
+	done <-chan struct{}
+}
+
+func (c closingCtx) Done() <-chan struct{} { return c.done }
+
+func (c closingCtx) Err() error {
+	select {
+	case <-c.done:
+		return context.Canceled
+	default:
+		return nil
 	}
 }
 

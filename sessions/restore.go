@@ -34,7 +34,7 @@ const restoreParallel = 16
 // LostOutputMarker is the text a run picked up after a restart of the
 // gateway gets on stderr: ZeroMQ drops what a kernel publishes while no
 // gateway subscribes.
-const LostOutputMarker = "\n[kernelgate] the gateway restarted during this run: output the kernel published while no gateway was running is lost\n"
+const LostOutputMarker = "\n[kernelgate] the gateway restarted during this run: output the kernel published while no gateway was running, or just before the restart, is lost\n"
 
 // endedWhileDown is how a kept kernel that is gone is said to have ended.
 const endedWhileDown = "ended while no gateway was running"
@@ -457,8 +457,9 @@ func (m *Manager) restoreContext(rec state.Context, kernels map[string]*Kernel, 
 }
 
 // restoreRuns takes the kept run records over: ended ones as they are,
-// queued ones end (they never ran), running ones are picked up when their
-// kernel is back, else lost.
+// queued ones end (they never ran), running ones (and queued ones whose
+// code was being sent) are picked up when their kernel is back, else
+// lost.
 func (m *Manager) restoreRuns(recs []state.Run, contexts map[string]*Context) (restored, pickedUp int) {
 	type kept struct {
 		r   *Run
@@ -470,7 +471,9 @@ func (m *Manager) restoreRuns(recs []state.Run, contexts map[string]*Context) (r
 		err := json.Unmarshal(sr.Data, &rec)
 		known := rec.State == RunQueued || rec.State == RunRunning || rec.State == RunDone
 		if err != nil || rec.Created.IsZero() || !known {
-			m.deleteRuns([]string{sr.ID})
+			if err := m.store.DeleteRun(sr.ID); err != nil {
+				m.log.Warn("state: run record not deleted", "run", sr.ID, "err", err)
+			}
 			continue
 		}
 		runs = append(runs, kept{m.restoredRun(sr.ID, rec, sr.Events), rec})
@@ -544,8 +547,9 @@ func (m *Manager) restoredRun(id string, rec runRecord, evs []state.Event) *Run 
 	r.observer = m.cfg.Observer
 	r.onEnd = m.runEnded
 	if m.store != nil {
-		r.ps = &runStore{store: m.store}
+		r.ps = &runStore{m: m, store: m.store, stored: rec.State}
 	}
+	r.madeDurable()
 	r.events, r.eventMem = nil, 0
 	for i, e := range evs {
 		if e.Seq != uint64(i+1) {
@@ -561,8 +565,13 @@ func (m *Manager) restoredRun(id string, rec runRecord, evs []state.Event) *Run 
 	if r.ps != nil {
 		r.ps.written = len(r.events)
 	}
-	r.state, r.storedState = rec.State, rec.State
-	switch rec.State {
+	r.state = rec.State
+	if rec.State == RunQueued && rec.MsgID != "" {
+		// Its code was being sent to its kernel (promise): it may run
+		// there, and is picked up as a running one.
+		r.state = RunRunning
+	}
+	switch r.state {
 	case RunDone:
 		r.finished = rec.Finished
 		json.Unmarshal(rec.Execution, &r.b.exec)

@@ -85,13 +85,15 @@ type Run struct {
 	// not lose its kernel: its kernel was replaced since the last run.
 	notice string
 
-	// ps writes the run to the state store (nil: none); storedState is
-	// the state its record was last written with. kernelID and msgID
-	// name its kernel and execute_request once it started.
+	// ps writes the run to the state store (nil: none). kernelID and
+	// msgID name its kernel and execute_request once it is sent.
+	// durable is closed once its record is durable (at once without a
+	// store): its id is handed out only then (promise).
 	ps          *runStore
-	storedState RunState
 	kernelID    string
 	msgID       string
+	durable     chan struct{}
+	durableOnce sync.Once
 
 	observer Observer
 	onEnd    func(*Run)  // the manager's accounting, told once the run ended
@@ -107,6 +109,7 @@ func newRun(id, context, language, code string, stdin bool, timeout time.Duratio
 		state:   RunQueued,
 		changed: make(chan struct{}),
 		done:    make(chan struct{}),
+		durable: make(chan struct{}),
 		// Events carry the same output as the Execution: the same limits
 		// bound them, plus room for the small events around it.
 		maxEvents: limits.LogBytes + limits.ResultBytes + 1<<20,

@@ -52,11 +52,16 @@ type Options struct {
 	// committed: what a crash can lose of the runs.
 	FlushDelay time.Duration
 	// MaxQueued bounds the bytes of run writes waiting for their commit;
-	// beyond it the run writes wait for the disk.
+	// beyond it PutRun and AppendRunEvents refuse the write with ErrBusy
+	// rather than wait for the disk.
 	MaxQueued int
 	// LockTimeout is how long Open waits for the file's lock, which
 	// another live kernelgate may hold.
 	LockTimeout time.Duration
+	// BeforeCommit, when set, is called by the writer with the bytes of
+	// each batch before it commits it. Tests hold it to play a disk that
+	// does not answer; nil otherwise.
+	BeforeCommit func(bytes int)
 }
 
 func (o *Options) defaults() {
@@ -76,10 +81,11 @@ func (o *Options) defaults() {
 
 // Bolt is the Store of one file (FileName in the state directory) in
 // bbolt. One goroutine writes: every write goes through its queue, in
-// call order. A durable write (a kernel, context or session) is committed
-// at once, with whatever run writes are queued before it; run writes wait
-// up to FlushDelay for company. Each commit is one bbolt transaction and
-// one fsync.
+// call order. A durable write (a kernel, context, session, CommitRun or
+// Flush) is committed at once, with whatever is queued before it; run
+// writes wait up to FlushDelay for company. Each commit is one bbolt
+// transaction and one fsync, and durable writes that come while one is
+// being committed share the next (group commit).
 type Bolt struct {
 	db   *bolt.DB
 	path string
@@ -88,9 +94,8 @@ type Bolt struct {
 
 	mu      sync.Mutex
 	queue   []op
-	queued  int           // bytes in queue
-	urgent  bool          // a durable write or Flush waits in queue
-	room    chan struct{} // closed and replaced when the writer takes the queue
+	queued  int  // bytes in queue
+	urgent  bool // a durable write or Flush waits in queue
 	closed  bool
 	wake    chan struct{} // cap 1: the queue changed
 	stopped chan struct{} // closed when the writer has ended
@@ -154,7 +159,7 @@ func Open(path string, opts Options) (*Bolt, error) {
 	// A new file's name is durable only once its directory is synced.
 	syncDir(filepath.Dir(path))
 	b := &Bolt{db: db, path: path, log: log, opts: opts,
-		room: make(chan struct{}), wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+		wake: make(chan struct{}, 1), stopped: make(chan struct{})}
 	go b.writer()
 	return b, nil
 }
@@ -354,20 +359,20 @@ func describe(path string) (out string) {
 	return strings.Join(parts, ", ")
 }
 
-// enqueue adds o to the queue. A run write waits while the queue is over
-// its bound.
+// enqueue adds o to the queue. It never waits: a run write (but a
+// delete, which is small) that would take the queue over its bound is
+// refused with ErrBusy, so that a disk that does not answer never holds
+// up the caller (a kernel's reader).
 func (b *Bolt) enqueue(o op) error {
 	size := o.size()
 	b.mu.Lock()
-	for !b.closed && o.ack == nil && b.queued > 0 && b.queued+size > b.opts.MaxQueued {
-		room := b.room
-		b.mu.Unlock()
-		<-room
-		b.mu.Lock()
-	}
 	if b.closed {
 		b.mu.Unlock()
 		return ErrClosed
+	}
+	if o.ack == nil && o.kind != opDeleteRun && b.queued > 0 && b.queued+size > b.opts.MaxQueued {
+		b.mu.Unlock()
+		return ErrBusy
 	}
 	// The writer needs waking only when it sleeps on an empty queue, or
 	// to commit at once: a run write joining others already queued waits
@@ -441,11 +446,12 @@ func (b *Bolt) writer() {
 			}
 		}
 		b.mu.Lock()
-		batch := b.queue
+		batch, bytes := b.queue, b.queued
 		b.queue, b.queued, b.urgent = nil, 0, false
-		close(b.room)
-		b.room = make(chan struct{})
 		b.mu.Unlock()
+		if b.opts.BeforeCommit != nil {
+			b.opts.BeforeCommit(bytes)
+		}
 		err := b.commit(batch)
 		lost := 0
 		for _, o := range batch {
@@ -551,6 +557,15 @@ func (b *Bolt) PutRun(id string, data []byte) error {
 		return ErrInvalid
 	}
 	return b.enqueue(op{kind: opPutRun, key: id, val: data})
+}
+
+// CommitRun is PutRun waited for: it is committed at once, with what is
+// queued, and never refused for a full queue.
+func (b *Bolt) CommitRun(ctx context.Context, id string, data []byte) error {
+	if id == "" {
+		return ErrInvalid
+	}
+	return b.durable(ctx, op{kind: opPutRun, key: id, val: data})
 }
 
 // AppendRunEvents queues the events; their Data is not copied.

@@ -94,6 +94,10 @@ func (s *Memory) PutRun(id string, data []byte) error {
 	return nil
 }
 
+func (s *Memory) CommitRun(_ context.Context, id string, data []byte) error {
+	return s.PutRun(id, data)
+}
+
 func (s *Memory) AppendRunEvents(id string, events ...Event) error {
 	if id == "" {
 		return ErrInvalid

@@ -16,7 +16,12 @@
 //     (hundreds a second). Those calls only queue the write and return;
 //     a writer commits what is queued at most FlushDelay later, one fsync
 //     for the lot. A crash loses at most the run writes of that last
-//     FlushDelay. Flush waits for them.
+//     FlushDelay. Flush waits for them. They never wait for the disk:
+//     while too much is queued (a slow or hung disk) they are refused
+//     with ErrBusy, and their owner writes them again later.
+//   - CommitRun writes a run's record and waits for it, as the durable
+//     records: a run whose id is handed out has a record that survives a
+//     crash. Commits that come together share one fsync.
 //
 // The package knows nothing of kernels or HTTP: run data and provisioner
 // information are bytes that their owners encode.
@@ -40,6 +45,9 @@ var (
 	ErrUnsafe = errors.New("state: state directory is not private")
 	// ErrInvalid: a record misses its id.
 	ErrInvalid = errors.New("state: invalid record")
+	// ErrBusy: a run write was refused, not queued, because the writes
+	// queued before it have not reached the disk yet.
+	ErrBusy = errors.New("state: store is behind; run write not queued")
 )
 
 // Kernel is a kernel kernelgate started.
@@ -147,14 +155,19 @@ type Store interface {
 
 	// PutRun replaces a run's data, AppendRunEvents adds events to it
 	// (an event of a seq already there replaces it) and DeleteRun removes
-	// it with its events. They queue the write and return at once
-	// (waiting only while more than a bounded amount is queued); the
+	// it with its events. They queue the write and return at once,
+	// never waiting for the disk: while more than a bounded amount is
+	// queued, PutRun and AppendRunEvents refuse the write with ErrBusy
+	// (the caller writes it again once Flush has returned). A queued
 	// write is durable within the store's flush delay, and in call order
 	// with every other write. The store may hold on to data until it is
 	// written: the caller must not change it after the call.
 	PutRun(id string, data []byte) error
 	AppendRunEvents(id string, events ...Event) error
 	DeleteRun(id string) error
+	// CommitRun is PutRun that returns once the write (and every write
+	// queued before it) is durable; it is never refused with ErrBusy.
+	CommitRun(ctx context.Context, id string, data []byte) error
 	// Flush returns once every write queued before it is durable.
 	Flush(ctx context.Context) error
 
