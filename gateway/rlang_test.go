@@ -11,6 +11,7 @@ import (
 
 	"kernelgate/internal/needs"
 	"kernelgate/internal/testkernels"
+	"kernelgate/jupyter"
 	"kernelgate/sessions"
 )
 
@@ -160,6 +161,20 @@ func TestRContextsAndIsolatedRuns(t *testing.T) {
 		}
 	})
 
+	t.Run("a timeout before the code begins keeps state", func(t *testing.T) {
+		// The interrupt comes with the execute_input, before IRkernel's
+		// handler of interrupts is in place.
+		for i := 0; i < 3; i++ {
+			e := g.run(map[string]any{"context": "stats", "code": "Sys.sleep(60)", "timeout": 0.001})
+			if e.Process.Reason != sessions.TimedOut {
+				t.Fatalf("run %d: %+v", i, e)
+			}
+			if e := g.run(map[string]any{"context": "stats", "code": "kept"}); len(mainResults(e)) != 1 || mainResults(e)[0].Text != "[1] 41" {
+				t.Fatalf("state after run %d: %+v", i, e)
+			}
+		}
+	})
+
 	t.Run("interrupt keeps state", func(t *testing.T) {
 		resp := startStream(t, g, map[string]any{"context": "stats", "code": "cat('go\\n'); Sys.sleep(60)"})
 		defer resp.Body.Close()
@@ -286,4 +301,96 @@ func TestKernelspecByName(t *testing.T) {
 			t.Errorf("%s: %d %s", tc.name, status, body)
 		}
 	}
+}
+
+// TestRKernelOnJupyterSurface: the ir kernelspec is served on the Jupyter
+// surface, and its kernel answers a websocket client as Enterprise
+// Gateway's own tests of IRkernel ask: hello world, the hostname, an
+// interrupt that keeps state, a restart that drops it.
+func TestRKernelOnJupyterSurface(t *testing.T) {
+	needR(t)
+	g := newGateway(t)
+	status, body := g.do("GET", "/api/kernelspecs/ir", nil)
+	if spec := decode[kernelspecModel](t, body); status != 200 || spec.Spec.Language != "R" || spec.Resources["logo-64x64"] != "/kernelspecs/ir/logo-64x64.png" {
+		t.Fatalf("kernelspec ir: %d %s", status, body)
+	}
+	k := g.startKernel("ir")
+	c := g.mustDial(k.ID, true)
+	displayed := func(iopub []wsMsg) string {
+		for _, m := range iopub {
+			if m.Header.MsgType == jupyter.DisplayData || m.Header.MsgType == jupyter.ExecuteResult {
+				return m.text(t)
+			}
+		}
+		return ""
+	}
+
+	_, iopub := c.run(`cat("hello world\n")`)
+	if got := summaryText(t, iopub, jupyter.StreamMsg); got != "hello world\n" {
+		t.Errorf("hello world: %q (%s)", got, summary(iopub))
+	}
+	host, _ := os.Hostname()
+	if _, iopub := c.run(`Sys.info()[["nodename"]]`); displayed(iopub) != `[1] "`+host+`"` {
+		t.Errorf("hostname: %q, want %q", displayed(iopub), host)
+	}
+
+	// An interrupt as soon as the kernel takes the request (IRkernel then
+	// sets the run up, outside its handler of interrupts), and again every
+	// half second until the request ends: R stops the code and lives on.
+	c.run("kept <- 3")
+	id := c.execute("Sys.sleep(60)", false)
+	c.until(10*time.Second, func(m wsMsg) bool {
+		return m.ParentHeader.MsgID == id && m.Header.MsgType == jupyter.StatusMsg && m.state() == "busy"
+	})
+	interrupt := func() {
+		if status, body := g.do("POST", "/api/kernels/"+k.ID+"/interrupt", nil); status != 204 {
+			t.Fatalf("interrupt: %d %s", status, body)
+		}
+	}
+	interrupt()
+	deadline := time.After(20 * time.Second)
+	again := time.NewTicker(500 * time.Millisecond)
+	defer again.Stop()
+	replied, idle := false, false
+	for !replied || !idle {
+		select {
+		case m := <-c.msgs:
+			if m.ParentHeader.MsgID != id {
+				continue
+			}
+			switch {
+			case m.Header.MsgType == jupyter.ExecuteReply:
+				replied = true
+			case m.Header.MsgType == jupyter.StatusMsg && m.state() == "idle":
+				idle = true
+			case m.Header.MsgType == jupyter.StatusMsg && m.state() != "busy":
+				t.Fatalf("the kernel went %s during the interrupted request", m.state())
+			}
+		case <-again.C:
+			interrupt()
+		case <-deadline:
+			t.Fatal("the interrupted request did not end")
+		}
+	}
+	if _, iopub := c.run("kept"); displayed(iopub) != "[1] 3" {
+		t.Errorf("state after the interrupt: %q", displayed(iopub))
+	}
+
+	if status, body := g.do("POST", "/api/kernels/"+k.ID+"/restart", map[string]any{}); status != 200 {
+		t.Fatalf("restart: %d %s", status, body)
+	}
+	if _, iopub := c.run(`exists("kept")`); displayed(iopub) != "[1] FALSE" {
+		t.Errorf("state after the restart: %q", displayed(iopub))
+	}
+}
+
+// summaryText joins the text of the messages of type typ.
+func summaryText(t *testing.T, ms []wsMsg, typ jupyter.MsgType) string {
+	var out string
+	for _, m := range ms {
+		if m.Header.MsgType == typ {
+			out += m.text(t)
+		}
+	}
+	return out
 }

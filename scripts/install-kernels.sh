@@ -83,8 +83,11 @@ cat >"$specs/deno/kernel.json" <<JSON
 }
 JSON
 
-# IRkernel's own kernelspec names "R" on PATH and no interrupt mode; this
-# one names /usr/bin/R and says R takes SIGINT as an interrupt.
+# IRkernel's own kernelspec names "R" on PATH. This one names /usr/bin/R,
+# and ignores a SIGINT that lands outside the code being run: IRkernel
+# catches one only there, and one that came as a request was being set up
+# (just after its execute_input) ended R. kernelgate interrupts again
+# while the code runs on.
 mkdir -p "$specs/ir"
 for logo in logo-64x64.png logo-svg.svg; do
 	if [ -f "$irkernel/kernelspec/$logo" ]; then
@@ -93,7 +96,7 @@ for logo in logo-64x64.png logo-svg.svg; do
 done
 cat >"$specs/ir/kernel.json" <<JSON
 {
-  "argv": ["$rbin", "--slave", "-e", "IRkernel::main()", "--args", "{connection_file}"],
+  "argv": ["$rbin", "--slave", "-e", "withCallingHandlers(IRkernel::main(), interrupt = function(c) invokeRestart(\\"resume\\"))", "--args", "{connection_file}"],
   "display_name": "R",
   "language": "R",
   "interrupt_mode": "signal"
