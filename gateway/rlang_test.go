@@ -2,12 +2,15 @@ package gateway
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"kernelgate/internal/needs"
 	"kernelgate/internal/testkernels"
@@ -393,4 +396,49 @@ func summaryText(t *testing.T, ms []wsMsg, typ jupyter.MsgType) string {
 		}
 	}
 	return out
+}
+
+// TestMCPRunsR: run_code offers r among its languages and runs it: the
+// value and output as text, a plot as an image; create_context takes a
+// kernelspec by name.
+func TestMCPRunsR(t *testing.T) {
+	needR(t)
+	g := newGateway(t)
+	cs, err := mcpClient(t, g, "Bearer "+g.token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range list.Tools {
+		if tool.Name == "run_code" {
+			if js, _ := json.Marshal(tool.InputSchema); !strings.Contains(string(js), `"r"`) {
+				t.Errorf("run_code's languages: %s", js)
+			}
+		}
+	}
+	res := call(t, cs, "run_code", map[string]any{"language": "r", "code": "cat('counted\\n'); sum(1:4)"})
+	if got := texts(res); res.IsError || !strings.Contains(got, "counted") || !strings.Contains(got, "[1] 10") {
+		t.Fatalf("run_code r: %q", got)
+	}
+	res = call(t, cs, "run_code", map[string]any{"language": "r", "code": "plot(1:10)"})
+	images := 0
+	for _, c := range res.Content {
+		if im, ok := c.(*sdk.ImageContent); ok && im.MIMEType == "image/png" {
+			images++
+		}
+	}
+	if res.IsError || images != 1 {
+		t.Errorf("plot: %d images, %q", images, texts(res))
+	}
+	res = call(t, cs, "create_context", map[string]any{"id": "mcp-r", "kernelspec": "ir"})
+	if m := structured[map[string]any](t, res); res.IsError || m["language"] != "r" {
+		t.Fatalf("create_context kernelspec ir: %s", texts(res))
+	}
+	res = call(t, cs, "run_code", map[string]any{"context": "mcp-r", "code": "stop('boom')"})
+	if !res.IsError || !strings.Contains(texts(res), "boom") {
+		t.Errorf("error: %q", texts(res))
+	}
 }
