@@ -24,13 +24,15 @@ func boolPtr(b bool) *bool { return &b }
 // schema is a tool's JSON Schema, written out.
 func schema(s string) json.RawMessage { return json.RawMessage(s) }
 
-// languageEnum is the JSON array of the languages the gateway serves.
+// languageEnum is the "enum" member of the language argument's schema:
+// the languages the gateway serves (none when it serves none).
 func (h *Handler) languageEnum() string {
-	js, _ := json.Marshal(h.mgr.Languages())
-	if string(js) == "null" {
-		return "[]"
+	langs := h.mgr.Languages()
+	if len(langs) == 0 {
+		return ""
 	}
-	return string(js)
+	js, _ := json.Marshal(langs)
+	return `"enum":` + string(js) + `,`
 }
 
 func (h *Handler) addTools(srv *sdk.Server) {
@@ -46,7 +48,7 @@ Returns stdout, stderr, the value of the last expression and anything displayed 
 timeout is in seconds (0 or absent: none). When it runs out the kernel is interrupted and keeps its state. Runs in one context execute one at a time, in order. Output past the gateway's per-run limit is cut, with truncated: true.`,
 		InputSchema: schema(`{"type":"object","properties":{
 "code":{"type":"string","description":"The code to run."},
-"language":{"type":"string","enum":` + langs + `,"description":"The language; python when omitted. With context, it must be the context's language."},
+"language":{"type":"string",` + langs + `"description":"The language; python when omitted. With context, it must be the context's language."},
 "kernelspec":{"type":"string","description":"The name of an installed kernelspec to run on, instead of language (GET /api/kernelspecs lists them)."},
 "context":{"type":"string","description":"The id of a context from create_context or list_contexts. Omitted: the shared kernel of the language."},
 "timeout":{"type":"number","minimum":0,"description":"Seconds before the run is interrupted; 0 or absent: no limit."}},
@@ -60,7 +62,7 @@ timeout is in seconds (0 or absent: none). When it runs out the kernel is interr
 		Description: `Create an interpreter context: a kernel of its own whose state persists across run_code calls until delete_context. Its working directory is its own workspace, where the file tools read and write.
 Returns the context, whose id you pass to run_code, interrupt, delete_context and the file tools. Keep the id: it stays valid for any client and across reconnections.`,
 		InputSchema: schema(`{"type":"object","properties":{
-"language":{"type":"string","enum":` + langs + `,"description":"The language; python when omitted."},
+"language":{"type":"string",` + langs + `"description":"The language; python when omitted."},
 "kernelspec":{"type":"string","description":"The name of an installed kernelspec for the context's kernel, instead of language."},
 "id":{"type":"string","pattern":"^[A-Za-z0-9._-]{1,128}$","description":"An id of your choice; one is generated when omitted. An id in use is refused."},
 "packages":{"type":"array","items":{"type":"string"},"description":"Packages installed into this context only, before it is returned: pip requirements (\"requests==2.31\") for Python; npm:, jsr: or https: specifiers for Deno. A failed install fails the call with pip's message."}},
