@@ -1,4 +1,4 @@
-# kernelgate with the Python (ipykernel) and Deno kernels, mirroring `make kernels`.
+# kernelgate with the Python (ipykernel), Deno and R (IRkernel) kernels, mirroring `make kernels`.
 # Build: docker build -t kernelgate .   Run: docker run -p 8888:8888 -e KERNELGATE_TOKEN=... kernelgate
 # (This file is not built by the project's CI: its machines run no Docker engine.)
 
@@ -13,6 +13,7 @@ FROM debian:bookworm-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       python3-ipykernel python3-matplotlib python3-numpy python3-pandas python3-pip \
+      r-base-core r-cran-irkernel \
       nodejs npm ca-certificates bubblewrap \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /opt/kernelgate

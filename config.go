@@ -226,7 +226,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("heartbeat-timeout")
 	fs.DurationVar(&c.HeartbeatPeriod, "heartbeat-period", jupyter.DefaultHeartbeatPeriod, "how often a kernel with work in flight is pinged on its heartbeat channel")
 	add("heartbeat-period")
-	fs.Var(listFlag{&c.Languages}, "language", "language=kernelspec of the code-interpreter API (repeatable; default python=python3, javascript=deno, typescript=deno)")
+	fs.Var(listFlag{&c.Languages}, "language", "language=kernelspec of the code-interpreter API (repeatable; replaces the whole table, default python=python3, javascript=deno, typescript=deno, r=ir, r served only where its kernelspec is installed)")
 	add("language")
 	fs.StringVar(&c.PythonLauncher, "python-launcher", "fork", "how Python kernels start: fork (from a zygote per kernelspec that has imported ipykernel and its metadata.kernelgate.preload; sandboxed kernels are exec'd) or exec (a new interpreter each)")
 	add("python-launcher")

@@ -20,14 +20,15 @@ import (
 
 // executeBody is POST /api/execute.
 type executeBody struct {
-	Code     *string            `json:"code"`
-	Language string             `json:"language"`
-	Context  *string            `json:"context"`
-	Isolated bool               `json:"isolated"`
-	Cwd      string             `json:"cwd"`
-	Env      map[string]*string `json:"env"`
-	Timeout  *float64           `json:"timeout"`
-	Stdin    bool               `json:"stdin"`
+	Code       *string            `json:"code"`
+	Language   string             `json:"language"`
+	Kernelspec string             `json:"kernelspec"`
+	Context    *string            `json:"context"`
+	Isolated   bool               `json:"isolated"`
+	Cwd        string             `json:"cwd"`
+	Env        map[string]*string `json:"env"`
+	Timeout    *float64           `json:"timeout"`
+	Stdin      bool               `json:"stdin"`
 }
 
 // streamFormat is how a run's events are written.
@@ -101,7 +102,7 @@ func (s *Server) execute(c echo.Context) error {
 		return newError(http.StatusBadRequest, "BAD_REQUEST", `context "" names no context: omit context to run on the shared kernel`)
 	}
 	req := sessions.ExecuteRequest{
-		Code: *body.Code, Language: body.Language, Context: deref(body.Context), Isolated: body.Isolated,
+		Code: *body.Code, Language: body.Language, Kernelspec: body.Kernelspec, Context: deref(body.Context), Isolated: body.Isolated,
 		Cwd: body.Cwd, Env: env, Timeout: timeout, Stdin: body.Stdin,
 	}
 	if p, _ := c.Get(principalKey).(principal); p.context != "" {
@@ -287,11 +288,12 @@ func (s *Server) inputRun(c echo.Context) error {
 
 // contextBody is POST /api/contexts.
 type contextBody struct {
-	ID       *string            `json:"id"`
-	Language string             `json:"language"`
-	Cwd      string             `json:"cwd"`
-	Env      map[string]*string `json:"env"`
-	Packages []string           `json:"packages"`
+	ID         *string            `json:"id"`
+	Language   string             `json:"language"`
+	Kernelspec string             `json:"kernelspec"`
+	Cwd        string             `json:"cwd"`
+	Env        map[string]*string `json:"env"`
+	Packages   []string           `json:"packages"`
 }
 
 func (s *Server) createContext(c echo.Context) error {
@@ -306,7 +308,7 @@ func (s *Server) createContext(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx, err := s.mgr.CreateContext(c.Request().Context(), sessions.ContextRequest{ID: deref(body.ID), Language: body.Language, Cwd: body.Cwd, Env: env, Packages: body.Packages})
+	ctx, err := s.mgr.CreateContext(c.Request().Context(), sessions.ContextRequest{ID: deref(body.ID), Language: body.Language, Kernelspec: body.Kernelspec, Cwd: body.Cwd, Env: env, Packages: body.Packages})
 	if err != nil {
 		return err
 	}

@@ -22,19 +22,32 @@ func boolPtr(b bool) *bool { return &b }
 // schema is a tool's JSON Schema, written out.
 func schema(s string) json.RawMessage { return json.RawMessage(s) }
 
+// languageEnum is the "enum" member of the language argument's schema:
+// the languages the gateway serves (none when it serves none).
+func (h *Handler) languageEnum() string {
+	langs := h.mgr.Languages()
+	if len(langs) == 0 {
+		return ""
+	}
+	js, _ := json.Marshal(langs)
+	return `"enum":` + string(js) + `,`
+}
+
 func (h *Handler) addTools(srv *sdk.Server) {
+	langs := h.languageEnum()
 	srv.AddTool(&sdk.Tool{
 		Name:  "run_code",
 		Title: "Run code",
 		Description: `Run code in a Jupyter kernel and return its output.
 
 State persists: variables, imports, functions and files made by one call are there for the next call in the same context. Pass the id of a context made with create_context to keep your own state; without one, the code runs in the shared kernel of its language, which other callers use too.
-Languages: python (default; ipykernel with numpy, pandas and matplotlib), javascript and typescript (Deno: top-level await, npm: and jsr: imports).
+Languages: python (default; ipykernel with numpy, pandas and matplotlib), javascript and typescript (Deno: top-level await, npm: and jsr: imports), r (R with IRkernel; the values of the code as results, plots as images), as this gateway serves them; kernelspec names any other installed kernel.
 Returns stdout, stderr, the value of the last expression and anything displayed as text; matplotlib figures and other PNG or JPEG output as images; an exception as an error naming its type, with the traceback. The whole execution (every output, executionCount, process.reason) is in the structured content.
 timeout is in seconds (0 or absent: none). When it runs out the kernel is interrupted and keeps its state. Runs in one context execute one at a time, in order. Output past the gateway's per-run limit is cut, with truncated: true.`,
 		InputSchema: schema(`{"type":"object","properties":{
 "code":{"type":"string","description":"The code to run."},
-"language":{"type":"string","enum":["python","javascript","typescript"],"description":"The language; python when omitted. With context, it must be the context's language."},
+"language":{"type":"string",` + langs + `"description":"The language; python when omitted. With context, it must be the context's language."},
+"kernelspec":{"type":"string","description":"The name of an installed kernelspec to run on, instead of language (GET /api/kernelspecs lists them)."},
 "context":{"type":"string","description":"The id of a context from create_context or list_contexts. Omitted: the shared kernel of the language."},
 "timeout":{"type":"number","minimum":0,"maximum":31536000,"description":"Seconds before the run is interrupted; 0 or absent: no limit; at most 31536000 (365 days)."}},
 "required":["code"],"additionalProperties":false}`),
@@ -47,7 +60,8 @@ timeout is in seconds (0 or absent: none). When it runs out the kernel is interr
 		Description: `Create an interpreter context: a kernel of its own whose state persists across run_code calls until delete_context. Its working directory is its own workspace, where the file tools read and write.
 Returns the context, whose id you pass to run_code, interrupt, delete_context and the file tools. Keep the id: it stays valid for any client and across reconnections.`,
 		InputSchema: schema(`{"type":"object","properties":{
-"language":{"type":"string","enum":["python","javascript","typescript"],"description":"The language; python when omitted."},
+"language":{"type":"string",` + langs + `"description":"The language; python when omitted."},
+"kernelspec":{"type":"string","description":"The name of an installed kernelspec for the context's kernel, instead of language."},
 "id":{"type":"string","pattern":"^[A-Za-z0-9._-]{1,128}$","description":"An id of your choice; one is generated when omitted. An id in use is refused."},
 "packages":{"type":"array","items":{"type":"string"},"description":"Packages installed into this context only, before it is returned: pip requirements (\"requests==2.31\") for Python; npm:, jsr: or https: specifiers for Deno. A failed install fails the call with pip's message."}},
 "additionalProperties":false}`),
@@ -57,7 +71,7 @@ Returns the context, whose id you pass to run_code, interrupt, delete_context an
 	srv.AddTool(&sdk.Tool{
 		Name:        "list_contexts",
 		Title:       "List contexts",
-		Description: `List the interpreter contexts: id, language, whether its kernel is running (active; an inactive context starts a fresh kernel on its next run, without its earlier state), executionState, and when it was created and last used. The shared kernels appear as code-python, code-javascript and code-typescript once they have run code.`,
+		Description: `List the interpreter contexts: id, language, whether its kernel is running (active; an inactive context starts a fresh kernel on its next run, without its earlier state), executionState, and when it was created and last used. The shared kernels appear as code-python, code-javascript, code-typescript and code-r once they have run code.`,
 		InputSchema: schema(`{"type":"object","properties":{},"additionalProperties":false}`),
 		Annotations: &sdk.ToolAnnotations{Title: "List contexts", ReadOnlyHint: true, OpenWorldHint: boolPtr(false)},
 	}, h.listContexts)
@@ -85,10 +99,11 @@ Returns the context, whose id you pass to run_code, interrupt, delete_context an
 
 // runArgs are run_code's arguments.
 type runArgs struct {
-	Code     *string  `json:"code"`
-	Language string   `json:"language"`
-	Context  string   `json:"context"`
-	Timeout  *float64 `json:"timeout"`
+	Code       *string  `json:"code"`
+	Language   string   `json:"language"`
+	Kernelspec string   `json:"kernelspec"`
+	Context    string   `json:"context"`
+	Timeout    *float64 `json:"timeout"`
 }
 
 func (h *Handler) runCode(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
@@ -117,7 +132,7 @@ func (h *Handler) runCode(ctx context.Context, req *sdk.CallToolRequest) (*sdk.C
 		}
 	}
 	run, err := h.mgr.Execute(ctx, sessions.ExecuteRequest{
-		Code: *args.Code, Language: args.Language, Context: args.Context, Timeout: timeout,
+		Code: *args.Code, Language: args.Language, Kernelspec: args.Kernelspec, Context: args.Context, Timeout: timeout,
 	})
 	if err != nil {
 		return h.toolError(err), nil
@@ -208,9 +223,10 @@ type contextArgs struct {
 }
 
 type createArgs struct {
-	Language string   `json:"language"`
-	ID       string   `json:"id"`
-	Packages []string `json:"packages"`
+	Language   string   `json:"language"`
+	Kernelspec string   `json:"kernelspec"`
+	ID         string   `json:"id"`
+	Packages   []string `json:"packages"`
 }
 
 func (h *Handler) createContext(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
@@ -228,7 +244,7 @@ func (h *Handler) createContext(ctx context.Context, req *sdk.CallToolRequest) (
 	if err := h.check(a, true, ""); err != nil {
 		return h.toolError(err), nil
 	}
-	c, err := h.mgr.CreateContext(ctx, sessions.ContextRequest{ID: args.ID, Language: args.Language, Packages: args.Packages})
+	c, err := h.mgr.CreateContext(ctx, sessions.ContextRequest{ID: args.ID, Language: args.Language, Kernelspec: args.Kernelspec, Packages: args.Packages})
 	if err != nil {
 		return h.toolError(err), nil
 	}

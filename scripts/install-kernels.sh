@@ -1,7 +1,8 @@
 #!/bin/sh
-# Makes the two default kernels available, idempotently:
+# Makes the three default kernels available, idempotently:
 #   python3  /usr/bin/python3 with ipykernel, matplotlib, numpy, pandas and pip from Debian
 #   deno     Deno's Jupyter kernel (JavaScript and TypeScript), from npm into .deps/
+#   ir       R with IRkernel, from Debian (r-base-core, r-cran-irkernel)
 # and writes their kernelspecs into .kernels/, which `make run` and the tests
 # pass to kernelgate with --kernelspec-dir.
 set -eu
@@ -10,6 +11,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 deps="$root/.deps"
 specs="$root/.kernels"
 python=/usr/bin/python3
+rbin=/usr/bin/R
+irkernel=/usr/lib/R/site-library/IRkernel
 deno_version=2.9.6
 
 # Debian packages the Python kernel needs, as "module:package" pairs.
@@ -21,13 +24,16 @@ for pair in ipykernel:python3-ipykernel matplotlib:python3-matplotlib numpy:pyth
 		missing="$missing $pkg"
 	fi
 done
+# R and IRkernel, for the ir kernel.
+[ -x "$rbin" ] || missing="$missing r-base-core"
+[ -f "$irkernel/DESCRIPTION" ] || missing="$missing r-cran-irkernel"
 if [ -n "$missing" ]; then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
 		echo "installing Debian packages:$missing"
 		apt-get update -q
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing
 	else
-		echo "kernelgate needs these Debian packages for the Python kernel:$missing" >&2
+		echo "kernelgate needs these Debian packages for the Python and R kernels:$missing" >&2
 		echo "install them with: sudo apt-get install --no-install-recommends$missing" >&2
 		exit 1
 	fi
@@ -76,4 +82,24 @@ cat >"$specs/deno/kernel.json" <<JSON
   "env": {"DENO_NO_UPDATE_CHECK": "1", "DENO_NO_PROMPT": "1"}
 }
 JSON
-echo "kernels ready: $specs/python3 $specs/deno"
+
+# IRkernel's own kernelspec names "R" on PATH. This one names /usr/bin/R,
+# and ignores a SIGINT that lands outside the code being run: IRkernel
+# catches one only there, and one that came as a request was being set up
+# (just after its execute_input) ended R. kernelgate interrupts again
+# while the code runs on.
+mkdir -p "$specs/ir"
+for logo in logo-64x64.png logo-svg.svg; do
+	if [ -f "$irkernel/kernelspec/$logo" ]; then
+		cp "$irkernel/kernelspec/$logo" "$specs/ir/"
+	fi
+done
+cat >"$specs/ir/kernel.json" <<JSON
+{
+  "argv": ["$rbin", "--slave", "-e", "withCallingHandlers(IRkernel::main(), interrupt = function(c) invokeRestart(\\"resume\\"))", "--args", "{connection_file}"],
+  "display_name": "R",
+  "language": "R",
+  "interrupt_mode": "signal"
+}
+JSON
+echo "kernels ready: $specs/python3 $specs/deno $specs/ir"

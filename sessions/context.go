@@ -24,7 +24,7 @@ type Context struct {
 	Language string
 	Cwd      string
 	Env      map[string]string
-	Shared   bool // code-python, code-javascript, code-typescript
+	Shared   bool // code-python, code-r, …, kernelspec-<name>
 	Isolated bool // a one-run kernel, deleted after its run
 
 	// pool gave an isolated context its kernel; it refills when the run ends.
@@ -63,6 +63,7 @@ type Context struct {
 type ContextModel struct {
 	ID              string   `json:"id"`
 	Language        string   `json:"language"`
+	Kernelspec      string   `json:"kernelspec"`
 	Cwd             string   `json:"cwd"`
 	Env             []string `json:"env"`
 	Active          bool     `json:"active"`
@@ -88,7 +89,7 @@ func (c *Context) Model() ContextModel {
 	}
 	sort.Strings(names)
 	cm := ContextModel{
-		ID: c.ID, Language: c.Language, Cwd: c.Cwd, Env: names, ProcessIDs: ids,
+		ID: c.ID, Language: c.Language, Kernelspec: c.spec.Name, Cwd: c.Cwd, Env: names, ProcessIDs: ids,
 		ExecutionState: "dead", CreatedAt: timefmt.Format(c.created), LastActivity: timefmt.Format(c.created),
 	}
 	if k != nil {
@@ -666,6 +667,28 @@ func setupCode(spec *kernelspecs.Spec, cwd string, env map[string]string) (strin
 			code += "Deno.chdir(" + string(cwdJS) + ");\n"
 		}
 		return code + "for (const [k, v] of Object.entries(" + string(envJS) + ")) Deno.env.set(k, v);\n", true
+	case "r":
+		// A JSON string is an R string literal too (R reads \", \\, \n,
+		// \uXXXX and the rest of JSON's escapes).
+		code := ""
+		if cwd != "" {
+			code += "setwd(" + string(cwdJS) + ")\n"
+		}
+		if len(env) > 0 {
+			names := make([]string, 0, len(env))
+			for k := range env {
+				names = append(names, k)
+			}
+			sort.Strings(names)
+			args := make([]string, 0, len(env))
+			for _, k := range names {
+				kJS, _ := json.Marshal(k)
+				vJS, _ := json.Marshal(env[k])
+				args = append(args, string(kJS)+" = "+string(vJS))
+			}
+			code += "invisible(do.call(Sys.setenv, list(" + strings.Join(args, ", ") + ")))\n"
+		}
+		return code, true
 	}
 	return "", false
 }

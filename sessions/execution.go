@@ -209,6 +209,9 @@ type builder struct {
 	// replyError is the error an execute_reply reported, kept until the
 	// run ends: the kernel's error message, richer, may come after it.
 	replyError *errorContent
+	// displayResults: the kernel shows its code's values with display_data
+	// (IRkernel), and those without an image (a plot) are main results.
+	displayResults bool
 }
 
 // logChunk is a piece of a stream's text.
@@ -302,7 +305,7 @@ func (b *builder) message(ch jupyter.Channel, m *jupyter.Message) {
 			return
 		}
 		b.applyClear()
-		main := m.Type() == jupyter.ExecuteResult
+		main := m.Type() == jupyter.ExecuteResult || (b.displayResults && !hasImage(c.Data))
 		if main {
 			b.sawMain = true
 			if c.ExecutionCount != nil {
@@ -385,6 +388,17 @@ func (b *builder) message(ch jupyter.Channel, m *jupyter.Message) {
 		m.DecodeContent(&c)
 		b.emit("input_request", map[string]any{"prompt": c.Prompt, "password": c.Password})
 	}
+}
+
+// hasImage says whether a MIME bundle holds an image: a plot, never the
+// value of the code.
+func hasImage(data map[string]json.RawMessage) bool {
+	for mime := range data {
+		if strings.HasPrefix(mime, "image/") {
+			return true
+		}
+	}
+	return false
 }
 
 func nonNil(m map[string]json.RawMessage) map[string]json.RawMessage {

@@ -36,16 +36,24 @@ var contextID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 func sharedID(language string) string { return "code-" + language }
 
 // checkContextID refuses an id a client may not give a context of
-// language: one that is not 1 to 128 of A-Z a-z 0-9 . _ -, "." and ".."
+// choice: one that is not 1 to 128 of A-Z a-z 0-9 . _ -, "." and ".."
 // (which clients that normalise URLs cannot reach), and the id of another
-// language's shared kernel (whose default runs would go to this one).
-func (m *Manager) checkContextID(id, language string) error {
+// shared kernel (whose default runs would go to this one).
+func (m *Manager) checkContextID(id string, choice kernelChoice) error {
 	if !contextID.MatchString(id) || id == "." || id == ".." {
 		return errorf(ErrBadRequest, "a context id has 1 to 128 of A-Z a-z 0-9 . _ - and is not . or ..")
 	}
-	if lang, ok := strings.CutPrefix(id, "code-"); ok && lang != language {
+	if id == choice.shared {
+		return nil
+	}
+	if lang, ok := strings.CutPrefix(id, "code-"); ok {
 		if _, configured := m.cfg.Languages[lang]; configured {
 			return errorf(ErrBadRequest, "context id %s is the shared %s kernel's: create it with language %s, or choose another id", id, lang, lang)
+		}
+	}
+	if name, ok := strings.CutPrefix(id, sharedSpecPrefix); ok {
+		if _, err := m.specs.Get(name); err == nil {
+			return errorf(ErrBadRequest, "context id %s is the shared kernel of kernelspec %s: create it with kernelspec %s, or choose another id", id, name, name)
 		}
 	}
 	return nil
@@ -99,6 +107,9 @@ func checkEnv(env map[string]string) error {
 type ContextRequest struct {
 	ID       string
 	Language string
+	// Kernelspec names the kernelspec of the context's kernel, instead of
+	// or beside Language (chooseKernel).
+	Kernelspec string
 	// Cwd is the kernel's working directory inside the context's
 	// workspace: relative to it, or absolute inside it; made when missing.
 	Cwd string
@@ -114,14 +125,15 @@ type ContextRequest struct {
 
 // CreateContext creates a context and starts its kernel.
 func (m *Manager) CreateContext(ctx context.Context, req ContextRequest) (*Context, error) {
-	lang, spec, err := m.requestSpec(req.Language)
+	choice, err := m.chooseKernel(req.Language, req.Kernelspec)
 	if err != nil {
 		return nil, err
 	}
-	req.Language = lang
+	spec := choice.spec
+	req.Language = choice.language
 	if req.ID == "" {
 		req.ID = newID()
-	} else if err := m.checkContextID(req.ID, lang); err != nil {
+	} else if err := m.checkContextID(req.ID, choice); err != nil {
 		return nil, err
 	}
 	if err := checkEnv(req.Env); err != nil {
@@ -276,12 +288,15 @@ func (m *Manager) RestartContext(ctx context.Context, id string) (*Context, erro
 type ExecuteRequest struct {
 	Code     string
 	Language string
-	Context  string
-	Isolated bool
-	Cwd      string
-	Env      map[string]string // nil: not given
-	Timeout  time.Duration     // 0: no limit; at most MaxRunTimeout
-	Stdin    bool
+	// Kernelspec names the kernelspec to run on, instead of or beside
+	// Language (chooseKernel).
+	Kernelspec string
+	Context    string
+	Isolated   bool
+	Cwd        string
+	Env        map[string]string // nil: not given
+	Timeout    time.Duration     // 0: no limit; at most MaxRunTimeout
+	Stdin      bool
 	// Wait says the caller waits for the run's end (a POST /api/execute
 	// that is not streamed). On an idle context the run then runs on the
 	// caller's goroutine, and Execute returns once it has ended: one
@@ -319,6 +334,9 @@ func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*Run, error)
 		if req.Language != "" && req.Language != c.Language {
 			return nil, errorf(ErrBadRequest, "context %s runs %s, not %s", c.ID, c.Language, req.Language)
 		}
+		if req.Kernelspec != "" && req.Kernelspec != c.spec.Name {
+			return nil, errorf(ErrBadRequest, "context %s runs kernelspec %s, not %s", c.ID, c.spec.Name, req.Kernelspec)
+		}
 	case req.Isolated:
 		return m.executeIsolated(ctx, req)
 	default:
@@ -346,21 +364,21 @@ func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*Run, error)
 	return r, nil
 }
 
-// sharedContext returns the shared context of the request's language,
-// creating it with the request's cwd and env on first use.
+// sharedContext returns the shared context of the request's language (or
+// kernelspec), creating it with the request's cwd and env on first use.
 func (m *Manager) sharedContext(req ExecuteRequest) (*Context, error) {
-	lang, spec, err := m.requestSpec(req.Language)
+	choice, err := m.chooseKernel(req.Language, req.Kernelspec)
 	if err != nil {
 		return nil, err
 	}
-	id := sharedID(lang)
+	lang, spec, id := choice.language, choice.spec, choice.shared
 	existing := func() (*Context, bool, error) {
 		if m.closed {
 			return nil, false, ErrShuttingDown
 		}
 		c, ok := m.contexts[id]
 		if ok && req.Env != nil && !sameEnv(req.Env, c.Env) {
-			return nil, false, errorf(ErrUnsupported, "the shared %s kernel was started with another env; create a context for this env", lang)
+			return nil, false, errorf(ErrUnsupported, "the shared kernel %s was started with another env; create a context for this env", id)
 		}
 		return c, ok, nil
 	}
@@ -406,10 +424,11 @@ func sameEnv(a, b map[string]string) bool {
 // executeIsolated runs code on a kernel of its own, from the warm pool when
 // one is ready, deleted after the run.
 func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*Run, error) {
-	lang, spec, err := m.requestSpec(req.Language)
+	choice, err := m.chooseKernel(req.Language, req.Kernelspec)
 	if err != nil {
 		return nil, err
 	}
+	lang, spec := choice.language, choice.spec
 	runID := newRunID()
 	c := &Context{ID: "isolated-" + runID, Language: lang, Env: req.Env, Isolated: true, m: m, spec: spec, created: time.Now()}
 	if req.Timeout > 0 {
@@ -569,6 +588,7 @@ func (m *Manager) newRun(c *Context, req ExecuteRequest) *Run {
 
 func (m *Manager) newRunWithID(id string, c *Context, req ExecuteRequest) *Run {
 	r := newRun(id, c.ID, c.Language, req.Code, req.Stdin, req.Timeout, m.cfg.RunLimits)
+	r.b.displayResults = displayResults(c.spec)
 	r.observer = m.cfg.Observer
 	r.onEnd = m.runEnded
 	if m.store != nil {

@@ -60,11 +60,15 @@ type Config struct {
 	// may wait per context; what a run keeps of its output; how long and
 	// how many finished runs are kept; how long an interrupted run may
 	// take to stop before its kernel is restarted.
-	Languages    map[string]string
-	QueueLimit   int
-	RunLimits    Limits
-	RunRetention time.Duration
-	RunsKept     int
+	Languages map[string]string
+	// OptionalLanguages are languages of Languages served only where their
+	// kernelspec is installed: Ready does not require them (the default
+	// table's r, whose kernel needs R).
+	OptionalLanguages []string
+	QueueLimit        int
+	RunLimits         Limits
+	RunRetention      time.Duration
+	RunsKept          int
 	// RunBytes bounds the memory of the finished runs kept (their events
 	// and Executions); the oldest go first.
 	RunBytes       int64
@@ -130,7 +134,8 @@ func DefaultConfig() Config {
 		ReplayBytes:        8 << 20,
 		ClientMessages:     10000,
 		ClientBytes:        64 << 20,
-		Languages:          map[string]string{"python": "python3", "javascript": "deno", "typescript": "deno"},
+		Languages:          map[string]string{"python": "python3", "javascript": "deno", "typescript": "deno", "r": "ir"},
+		OptionalLanguages:  []string{"r"},
 		QueueLimit:         64,
 		RunLimits:          Limits{LogBytes: 8 << 20, ResultBytes: 32 << 20},
 		RunRetention:       10 * time.Minute,
@@ -184,6 +189,9 @@ func (c *Config) fill() {
 	}
 	if c.Languages == nil {
 		c.Languages = d.Languages
+		if c.OptionalLanguages == nil {
+			c.OptionalLanguages = d.OptionalLanguages
+		}
 	}
 	if c.QueueLimit <= 0 {
 		c.QueueLimit = d.QueueLimit

@@ -65,8 +65,9 @@ func (m *Manager) QueuedRuns() int {
 }
 
 // Ready says whether kernels can be started: the default kernelspec and
-// those of the code-interpreter languages exist and their program is an
-// executable file. It returns the problems otherwise.
+// those of the code-interpreter languages exist (the optional languages'
+// only where installed) and their program is an executable file. It
+// returns the problems otherwise.
 func (m *Manager) Ready() []string {
 	var problems []string
 	if len(m.specs.Names()) == 0 {
@@ -89,7 +90,11 @@ func (m *Manager) Ready() []string {
 	}
 	sort.Strings(langs)
 	for _, lang := range langs {
-		check("language "+lang, m.cfg.Languages[lang])
+		name := m.cfg.Languages[lang]
+		if _, err := m.specs.Get(name); err != nil && contains(m.cfg.OptionalLanguages, lang) {
+			continue
+		}
+		check("language "+lang, name)
 	}
 	return problems
 }

@@ -54,6 +54,9 @@ type contextExtra struct {
 	// Workspace is the name of its workspace when it shares one
 	// (ContextRequest.Workspace); else it is contexts/<id>.
 	Workspace string `json:"workspace,omitempty"`
+	// Kernelspec is its kernelspec when a request named it (rather than
+	// the language's of the table).
+	Kernelspec string `json:"kernelspec,omitempty"`
 }
 
 // infoProcess is a process that can say how to reach it again (a real
@@ -144,6 +147,9 @@ func (m *Manager) putContext(c *Context) {
 		return
 	}
 	ex := contextExtra{Shared: c.Shared}
+	if c.spec != nil && m.cfg.Languages[c.Language] != c.spec.Name {
+		ex.Kernelspec = c.spec.Name
+	}
 	if c.wsBorrowed && c.ws != nil {
 		ex.Workspace = c.ws.Name()
 	}

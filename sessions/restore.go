@@ -78,7 +78,7 @@ func (m *Manager) Restore(ctx context.Context) (RestoreReport, error) {
 	}
 	workspaces := map[string]*workspace.Workspace{}
 	for _, rec := range snap.Contexts {
-		spec, err := m.languageSpec(rec.Language)
+		spec, err := m.contextSpec(rec.Language, contextExtraOf(rec).Kernelspec)
 		if err != nil {
 			continue
 		}
@@ -429,16 +429,13 @@ func (m *Manager) stopAdoptee(ctx context.Context, id string, a *adoption) {
 // restoreContext takes a kept context over, with its kernel when that is
 // back.
 func (m *Manager) restoreContext(rec state.Context, kernels map[string]*Kernel, workspaces map[string]*workspace.Workspace) *Context {
-	spec, err := m.languageSpec(rec.Language)
+	ex := contextExtraOf(rec)
+	spec, err := m.contextSpec(rec.Language, ex.Kernelspec)
 	ws := workspaces[contextWorkspaceOf(rec)]
 	if err != nil || ws == nil {
 		m.log.Warn("kept context dropped", "context", rec.ID, "err", err)
 		m.deleteContextRecord(&Context{ID: rec.ID})
 		return nil
-	}
-	var ex contextExtra
-	if len(rec.Extra) > 0 {
-		json.Unmarshal(rec.Extra, &ex)
 	}
 	c := &Context{ID: rec.ID, Language: rec.Language, Cwd: rec.Cwd, Env: rec.Env, Shared: ex.Shared, m: m, spec: spec, ws: ws,
 		wsBorrowed: ex.Workspace != "", created: rec.Created, tokens: rec.Tokens}
@@ -830,13 +827,19 @@ func (c *Context) pickUp(r *Run, k *Kernel) {
 	r.end(reason, nil)
 }
 
-// contextWorkspaceOf is the name of a kept context's workspace.
-func contextWorkspaceOf(rec state.Context) string {
+// contextExtraOf reads what the manager kept of a context beyond
+// state.Context.
+func contextExtraOf(rec state.Context) contextExtra {
 	var ex contextExtra
 	if len(rec.Extra) > 0 {
 		json.Unmarshal(rec.Extra, &ex)
 	}
-	if ex.Workspace != "" {
+	return ex
+}
+
+// contextWorkspaceOf is the name of a kept context's workspace.
+func contextWorkspaceOf(rec state.Context) string {
+	if ex := contextExtraOf(rec); ex.Workspace != "" {
 		return ex.Workspace
 	}
 	return contextWorkspace(rec.ID)

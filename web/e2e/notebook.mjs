@@ -11,6 +11,7 @@
 //   CHROMIUM           the browser (default /usr/bin/chromium)
 //   E2E_TIMEOUT_MS     the longest wait for one condition (default 60000)
 //   E2E_SKIP_DENO=1    leave out the Deno steps
+//   E2E_SKIP_R=1       leave out the R steps
 //
 // Every step waits on page conditions, never on fixed sleeps. Screenshots go
 // to e2e/screenshots/. The run fails if the page sends any request to an
@@ -477,6 +478,8 @@ try {
     const ext = page.locator(tid("external-cell")).filter({ hasText: expect.stdout });
     await ext.waitFor({ timeout: T });
     if (expect.result) await ext.locator(tid("external-output"), { hasText: expect.result }).waitFor({ timeout: T });
+    // R shows a value as HTML too, in a sandboxed frame.
+    if (expect.htmlResult) await ext.frameLocator(tid("output-html-frame")).locator("body", { hasText: expect.htmlResult }).waitFor({ timeout: T });
     check((await ext.locator(".cm-content").innerText()).includes(expect.code), "the external cell does not show the code that ran");
     return ctx;
   }
@@ -547,6 +550,35 @@ try {
     return contextStep("typescript", "let base = 40;", "console.log('deno says hi');\nbase + 2", {
       stdout: "deno says hi",
       result: "42",
+      code: "base + 2",
+    });
+  });
+
+  await step("start an R kernel: output, a data frame and a plot inline", async () => {
+    if (process.env.E2E_SKIP_R === "1") return { skip: "E2E_SKIP_R=1" };
+    await startKernel("ir");
+    // R is highlighted: keywords and strings get their own spans.
+    const cell = await runCell("sales <- c(north = 10, south = 32)\nif (TRUE) cat('total', sum(sales), '\\n')\ndata.frame(region = names(sales), sales = unname(sales))");
+    check((await cell.locator(".cm-content span", { hasText: "TRUE" }).count()) > 0, "R code is not highlighted");
+    await cell.locator(tid("output-stream"), { hasText: "total 42" }).waitFor({ timeout: T });
+    const table = cell.frameLocator(`${tid("output-html-frame")} >> nth=0`);
+    await table.locator("td", { hasText: "south" }).waitFor({ timeout: T });
+    const plot = await runCell("plot(1:10, (1:10)^2, type = 'b', main = 'kernelgate')");
+    const img = plot.locator(tid("output-image"));
+    await img.waitFor({ timeout: T });
+    const w = await img.evaluate((el) => el.naturalWidth);
+    check(w > 100, `the plot is ${w} px wide`);
+    const err = await runCell("stop('boom')");
+    await err.locator(tid("output-error"), { hasText: "boom" }).waitFor({ timeout: T });
+    await noToasts();
+    await shot("notebook-r.png");
+  });
+
+  await step("watch an R context run through /api/execute", async () => {
+    if (process.env.E2E_SKIP_R === "1") return { skip: "E2E_SKIP_R=1" };
+    return contextStep("r", "base <- 40", "cat('R says hi\\n')\nbase + 2", {
+      stdout: "R says hi",
+      htmlResult: "42",
       code: "base + 2",
     });
   });

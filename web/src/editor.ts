@@ -1,4 +1,4 @@
-// The cell editor: CodeMirror 6 with Python or JavaScript/TypeScript
+// The cell editor: CodeMirror 6 with Python, JavaScript/TypeScript or R
 // highlighting, Shift+Enter to run, and completion from the kernel.
 
 import {
@@ -18,7 +18,9 @@ import {
   defaultHighlightStyle,
   indentOnInput,
   indentUnit,
+  StreamLanguage,
   syntaxHighlighting,
+  type StringStream,
 } from "@codemirror/language";
 import { Compartment, EditorState, Prec, type Extension } from "@codemirror/state";
 import { drawSelection, dropCursor, EditorView, highlightSpecialChars, keymap, placeholder } from "@codemirror/view";
@@ -35,11 +37,77 @@ export interface EditorHooks {
   focusMove: (dir: -1 | 1) => boolean;
 }
 
+// R: a small tokenizer (comments, strings, numbers, keywords, constants,
+// operators including %op% and <-), enough to highlight a cell.
+const rKeywords = new Set(["if", "else", "repeat", "while", "function", "for", "in", "next", "break", "return"]);
+const rAtoms = new Set(["TRUE", "FALSE", "NULL", "NA", "NA_integer_", "NA_real_", "NA_character_", "Inf", "NaN"]);
+
+interface RState {
+  quote: string | null; // the quote of a string that goes on past the line
+}
+
+function rString(stream: StringStream, state: RState): string {
+  let escaped = false;
+  for (let ch = stream.next(); ch !== undefined; ch = stream.next()) {
+    if (ch === state.quote && !escaped) {
+      state.quote = null;
+      break;
+    }
+    escaped = !escaped && ch === "\\";
+  }
+  return "string";
+}
+
+const rLanguage = StreamLanguage.define<RState>({
+  name: "r",
+  startState: () => ({ quote: null }),
+  token(stream, state) {
+    if (state.quote) return rString(stream, state);
+    if (stream.eatSpace()) return null;
+    const ch = stream.next() as string;
+    if (ch === "#") {
+      stream.skipToEnd();
+      return "comment";
+    }
+    if (ch === '"' || ch === "'") {
+      state.quote = ch;
+      return rString(stream, state);
+    }
+    if (ch === "`") {
+      if (stream.skipTo("`")) stream.next();
+      else stream.skipToEnd();
+      return "variableName";
+    }
+    if (/[0-9]/.test(ch) || (ch === "." && stream.match(/^[0-9]/, false))) {
+      stream.match(/^[0-9a-fA-FxX.]*(?:[eE][+-]?[0-9]+)?[iL]?/);
+      return "number";
+    }
+    if (/[A-Za-z.]/.test(ch)) {
+      stream.match(/^[A-Za-z0-9._]*/);
+      const word = stream.current();
+      if (rKeywords.has(word)) return "keyword";
+      if (rAtoms.has(word)) return "atom";
+      return "variableName";
+    }
+    if (ch === "%") {
+      if (stream.skipTo("%")) stream.next();
+      return "operator";
+    }
+    if (/[-+*/^<>=!&|~$@:?]/.test(ch)) {
+      stream.match(/^[-+*/^<>=!&|~$@:]*/);
+      return "operator";
+    }
+    return null;
+  },
+  languageData: { commentTokens: { line: "#" } },
+});
+
 export function languageExtension(language: string): Extension {
   const l = language.toLowerCase();
   if (l === "python" || l.startsWith("python")) return python();
   if (l === "typescript" || l === "ts") return javascript({ typescript: true });
   if (l === "javascript" || l === "js") return javascript();
+  if (l === "r") return rLanguage;
   return [];
 }
 
