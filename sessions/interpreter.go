@@ -437,7 +437,12 @@ func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*Run
 		if cwd == c.ws.Dir() {
 			cwd = ""
 		}
-		if setup, _ := setupCode(spec, cwd, req.Env); setup != "" {
+		k.life.Lock()
+		k.pooled = false
+		k.life.Unlock()
+		// The pool started it without its workspace's packages.
+		if setup, _ := setupCode(spec, cwd, req.Env); setup != "" || m.packageCode(spec, c.ws) != "" {
+			setup = m.packageCode(spec, c.ws) + setup
 			if err := runSetup(ctx, k, setup); err != nil {
 				return fail(err)
 			}
@@ -516,7 +521,7 @@ func (m *Manager) pool(spec *kernelspecs.Spec) *pool {
 	}
 	p, ok := m.pools[spec.Name]
 	if !ok {
-		p = &pool{m: m, spec: spec, size: m.cfg.PoolSize}
+		p = &pool{m: m, spec: spec, floor: m.cfg.PoolSize, ceiling: m.cfg.PoolMax, idle: m.cfg.PoolIdle}
 		m.pools[spec.Name] = p
 	}
 	return p
