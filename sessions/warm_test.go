@@ -272,3 +272,44 @@ func TestPoolGrowsAndShrinks(t *testing.T) {
 		t.Errorf("pool %+v: target above the floor when idle", ps)
 	}
 }
+
+// The shared kernel of a language and the contexts of a sandbox (which
+// share a workspace) take pooled kernels too, each working in its
+// workspace; a sandbox's workspace outlives its contexts.
+func TestSharedAndSandboxContextsFromPool(t *testing.T) {
+	m := warmManager(t, Config{PoolSize: 1}, "python")
+	_, e := run(t, m, ExecuteRequest{Code: "import os; print(os.getcwd())"})
+	shared, err := m.Context(sharedID("python"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(stdout(e)); got != shared.Workspace().Dir() {
+		t.Errorf("the shared kernel works in %q, want %q", got, shared.Workspace().Dir())
+	}
+	if ps := m.Pools()[0]; ps.Hits != 1 {
+		t.Fatalf("pool %+v: the shared kernel did not take the ready kernel", ps)
+	}
+
+	waitPool(t, m, "the pool to refill", func(ps PoolStats) bool { return ps.Ready == 1 })
+	ws, err := m.CreateWorkspace("sandboxes/warm", "python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Delete()
+	c, err := m.CreateContext(context.Background(), ContextRequest{Language: "python", Workspace: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps := m.Pools()[0]; ps.Hits != 2 {
+		t.Fatalf("pool %+v: the sandbox's context did not take the ready kernel", ps)
+	}
+	if _, e := run(t, m, ExecuteRequest{Context: c.ID, Code: "import os; open('made-here', 'w').close(); print(os.getcwd())"}); strings.TrimSpace(stdout(e)) != ws.Dir() {
+		t.Errorf("the sandbox's context works in %q, want %q", stdout(e), ws.Dir())
+	}
+	if err := m.DeleteContext(context.Background(), c.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(ws.Dir(), "made-here")); err != nil {
+		t.Errorf("the sandbox's workspace lost its file with the context: %v", err)
+	}
+}
