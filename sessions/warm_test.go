@@ -250,11 +250,18 @@ console.log(JSON.stringify({cwd: Deno.cwd(), env: Deno.env.get("GREETING"), sub:
 // PoolSize once idle, after which it holds no timer.
 func TestPoolGrowsAndShrinks(t *testing.T) {
 	m := warmManager(t, Config{PoolSize: 1, PoolMax: 3, PoolIdle: 3 * time.Second}, "python")
+	// Three contexts at once: three takes within the pool's rate window.
+	var wg sync.WaitGroup
 	for range 3 {
-		if _, err := m.CreateContext(context.Background(), ContextRequest{Language: "python"}); err != nil {
-			t.Fatal(err)
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := m.CreateContext(context.Background(), ContextRequest{Language: "python"}); err != nil {
+				t.Error(err)
+			}
+		}()
 	}
+	wg.Wait()
 	if ps := m.Pools()[0]; ps.Hits == 0 {
 		t.Errorf("pool %+v: no context took a ready kernel", ps)
 	}
