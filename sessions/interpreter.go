@@ -437,12 +437,7 @@ func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*Run
 		if cwd == c.ws.Dir() {
 			cwd = ""
 		}
-		k.life.Lock()
-		k.pooled = false
-		k.life.Unlock()
-		// The pool started it without its workspace's packages.
-		if setup, _ := setupCode(spec, cwd, req.Env); setup != "" || m.packageCode(spec, c.ws) != "" {
-			setup = m.packageCode(spec, c.ws) + setup
+		if setup, _ := setupCode(spec, cwd, req.Env); setup != "" {
 			if err := runSetup(ctx, k, setup); err != nil {
 				return fail(err)
 			}

@@ -50,9 +50,6 @@ type Kernel struct {
 	policy  restartPolicy
 	limits  *jupyter.Limits
 	sandbox *jupyter.SandboxConfig
-	// pooled is set while the kernel is a warm pool's: it starts without
-	// its workspace's packages, which its user's setup adds (warm.go).
-	pooled bool
 
 	// life serialises start, restart and shutdown.
 	life sync.Mutex
@@ -179,9 +176,6 @@ func (k *Kernel) chdirCode() string {
 	code, ok := setupCode(k.spec, k.cwd, nil)
 	if !ok {
 		return ""
-	}
-	if k.pooled {
-		return code
 	}
 	return k.m.packageCode(k.spec, k.ws) + code
 }

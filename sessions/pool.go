@@ -233,8 +233,6 @@ func (p *pool) startOne(ctx context.Context, st *poolStart) {
 	if err == nil {
 		if k, err = p.m.newKernel(id, p.spec, nil, workDir{ws: ws, cwd: ws.Dir()}, restartLazily); err != nil {
 			ws.Delete()
-		} else {
-			k.pooled = true
 		}
 	}
 	if err == nil {

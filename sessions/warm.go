@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"maps"
 	"os"
@@ -22,8 +23,9 @@ import (
 //   - code run silently, outside the history, sets the env in os.environ
 //     or Deno.env (so every process the kernel starts afterwards has it,
 //     DENO_DIR of the context's workspace included), moves the kernel into
-//     its cwd and, for Python, adds the workspace's packages as a start
-//     would (packageCode); the pool started the kernel without them;
+//     its cwd and, for Python, takes the pool's workspace's package folder
+//     off sys.path and PATH (unpoolCode) and adds the context's as a start
+//     would (packageCode);
 //   - the packages of the create are installed after, as for any kernel.
 //
 // A Deno kernel keeps using the DENO_DIR it started with for its own
@@ -129,7 +131,7 @@ func (c *Context) adoptWarm(ctx context.Context, k *Kernel) (err error) {
 	}
 	maps.Copy(env, dirEnv(c.ws)) // as a start gives them, over the caller's
 	setup, _ := setupCode(c.spec, c.Cwd, env)
-	setup += c.m.packageCode(c.spec, c.ws)
+	setup = unpoolCode(c.spec, old) + setup + c.m.packageCode(c.spec, c.ws)
 	if from, ok := dirEnv(old)["DENO_DIR"]; ok && isDeno(c.spec) {
 		keepOld = true
 		if err := relink(c.ws, from); err != nil {
@@ -138,7 +140,7 @@ func (c *Context) adoptWarm(ctx context.Context, k *Kernel) (err error) {
 	}
 	k.life.Lock()
 	k.mu.Lock()
-	k.env, k.cwd, k.ws, k.pooled = c.Env, c.Cwd, c.ws, false
+	k.env, k.cwd, k.ws = c.Env, c.Cwd, c.ws
 	k.mu.Unlock()
 	k.life.Unlock()
 	evalue, err := runQuiet(ctx, k, setup)
@@ -150,6 +152,27 @@ func (c *Context) adoptWarm(ctx context.Context, k *Kernel) (err error) {
 	}
 	c.m.putKernel(k, jk)
 	return nil
+}
+
+// unpoolCode is the code that takes what packageCode added for the pool's
+// workspace ws off a Python kernel: its folders on sys.path and PATH, and
+// the import system's cache of them ("" for other languages).
+func unpoolCode(spec *kernelspecs.Spec, ws *workspace.Workspace) string {
+	if !strings.EqualFold(spec.Language, "python") {
+		return ""
+	}
+	dir, _ := json.Marshal(ws.Dir())
+	return `def _kg_unpool(old):
+    import os, sys
+    def mine(p):
+        return p == old or p.startswith(old + os.sep)
+    sys.path[:] = [p for p in sys.path if not mine(p)]
+    for p in [p for p in sys.path_importer_cache if mine(p)]:
+        del sys.path_importer_cache[p]
+    os.environ["PATH"] = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if not mine(p))
+_kg_unpool(` + string(dir) + `)
+del _kg_unpool
+`
 }
 
 // spareWorkspace keeps a pooled kernel's workspace the kernel still uses
