@@ -45,6 +45,8 @@ type config struct {
 
 	Languages      []string
 	PoolSize       int
+	PoolMax        int
+	PoolIdle       time.Duration
 	PoolPrewarm    []string
 	QueueLimit     int
 	MaxLogBytes    int
@@ -230,8 +232,12 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("language")
 	fs.StringVar(&c.PythonLauncher, "python-launcher", "fork", "how Python kernels start: fork (from a zygote per kernelspec that has imported ipykernel and its metadata.kernelgate.preload; sandboxed kernels are exec'd) or exec (a new interpreter each)")
 	add("python-launcher")
-	fs.IntVar(&c.PoolSize, "pool-size", 1, "ready kernels kept per kernelspec for isolated runs, within --max-kernels (0: none)")
+	fs.IntVar(&c.PoolSize, "pool-size", 1, "ready kernels kept at least per kernelspec for isolated runs and new contexts, within --max-kernels (0: none)")
 	add("pool-size")
+	fs.IntVar(&c.PoolMax, "pool-max", 4, "ready kernels a pool may keep per kernelspec when kernels are taken fast (at least --pool-size)")
+	add("pool-max")
+	fs.DurationVar(&c.PoolIdle, "pool-idle", 30*time.Second, "how long after its last take a pool above --pool-size shrinks back to it")
+	add("pool-idle")
 	fs.Var(listFlag{&c.PoolPrewarm}, "pool-prewarm", "languages whose pool fills at start, not at the first isolated run (default python)")
 	add("pool-prewarm")
 	fs.IntVar(&c.QueueLimit, "queue-limit", 64, "runs that may wait per context")

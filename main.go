@@ -257,6 +257,8 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		RunsKept:         cfg.RunsKept,
 		InterruptGrace:   cfg.InterruptGrace,
 		PoolSize:         cfg.PoolSize,
+		PoolMax:          cfg.PoolMax,
+		PoolIdle:         cfg.PoolIdle,
 		LateOutputWait:   cfg.LateOutputWait,
 		Observer:         metrics,
 		KernelLimits:     jupyter.Limits{MemoryBytes: memory, Pids: cfg.KernelPids, NoFile: cfg.KernelNoFile},

@@ -99,7 +99,7 @@ type bench struct {
 func main() {
 	quick := flag.Bool("quick", false, "small samples, for trying the harness (figures are not meaningful)")
 	write := flag.String("write", "", "markdown file whose generated section gets the table (docs/benchmarks.md)")
-	only := flag.String("only", "", "comma-separated sections to run: start,roundtrip,pool,stream,load,density,launcher,files,agents,bigoutput,k8s,state,r (default all)")
+	only := flag.String("only", "", "comma-separated sections to run: start,roundtrip,pool,stream,load,density,launcher,warm,files,agents,bigoutput,k8s,state,r (default all)")
 	profile := flag.String("profile", "", "instead of the benchmarks, serve the gateway in this process and write CPU profiles of -workloads into this directory")
 	workloads := flag.String("workloads", "ws-deno,rest-python,rest-deno", "workloads of -profile: ws-deno, ws-python, rest-python, rest-deno, stream-python, stream-deno, load-rest, load-ws")
 	profileN := flag.Int("n", 2000, "round trips per -profile workload")
@@ -185,6 +185,7 @@ func run(quick bool, write, only string) error {
 		{"load", b.benchLoad},
 		{"density", b.benchDensity},
 		{"launcher", b.benchLauncher},
+		{"warm", b.benchWarm},
 		{"files", b.benchFiles},
 		{"agents", b.benchAgents},
 		{"bigoutput", b.benchBigOutput},
@@ -209,8 +210,12 @@ func run(quick bool, write, only string) error {
 	go machine.sampleLoad(lctx)
 	defer stopLoad()
 	defer b.stopServers()
-	// The state section starts kernelgates of its own.
-	if len(want) != 1 || !want["state"] {
+	// The state and warm sections start kernelgates of their own.
+	shared := len(want) == 0
+	for name := range want {
+		shared = shared || name != "state" && name != "warm"
+	}
+	if shared {
 		if err := b.startServers(ctx); err != nil {
 			return err
 		}

@@ -45,7 +45,7 @@ func NewMetrics() *Metrics {
 	m.restarts = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kernelgate_kernel_restarts_total", Help: "Kernel restarts, by kernelspec and cause (died, requested)."}, []string{"spec", "cause"})
 	m.deaths = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kernelgate_kernel_deaths_total", Help: "Kernel processes that died unasked, by kernelspec."}, []string{"spec"})
 	m.culled = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kernelgate_kernels_culled_total", Help: "Idle kernels shut down by the culler."}, []string{"spec"})
-	m.poolTakes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kernelgate_pool_takes_total", Help: "Isolated runs served from the warm pool (hit) or by a cold start (miss)."}, []string{"spec", "result"})
+	m.poolTakes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kernelgate_pool_takes_total", Help: "New contexts and isolated runs served from the warm pool (hit) or by a cold start (miss)."}, []string{"spec", "result"})
 	m.runs = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "kernelgate_executes_total", Help: "Finished runs of the code-interpreter API, by language and process.reason."}, []string{"language", "reason"})
 	m.runLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "kernelgate_execute_seconds", Help: "Time from a run's arrival to its end, queueing included.",
 		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}}, []string{"language"})

@@ -33,6 +33,9 @@ type Context struct {
 	// context is published, never changed.
 	ws         *workspace.Workspace
 	wsBorrowed bool // ws is shared (ContextRequest.Workspace): kept at delete
+	// spare are the workspaces of pooled kernels the context took that
+	// their kernel still uses (warm.go); deleted with the context.
+	spare []*workspace.Workspace
 
 	m       *Manager
 	spec    *kernelspecs.Spec
@@ -124,10 +127,14 @@ func (c *Context) ensureKernel(ctx context.Context) (*Kernel, process, error) {
 			return nil, nil, err
 		}
 	}
-	// No kernel, or it was deleted through the Jupyter API: start another.
-	k, err := c.m.startKernel(ctx, newID(), c.spec, c.Env, workDir{ws: c.ws, cwd: c.Cwd}, restartLazily)
-	if err != nil {
-		return nil, nil, err
+	// No kernel, or it was deleted through the Jupyter API: take a ready
+	// one from the pool, or start another.
+	k = c.takeWarm(ctx)
+	if k == nil {
+		var err error
+		if k, err = c.m.startKernel(ctx, newID(), c.spec, c.Env, workDir{ws: c.ws, cwd: c.Cwd}, restartLazily); err != nil {
+			return nil, nil, err
+		}
 	}
 	c.mu.Lock()
 	if c.deleted {

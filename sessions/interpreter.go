@@ -546,7 +546,7 @@ func (m *Manager) pool(spec *kernelspecs.Spec) *pool {
 	}
 	p, ok := m.pools[spec.Name]
 	if !ok {
-		p = &pool{m: m, spec: spec, size: m.cfg.PoolSize}
+		p = &pool{m: m, spec: spec, floor: m.cfg.PoolSize, ceiling: m.cfg.PoolMax, idle: m.cfg.PoolIdle}
 		m.pools[spec.Name] = p
 	}
 	return p

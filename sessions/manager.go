@@ -73,9 +73,14 @@ type Config struct {
 	// and Executions); the oldest go first.
 	RunBytes       int64
 	InterruptGrace time.Duration
-	// PoolSize is how many ready kernels each kernelspec keeps for
-	// isolated runs (0: no pool).
+	// PoolSize is how many ready kernels each kernelspec keeps at least
+	// for isolated runs and new contexts (0: no pool); PoolMax is how
+	// many it may keep when kernels are taken fast (never fewer than
+	// PoolSize); PoolIdle is how long after its last take a pool shrinks
+	// back to PoolSize.
 	PoolSize int
+	PoolMax  int
+	PoolIdle time.Duration
 	// LateOutputWait is how long a run waits after its reply and idle
 	// status for more output, on kernels that publish some late
 	// (LateOutputKernels, by kernel_info implementation name); a run
@@ -143,6 +148,8 @@ func DefaultConfig() Config {
 		RunBytes:           512 << 20,
 		InterruptGrace:     3 * time.Second,
 		PoolSize:           1,
+		PoolMax:            4,
+		PoolIdle:           30 * time.Second,
 		LateOutputWait:     20 * time.Millisecond,
 		LateOutputKernels:  []string{"Deno kernel"},
 		CheckpointInterval: 30 * time.Second,
@@ -216,6 +223,13 @@ func (c *Config) fill() {
 	}
 	if c.PoolSize < 0 {
 		c.PoolSize = 0
+	}
+	if c.PoolMax <= 0 {
+		c.PoolMax = d.PoolMax
+	}
+	c.PoolMax = max(c.PoolMax, c.PoolSize)
+	if c.PoolIdle <= 0 {
+		c.PoolIdle = d.PoolIdle
 	}
 	if c.LateOutputWait == 0 {
 		c.LateOutputWait = d.LateOutputWait

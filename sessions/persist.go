@@ -77,13 +77,17 @@ func storeCtx() (context.Context, context.CancelFunc) {
 
 // kernelRecord is k as the store keeps it, with how to reach jk.
 func (m *Manager) kernelRecord(k *Kernel, jk process) state.Kernel {
-	rec := state.Kernel{ID: k.id, Spec: k.spec.Name, Provisioner: "local", Cwd: k.cwd, Created: k.created}
-	for name := range k.env {
+	// env, cwd and ws change once, when a context takes a pooled kernel.
+	k.mu.Lock()
+	env, cwd, ws := k.env, k.cwd, k.ws
+	k.mu.Unlock()
+	rec := state.Kernel{ID: k.id, Spec: k.spec.Name, Provisioner: "local", Cwd: cwd, Created: k.created}
+	for name := range env {
 		rec.EnvNames = append(rec.EnvNames, name)
 	}
-	ex := kernelExtra{Policy: k.policy, Env: k.env}
-	if k.ws != nil {
-		ex.Workspace = k.ws.Name()
+	ex := kernelExtra{Policy: k.policy, Env: env}
+	if ws != nil {
+		ex.Workspace = ws.Name()
 	}
 	rec.Extra, _ = json.Marshal(ex)
 	if ip, ok := jk.(infoProcess); ok && jk != nil {

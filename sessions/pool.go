@@ -9,14 +9,21 @@ import (
 )
 
 // pool keeps kernels of one kernelspec started and ready for isolated
-// runs. A kernel leaves the pool for one run and is never given back; the
-// pool refills in the background, within the places MaxKernels leaves
-// free (see slots.go): a user's kernel that needs the place of a pooled
-// one has it stopped.
+// runs and new contexts (warm.go). A kernel leaves the pool for one user
+// and is never given back; the pool refills in the background, within the
+// places MaxKernels leaves free (see slots.go): a user's kernel that needs
+// the place of a pooled one has it stopped.
+//
+// The pool sizes itself to the rate of takes: it keeps as many kernels as
+// were taken in the last rateWindow, no fewer than floor (PoolSize) and no
+// more than ceiling (PoolMax). Above its floor it holds one timer, which
+// stops the kernels above the floor once no kernel was taken for idle
+// (PoolIdle); at its floor it holds none, and an idle pool wakes nothing.
 type pool struct {
-	m    *Manager
-	spec *kernelspecs.Spec
-	size int
+	m              *Manager
+	spec           *kernelspecs.Spec
+	floor, ceiling int
+	idle           time.Duration
 
 	mu       sync.Mutex
 	ready    []*Kernel
@@ -24,6 +31,79 @@ type pool struct {
 	starts   []*poolStart // the starts in flight
 	hits     int
 	misses   int
+	takes    []time.Time // the recent takes, oldest first (at most ceiling)
+	lastTake time.Time
+	shrink   *time.Timer // armed only while the pool holds more than floor
+}
+
+// rateWindow is how far back the takes that size the pool are counted: a
+// kernel taken is replaced within about a second (the time a start takes,
+// or refillDelay), so the takes of the last two cover a steady rate with
+// room to spare.
+const rateWindow = 2 * time.Second
+
+// targetLocked is how many kernels the pool keeps now; p.mu is held.
+func (p *pool) targetLocked(now time.Time) int {
+	n := 0
+	for _, t := range p.takes {
+		if now.Sub(t) < rateWindow {
+			n++
+		}
+	}
+	return min(p.ceiling, max(p.floor, n))
+}
+
+// noteTakeLocked records a take (hit or miss: both are demand); p.mu is held.
+func (p *pool) noteTakeLocked(now time.Time) {
+	p.lastTake = now
+	p.takes = append(p.takes, now)
+	for len(p.takes) > 0 && (len(p.takes) > p.ceiling || now.Sub(p.takes[0]) >= rateWindow) {
+		p.takes = p.takes[1:]
+	}
+}
+
+// armShrinkLocked arms the shrink timer when the pool holds more than its
+// floor and none is armed; p.mu is held.
+func (p *pool) armShrinkLocked(now time.Time) {
+	if p.shrink != nil || len(p.ready)+p.starting <= p.floor {
+		return
+	}
+	wait := p.lastTake.Add(p.idle).Sub(now)
+	if wait <= 0 {
+		wait = p.idle
+	}
+	p.shrink = time.AfterFunc(wait, p.shrinkIdle)
+}
+
+// shrinkIdle stops the ready kernels above the floor once no kernel was
+// taken for p.idle; before that, or while kernels above the floor are
+// still starting, it arms itself again.
+func (p *pool) shrinkIdle() {
+	now := time.Now()
+	p.mu.Lock()
+	p.shrink = nil
+	select {
+	case <-p.m.closing:
+		p.mu.Unlock()
+		return
+	default:
+	}
+	var extra []*Kernel
+	if now.Sub(p.lastTake) >= p.idle {
+		for len(p.ready) > 0 && len(p.ready)+p.starting > p.floor {
+			n := len(p.ready)
+			extra = append(extra, p.ready[n-1])
+			p.ready = p.ready[:n-1]
+		}
+	}
+	p.armShrinkLocked(now) // starts in flight above the floor: look again later
+	p.mu.Unlock()
+	if len(extra) > 0 {
+		p.m.log.Info("warm pool: idle kernels above --pool-size stopped", "spec", p.spec.Name, "stopped", len(extra))
+	}
+	for _, k := range extra {
+		p.discard(k)
+	}
 }
 
 // poolStart is a pool kernel being started.
@@ -41,9 +121,13 @@ const refillDelay = time.Second
 
 // take returns a ready kernel, moved with its place under MaxKernels to
 // the manager's kernels, or nil. After a miss the pool refills at once;
-// after a hit, when the run ends or refillDelay has passed.
+// after a hit too while takes come faster than one a window and the pool
+// runs low, else when the run ends or refillDelay has passed. The kernel
+// is no longer the pool's: nothing else can take it.
 func (p *pool) take() *Kernel {
+	now := time.Now()
 	p.mu.Lock()
+	p.noteTakeLocked(now)
 	var k *Kernel
 	var dead []*Kernel
 	for len(p.ready) > 0 && k == nil {
@@ -59,12 +143,14 @@ func (p *pool) take() *Kernel {
 	} else {
 		p.misses++
 	}
+	target := p.targetLocked(now)
+	burst := len(p.takes) > 1 && 2*len(p.ready) < target
 	p.mu.Unlock()
 	for _, d := range dead {
 		p.discard(d)
 	}
 	p.m.cfg.Observer.PoolTaken(p.spec.Name, k != nil)
-	if k == nil {
+	if k == nil || burst {
 		p.refill()
 	} else {
 		time.AfterFunc(refillDelay, p.refill)
@@ -83,11 +169,14 @@ func (p *pool) discard(k *Kernel) {
 	})
 }
 
-// refill starts kernels until the pool is full, or no place is free.
+// refill starts kernels until the pool holds its target, or no place is
+// free.
 func (p *pool) refill() {
+	now := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for len(p.ready)+p.starting < p.size {
+	defer p.armShrinkLocked(now)
+	for len(p.ready)+p.starting < p.targetLocked(now) {
 		select {
 		case <-p.m.closing:
 			return
@@ -197,14 +286,17 @@ type PoolStats struct {
 	Spec     string `json:"spec"`
 	Ready    int    `json:"ready"`
 	Starting int    `json:"starting"`
-	Hits     int    `json:"hits"`
-	Misses   int    `json:"misses"`
+	// Target is how many kernels the pool keeps now, between its floor
+	// and its ceiling, by the rate of takes.
+	Target int `json:"target"`
+	Hits   int `json:"hits"`
+	Misses int `json:"misses"`
 }
 
 func (p *pool) stats() PoolStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return PoolStats{Spec: p.spec.Name, Ready: len(p.ready), Starting: p.starting, Hits: p.hits, Misses: p.misses}
+	return PoolStats{Spec: p.spec.Name, Ready: len(p.ready), Starting: p.starting, Target: p.targetLocked(time.Now()), Hits: p.hits, Misses: p.misses}
 }
 
 // drain shuts down the ready kernels.
@@ -212,6 +304,10 @@ func (p *pool) drain(ctx context.Context) {
 	p.mu.Lock()
 	ready := p.ready
 	p.ready = nil
+	if p.shrink != nil {
+		p.shrink.Stop()
+		p.shrink = nil
+	}
 	p.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, k := range ready {

@@ -363,6 +363,8 @@ func (m *Manager) LanguageInfos() []LanguageInfo {
 // a context's workspace is kept (its files outlive the gateway where the
 // root is kept), an isolated run's removed.
 func (m *Manager) deleteWorkspace(c *Context) {
+	// Its kernel is stopped (a kept one's context is not deleted).
+	c.deleteSpare()
 	if c.ws == nil || c.wsBorrowed {
 		return
 	}
