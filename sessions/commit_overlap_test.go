@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -148,4 +149,90 @@ func TestCodeIsSentWhileTheRecordCommits(t *testing.T) {
 		return
 	}
 	t.Fatalf("the store has no record of run %s", r.ID)
+}
+
+// A disk that does not answer holds a run up by storeTimeout at most, as
+// before: the code of the run whose commit hangs still goes to the
+// kernel at once and its output comes; its answer comes once the
+// commit's wait runs out, the store is then taken as stuck, and the next
+// run answers while the disk still does not. Once the disk answers, both
+// runs' records reach the store.
+func TestHungCommitHoldsTheAnswerOnlyUntilTheStoreTimeout(t *testing.T) {
+	var hold atomic.Bool
+	release := make(chan struct{})
+	store, err := state.Open(filepath.Join(t.TempDir(), state.FileName), state.Options{
+		BeforeCommit: func(int) {
+			if hold.Load() {
+				<-release
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	m := newRealManager(t, Config{Store: store, PoolSize: 0})
+	var once sync.Once
+	unhold := func() { once.Do(func() { hold.Store(false); close(release) }) }
+	t.Cleanup(unhold)
+
+	ctx := context.Background()
+	c, err := m.CreateContext(ctx, ContextRequest{ID: "hung", Language: "python"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, m, ExecuteRequest{Context: c.ID, Code: "1+1"})
+	hold.Store(true)
+	answered := make(chan *Run, 1)
+	go func() {
+		r, err := m.Execute(ctx, ExecuteRequest{Context: c.ID, Wait: true, Code: "print('out')"})
+		if err != nil {
+			t.Error(err)
+			r = nil
+		}
+		answered <- r
+	}()
+	var r *Run
+	select {
+	case r = <-answered:
+	case <-time.After(storeTimeout + 30*time.Second):
+		t.Fatal("the run never answered while the store's commit was held")
+	}
+	if r == nil {
+		return
+	}
+	if got := strings.Join(execution(t, r).Logs.Stdout, ""); got != "out\n" {
+		t.Fatalf("the run's stdout is %q, want %q", got, "out\n")
+	}
+	if !m.storeStuck.Load() {
+		t.Fatal("a commit that did not come in time did not mark the store stuck")
+	}
+	select {
+	case <-release:
+		t.Fatal("the store was released before the run answered")
+	default:
+	}
+	// The store is stuck: the next run does not wait for it.
+	next, _ := run(t, m, ExecuteRequest{Context: c.ID, Code: "2+2"})
+	select {
+	case <-release:
+		t.Fatal("the store was released before the next run answered")
+	default:
+	}
+
+	unhold()
+	waitFor(t, "both runs' records in the store", func() bool {
+		snap, err := store.Load(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := 0
+		for _, sr := range snap.Runs {
+			if (sr.ID == r.ID || sr.ID == next.ID) && strings.Contains(string(sr.Data), `"state":"done"`) {
+				done++
+			}
+		}
+		return done == 2
+	})
+	waitFor(t, "the store to be taken as committing again", func() bool { return !m.storeStuck.Load() })
 }
