@@ -397,13 +397,15 @@ func (c *Context) execute(r *Run) {
 			return
 		}
 		var ended func()
-		// The record names the request before the kernel gets it: a
-		// gateway started again after a crash picks the run up.
+		// The record names the request as the kernel gets it: a
+		// gateway started again after a crash picks the run up. Its
+		// commit goes on while the kernel runs the code; the run's id
+		// leaves the gateway once it is durable (promiseSending).
 		call, _, ended, err = k.startRun(jk, content, handle, func(msgID string) {
 			r.mu.Lock()
 			r.kernelID, r.msgID = k.id, msgID
 			r.mu.Unlock()
-			r.promise()
+			r.promiseSending()
 		})
 		if err == nil {
 			defer ended()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"kernelgate/internal/jsonscan"
@@ -21,9 +22,13 @@ import (
 //   - a context and a Jupyter session are written, durably, before the
 //     call that made or changed them returns, and deleted with them;
 //   - a run's record is committed before its id leaves the gateway
-//     (promise): when the run is made, and again, naming its kernel and
-//     its execute_request, before the kernel gets its code; commits of
-//     runs starting together share an fsync. Later, its record is
+//     (promise). The run next to go on an idle context is committed as
+//     its code is sent, naming its kernel and its execute_request: the
+//     commit is started and the code goes at once, the disk working
+//     while the kernel does; its id, and its end, wait for the commit.
+//     A run that waits for its turn or its kernel is committed at once,
+//     and again, naming its request, before the kernel gets its code.
+//     Commits of runs starting together share an fsync. Later, its record is
 //     written when it starts and ends, and its events as they come;
 //     those writes are queued by the store and committed together (one
 //     fsync for many), and never waited for: while the store's queue is
@@ -360,13 +365,20 @@ type runStore struct {
 	// wmu orders a run's writes: its record is snapshot and queued in
 	// the order of its changes. It guards the fields below; it is taken
 	// before r.mu, never while holding another lock, and the store's
-	// calls it is held across never call back.
+	// calls it is held across call back only into CommitRunAsync's
+	// callback, which takes no lock (commitRunAsync).
 	wmu     sync.Mutex
 	written int      // events queued so far
 	stored  RunState // the state its record was last queued with
 	// behind: the store refused a write (state.ErrBusy); the run's
 	// writes wait for the catch-up.
 	behind bool
+	// committing: the commit of the record naming its request was
+	// started as its code was sent (writeSending), not waited for.
+	committing bool
+	// commitErr is that commit's failure: set by the store's callback
+	// before the run is marked durable, read (under wmu) only after.
+	commitErr error
 }
 
 // writeMode says how a run writes itself.
@@ -381,6 +393,11 @@ const (
 	// writePromise commits the record now, and waits for it: the run's
 	// id, or its code, is about to leave the gateway.
 	writePromise
+	// writeSending starts the commit of the record as its code is sent,
+	// and does not wait: the run is durable once the store says so (or
+	// once storeTimeout has passed), and its id leaves the gateway only
+	// then.
+	writeSending
 )
 
 // persist queues the run's new events, and its record when it changed.
@@ -390,6 +407,21 @@ func (r *Run) persist() { r.write(writeQueued) }
 // code leaves the gateway: a gateway started again on the store knows
 // the run.
 func (r *Run) promise() { r.write(writePromise) }
+
+// promiseSending commits the run's record, naming its kernel and
+// request, as its code is sent. A run whose id has not left the gateway
+// yet does not wait: the commit is started, the code goes at once, and
+// the id leaves once the commit is durable (awaitDurable; the run's end
+// waits for it too). A run whose id is out already (it waited for its
+// turn or its kernel) waits for the commit before its code goes, so that
+// a gateway started again after a crash finds the request it sent.
+func (r *Run) promiseSending() {
+	if r.isDurable() {
+		r.promise()
+		return
+	}
+	r.write(writeSending)
+}
 
 // madeDurable notes that the run's record is durable (or that there is
 // no store): its id may be handed out.
@@ -415,11 +447,23 @@ func (r *Run) awaitDurable(ctx context.Context) {
 }
 
 func (r *Run) write(mode writeMode) {
+	for {
+		wait := r.tryWrite(mode)
+		if wait == nil {
+			return
+		}
+		<-wait
+	}
+}
+
+// tryWrite writes the run as write says, or returns what to wait for
+// before trying again: the commit in flight of a run that ended.
+func (r *Run) tryWrite(mode writeMode) <-chan struct{} {
 	r.mu.Lock()
 	ps := r.ps
 	r.mu.Unlock()
 	if ps == nil {
-		return
+		return nil
 	}
 	ps.wmu.Lock()
 	defer ps.wmu.Unlock()
@@ -429,18 +473,31 @@ func (r *Run) write(mode writeMode) {
 	r.mu.Lock()
 	if r.ps != ps { // frozen (Manager.Detach) or pruned meanwhile
 		r.mu.Unlock()
-		return
+		return nil
 	}
 	st := r.state
 	if st == RunDone && mode == writeQueued && !r.isDurable() {
+		if ps.committing {
+			// Its record is being committed (its code was sent
+			// meanwhile): its end waits for that commit, which
+			// storeTimeout bounds, then is queued as any end.
+			r.mu.Unlock()
+			return r.durable
+		}
 		// It ended before its record was ever committed (its kernel
 		// did not start, it was stopped before it was sent): its id is
 		// handed out with its end.
 		mode = writePromise
 	}
+	if st == RunDone && ps.committing && r.isDurable() {
+		ps.committing = false
+		if err := ps.commitErr; err != nil && !errors.Is(err, state.ErrClosed) {
+			ps.m.log.Error("state: run record not committed: a restart of the gateway loses it", "run", r.ID, "err", err)
+		}
+	}
 	if ps.behind && mode == writeQueued {
 		r.mu.Unlock() // the catch-up writes it
-		return
+		return nil
 	}
 	var evs []state.Event
 	n := len(r.events)
@@ -455,7 +512,7 @@ func (r *Run) write(mode writeMode) {
 		}
 	}
 	var data []byte
-	if st != ps.stored || mode == writePromise {
+	if st != ps.stored || mode == writePromise || mode == writeSending {
 		rec := runRecord{Context: r.Context, Language: r.Language, Code: r.Code, Stdin: r.Stdin,
 			Created: r.created, Deadline: r.deadline, State: st, Kernel: r.kernelID, MsgID: r.msgID}
 		var exec []byte
@@ -477,22 +534,29 @@ func (r *Run) write(mode writeMode) {
 		}
 	}
 	if data == nil {
-		return
+		return nil
 	}
-	if mode == writePromise {
+	switch mode {
+	case writePromise:
 		ps.m.commitRun(r.ID, data)
 		ps.stored = st
 		r.madeDurable()
-		return
+		return nil
+	case writeSending:
+		ps.committing = true
+		ps.stored = st
+		ps.m.commitRunAsync(r, ps, data)
+		return nil
 	}
 	if ps.behind { // its events first
-		return
+		return nil
 	}
 	if err := ps.store.PutRun(r.ID, data); errors.Is(err, state.ErrBusy) {
 		ps.fallBehind(r)
-		return
+		return nil
 	}
 	ps.stored = st
+	return nil
 }
 
 // fallBehind marks the run behind and hands it to the catch-up. The
@@ -531,12 +595,58 @@ func (m *Manager) commitRun(id string, data []byte) {
 	switch {
 	case err == nil, errors.Is(err, state.ErrClosed):
 	case ctx.Err() != nil:
-		if !m.storeStuck.Swap(true) {
-			m.log.Error("state: the store did not commit a run's record in time; runs go on without waiting for it until it does, and a crash meanwhile may lose them", "run", id, "waited", storeTimeout)
-		}
-		m.wakeCatchUp()
+		m.commitLate(id)
 	default:
 		m.log.Error("state: run record not committed: a restart of the gateway loses it", "run", id, "err", err)
+	}
+}
+
+// commitLate takes the store as stuck: a run's commit did not come
+// within storeTimeout.
+func (m *Manager) commitLate(id string) {
+	if !m.storeStuck.Swap(true) {
+		m.log.Error("state: the store did not commit a run's record in time; runs go on without waiting for it until it does, and a crash meanwhile may lose them", "run", id, "waited", storeTimeout)
+	}
+	m.wakeCatchUp()
+}
+
+// commitRunAsync starts the commit of a run's record and returns at
+// once; the run is marked durable when the store acknowledges it. One
+// that does not within storeTimeout marks the store stuck, as commitRun
+// does, and the run goes on as durable; while the store is stuck the
+// record is queued and the run durable at once. The store's callback
+// (on its writer) only stops a timer, sets commitErr and closes a
+// channel. The caller holds ps.wmu.
+func (m *Manager) commitRunAsync(r *Run, ps *runStore, data []byte) {
+	if m.storeStuck.Load() {
+		if err := m.store.CommitRunAsync(r.ID, data, func(error) {}); err != nil && !errors.Is(err, state.ErrClosed) {
+			m.log.Error("state: run record not committed: a restart of the gateway loses it", "run", r.ID, "err", err)
+		}
+		m.wakeCatchUp()
+		r.madeDurable()
+		return
+	}
+	// settled: the acknowledgement or the timeout came, whichever first.
+	var settled atomic.Bool
+	timer := time.AfterFunc(storeTimeout, func() {
+		if settled.CompareAndSwap(false, true) {
+			m.commitLate(r.ID)
+			r.madeDurable()
+		}
+	})
+	err := m.store.CommitRunAsync(r.ID, data, func(err error) {
+		if settled.CompareAndSwap(false, true) {
+			timer.Stop()
+			ps.commitErr = err
+			r.madeDurable()
+		}
+	})
+	if err != nil && settled.CompareAndSwap(false, true) {
+		timer.Stop()
+		if !errors.Is(err, state.ErrClosed) {
+			m.log.Error("state: run record not committed: a restart of the gateway loses it", "run", r.ID, "err", err)
+		}
+		r.madeDurable()
 	}
 }
 

@@ -81,8 +81,8 @@ func (o *Options) defaults() {
 
 // Bolt is the Store of one file (FileName in the state directory) in
 // bbolt. One goroutine writes: every write goes through its queue, in
-// call order. A durable write (a kernel, context, session, CommitRun or
-// Flush) is committed at once, with whatever is queued before it; run
+// call order. A durable write (a kernel, context, session, CommitRun,
+// CommitRunAsync or Flush) is committed at once, with whatever is queued before it; run
 // writes wait up to FlushDelay for company. Each commit is one bbolt
 // transaction and one fsync, and durable writes that come while one is
 // being committed share the next (group commit).
@@ -121,7 +121,14 @@ type op struct {
 	val    []byte
 	events []Event
 	ack    chan error // durable writes and Flush; nil for run writes
+	// done, instead of ack, is told the commit's outcome (CommitRunAsync):
+	// called by the writer, it never blocks.
+	done func(error)
 }
+
+// durable says the op is committed at once and acknowledged: never
+// refused for a full queue.
+func (o *op) durable() bool { return o.ack != nil || o.done != nil }
 
 func (o *op) size() int {
 	n := len(o.key) + len(o.val) + 64
@@ -370,17 +377,17 @@ func (b *Bolt) enqueue(o op) error {
 		b.mu.Unlock()
 		return ErrClosed
 	}
-	if o.ack == nil && o.kind != opDeleteRun && b.queued > 0 && b.queued+size > b.opts.MaxQueued {
+	if !o.durable() && o.kind != opDeleteRun && b.queued > 0 && b.queued+size > b.opts.MaxQueued {
 		b.mu.Unlock()
 		return ErrBusy
 	}
 	// The writer needs waking only when it sleeps on an empty queue, or
 	// to commit at once: a run write joining others already queued waits
 	// for their commit without a switch to the writer.
-	wake := len(b.queue) == 0 || o.ack != nil
+	wake := len(b.queue) == 0 || o.durable()
 	b.queue = append(b.queue, o)
 	b.queued += size
-	b.urgent = b.urgent || o.ack != nil
+	b.urgent = b.urgent || o.durable()
 	wake = wake || b.full()
 	b.mu.Unlock()
 	if wake {
@@ -455,9 +462,12 @@ func (b *Bolt) writer() {
 		err := b.commit(batch)
 		lost := 0
 		for _, o := range batch {
-			if o.ack != nil {
+			switch {
+			case o.ack != nil:
 				o.ack <- err
-			} else if o.kind != opBarrier {
+			case o.done != nil:
+				o.done(err)
+			case o.kind != opBarrier:
 				lost++
 			}
 		}
@@ -566,6 +576,16 @@ func (b *Bolt) CommitRun(ctx context.Context, id string, data []byte) error {
 		return ErrInvalid
 	}
 	return b.durable(ctx, op{kind: opPutRun, key: id, val: data})
+}
+
+// CommitRunAsync is CommitRun not waited for: it is committed at once,
+// with what is queued, and never refused for a full queue; the writer
+// calls done with the commit's outcome.
+func (b *Bolt) CommitRunAsync(id string, data []byte, done func(error)) error {
+	if id == "" {
+		return ErrInvalid
+	}
+	return b.enqueue(op{kind: opPutRun, key: id, val: data, done: done})
 }
 
 // AppendRunEvents queues the events; their Data is not copied.

@@ -98,6 +98,16 @@ func (s *Memory) CommitRun(_ context.Context, id string, data []byte) error {
 	return s.PutRun(id, data)
 }
 
+// CommitRunAsync calls done before it returns: a memory write is done
+// at once.
+func (s *Memory) CommitRunAsync(id string, data []byte, done func(error)) error {
+	if err := s.PutRun(id, data); err != nil {
+		return err
+	}
+	done(nil)
+	return nil
+}
+
 func (s *Memory) AppendRunEvents(id string, events ...Event) error {
 	if id == "" {
 		return ErrInvalid

@@ -21,7 +21,10 @@
 //     with ErrBusy, and their owner writes them again later.
 //   - CommitRun writes a run's record and waits for it, as the durable
 //     records: a run whose id is handed out has a record that survives a
-//     crash. Commits that come together share one fsync.
+//     crash. Commits that come together share one fsync. CommitRunAsync
+//     starts the same commit and returns at once: its owner goes on (sends
+//     the run's code to its kernel) while the disk works, and learns of
+//     the commit from a callback.
 //
 // The package knows nothing of kernels or HTTP: run data and provisioner
 // information are bytes that their owners encode.
@@ -168,6 +171,17 @@ type Store interface {
 	// CommitRun is PutRun that returns once the write (and every write
 	// queued before it) is durable; it is never refused with ErrBusy.
 	CommitRun(ctx context.Context, id string, data []byte) error
+	// CommitRunAsync is CommitRun that does not wait: it queues the write
+	// to be committed at once and returns; done is called once with the
+	// commit's outcome (nil once the write and every write queued before
+	// it are durable). When it returns an error (ErrClosed, ErrInvalid)
+	// nothing was queued and done is never called. done may be called
+	// before CommitRunAsync returns, on the caller's goroutine, or later
+	// on the store's writer: it must not block, nor take a lock that is
+	// held while calling the store (closing a channel, setting an atomic
+	// value, stopping a timer are fine). Until it is called, a commit
+	// that does not come is the caller's to time out.
+	CommitRunAsync(id string, data []byte, done func(error)) error
 	// Flush returns once every write queued before it is durable.
 	Flush(ctx context.Context) error
 
