@@ -1,11 +1,20 @@
 package gateway
 
 import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"kernelgate/jupyter"
 	"kernelgate/sessions"
 )
 
@@ -139,5 +148,269 @@ func TestCommandBasics(t *testing.T) {
 	// The shared kernel's context takes commands too.
 	if e := g.command("code-python", map[string]any{"cmd": "echo shared"}); b4Stdout(e) != "shared\n" || e.Context != "code-python" {
 		t.Errorf("code-python: %+v", e)
+	}
+}
+
+// TestCommandLifecycle: timeout, background, kill, interrupt and stdin;
+// a command answers while code runs in the same context.
+func TestCommandLifecycle(t *testing.T) {
+	g := newGateway(t)
+	b4Context(t, g, map[string]any{"id": "life"})
+
+	t.Run("timeout", func(t *testing.T) {
+		start := time.Now()
+		e := g.command("life", map[string]any{"cmd": "echo before; sleep 60", "timeout": 0.5})
+		if process(e) != "timed_out/137" || b4Stdout(e) != "before\n" {
+			t.Errorf("timed out command: %s %q", process(e), b4Stdout(e))
+		}
+		if took := time.Since(start); took > 30*time.Second {
+			t.Errorf("a 0.5 s timeout ended the command after %v", took)
+		}
+	})
+	t.Run("background and kill", func(t *testing.T) {
+		id := g.background("life", map[string]any{"cmd": "echo started; sleep 300"})
+		g.waitStdout(id, "started", 30*time.Second)
+		if state, _ := g.runModel(id); state != "running" {
+			t.Fatalf("background command is %s", state)
+		}
+		if status, out := g.do("POST", "/api/runs/"+id+"/kill", nil); status != http.StatusNoContent {
+			t.Fatalf("kill: %d %s", status, out)
+		}
+		if e := g.waitRun(id, 30*time.Second); process(e) != "killed/137" {
+			t.Errorf("killed command: %s", process(e))
+		}
+	})
+	t.Run("interrupt", func(t *testing.T) {
+		id := g.background("life", map[string]any{"cmd": "trap 'echo got INT; exit 5' INT; echo ready; while :; do sleep 0.1; done"})
+		g.waitStdout(id, "ready", 30*time.Second)
+		if status, out := g.do("POST", "/api/runs/"+id+"/interrupt", nil); status != http.StatusNoContent {
+			t.Fatalf("interrupt: %d %s", status, out)
+		}
+		e := g.waitRun(id, 30*time.Second)
+		if process(e) != "interrupted/5" || !strings.Contains(b4Stdout(e), "got INT") {
+			t.Errorf("interrupted command: %s %q", process(e), b4Stdout(e))
+		}
+	})
+	t.Run("stdin", func(t *testing.T) {
+		id := g.background("life", map[string]any{"cmd": "read a; echo got:$a; read b; echo got:$b", "stdin": true})
+		for _, v := range []string{"one\n", "two\n"} {
+			if status, out := g.do("POST", "/api/runs/"+id+"/input", map[string]string{"value": v}); status != http.StatusNoContent {
+				t.Fatalf("input: %d %s", status, out)
+			}
+		}
+		if e := g.waitRun(id, 30*time.Second); b4Stdout(e) != "got:one\ngot:two\n" || process(e) != "completed/0" {
+			t.Errorf("stdin command: %s %q", process(e), b4Stdout(e))
+		}
+		// Without stdin the command reads an empty input, and no input is taken.
+		e := g.command("life", map[string]any{"cmd": "cat; echo end"})
+		if b4Stdout(e) != "end\n" {
+			t.Errorf("command without stdin: %q", b4Stdout(e))
+		}
+		if status, _ := g.do("POST", "/api/runs/"+e.ID+"/input", map[string]string{"value": "x"}); status != http.StatusBadRequest {
+			t.Errorf("input to an ended command: %d", status)
+		}
+	})
+	t.Run("not queued behind code", func(t *testing.T) {
+		started := make(chan string, 1)
+		go func() {
+			_, out, _ := g.send("POST", "/api/execute", map[string]any{"context": "life", "code": "import time\nfor _ in range(600): time.sleep(0.1)"}, g.auth())
+			started <- string(out)
+		}()
+		checkFor(t, 30*time.Second, "the code to run", func() bool {
+			_, out := g.do("GET", "/api/contexts/life", nil)
+			return decode[sessions.ContextModel](t, out).ExecutionState == "busy"
+		})
+		e := g.command("life", map[string]any{"cmd": "echo beside", "timeout": 20})
+		if b4Stdout(e) != "beside\n" || process(e) != "completed/0" {
+			t.Errorf("command beside running code: %s %q", process(e), b4Stdout(e))
+		}
+		g.do("POST", "/api/contexts/life/interrupt", nil)
+		if out := <-started; !strings.Contains(out, `"interrupted"`) {
+			t.Errorf("the code run: %s", out)
+		}
+	})
+}
+
+// TestCommandStreaming: NDJSON and SSE events as code's, resumed after a seq.
+func TestCommandStreaming(t *testing.T) {
+	g := newGateway(t)
+	b4Context(t, g, map[string]any{"id": "st"})
+	status, body := g.doWith("POST", "/api/contexts/st/commands", map[string]any{"cmd": "echo one; echo two >&2; exit 2"},
+		map[string]string{"Authorization": "token " + g.token, "Accept": "application/x-ndjson"})
+	if status != 200 {
+		t.Fatalf("streamed command: %d %s", status, body)
+	}
+	var types []string
+	var end map[string]any
+	var runID string
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	for sc.Scan() {
+		var ev map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("event %s: %v", sc.Bytes(), err)
+		}
+		types = append(types, ev["type"].(string))
+		switch ev["type"] {
+		case "start":
+			runID, _ = ev["run"].(string)
+		case "end":
+			end = ev
+		}
+	}
+	if len(types) < 3 || types[0] != "start" || types[len(types)-1] != "end" {
+		t.Fatalf("events %v", types)
+	}
+	if p, _ := end["process"].(map[string]any); p["exitCode"] != 2.0 || p["reason"] != "completed" {
+		t.Errorf("end %v", end)
+	}
+	// Resume after the start: everything after it, the end last.
+	status, replay := g.doWith("GET", "/api/runs/"+runID+"/events?after=1", nil, map[string]string{"Authorization": "token " + g.token, "Accept": "text/event-stream"})
+	if status != 200 || strings.Contains(string(replay), `"type":"start"`) || !strings.Contains(string(replay), "id: 2\n") ||
+		!strings.Contains(string(replay), `"text":"one\n"`) || !strings.Contains(string(replay), `"type":"end"`) {
+		t.Errorf("resumed events: %d %s", status, replay)
+	}
+}
+
+// TestCommandStopsWithContext: deleting a context kills its commands,
+// the children they started too, and their runs end "lost".
+func TestCommandStopsWithContext(t *testing.T) {
+	g := newGateway(t)
+	b4Context(t, g, map[string]any{"id": "gone"})
+	id := g.background("gone", map[string]any{"cmd": "sleep 300 & echo child:$!; echo self:$$; wait"})
+	g.waitStdout(id, "self:", 30*time.Second)
+	_, e := g.runModel(id)
+	var pids []int
+	for _, f := range strings.Fields(b4Stdout(e)) {
+		_, n, _ := strings.Cut(f, ":")
+		pid, err := strconv.Atoi(n)
+		if err != nil {
+			t.Fatalf("stdout %q", b4Stdout(e))
+		}
+		pids = append(pids, pid)
+	}
+	if status, _ := g.do("DELETE", "/api/contexts/gone", nil); status != http.StatusNoContent {
+		t.Fatalf("delete: %d", status)
+	}
+	e = g.waitRun(id, 30*time.Second)
+	if e.Process.Reason != sessions.Lost || !strings.Contains(e.Process.Message, "deleted") {
+		t.Errorf("command of a deleted context: %+v", e.Process)
+	}
+	checkFor(t, 30*time.Second, "the command's processes to go", func() bool {
+		for _, pid := range pids {
+			if syscall.Kill(pid, 0) == nil {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestCommandOutputBounded: a command that floods stdout keeps the head
+// and the tail within the run's limit, with the marker; one that never
+// reads its stdin makes an input fail after a bounded wait.
+func TestCommandOutputBounded(t *testing.T) {
+	const limit = 64 << 10
+	g := newGateway(t, func(m *sessions.Config, _ *Config) {
+		m.RunLimits = sessions.Limits{LogBytes: limit, ResultBytes: limit}
+	})
+	b4Context(t, g, map[string]any{"id": "flood"})
+	e := g.command("flood", map[string]any{"cmd": "echo first; head -c 50000000 /dev/zero | tr '\\0' x; echo; echo last"})
+	out := b4Stdout(e)
+	if !e.Truncated || !strings.HasPrefix(out, "first\n") || !strings.HasSuffix(out, "\nlast\n") ||
+		!strings.Contains(out, "output truncated") || len(out) > limit+200 {
+		t.Errorf("flooded output: truncated %v, %d bytes, head %q tail %q", e.Truncated, len(out), out[:min(len(out), 20)], out[max(len(out)-20, 0):])
+	}
+	if process(e) != "completed/0" {
+		t.Errorf("flood: %s", process(e))
+	}
+
+	id := g.background("flood", map[string]any{"cmd": "echo up; sleep 300", "stdin": true})
+	g.waitStdout(id, "up", 30*time.Second)
+	big := strings.Repeat("y", 1<<20)
+	start := time.Now()
+	status, body := g.do("POST", "/api/runs/"+id+"/input", map[string]string{"value": big})
+	if status != http.StatusRequestTimeout || !strings.Contains(string(body), "REQUEST_TIMEOUT") {
+		t.Errorf("input to a command that does not read: %d %s", status, body)
+	}
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("the input waited %v", took)
+	}
+	g.do("POST", "/api/runs/"+id+"/kill", nil)
+	if e := g.waitRun(id, 30*time.Second); process(e) != "killed/137" {
+		t.Errorf("killed: %s", process(e))
+	}
+}
+
+// TestCommandForkBomb: a command is in its kernel's cgroup: a fork bomb
+// meets the kernel's process limit, its timeout kills it all, and the
+// kernel still runs code.
+func TestCommandForkBomb(t *testing.T) {
+	g := newGateway(t, func(m *sessions.Config, _ *Config) { m.KernelLimits = jupyter.Limits{Pids: 128} })
+	ctx := b4Context(t, g, map[string]any{"id": "bomb"})
+	g.run(map[string]any{"context": "bomb", "code": "1"})
+	_, out := g.do("GET", "/api/contexts/bomb", nil)
+	ctx = decode[sessions.ContextModel](t, out)
+	b4NeedCgroup(t, *ctx.KernelProcessID)
+	cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", *ctx.KernelProcessID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := g.command("bomb", map[string]any{"cmd": "cat /proc/self/cgroup"}); b4Stdout(e) != string(cg) {
+		t.Fatalf("a command's cgroups %q, its kernel's %q", b4Stdout(e), cg)
+	}
+	e := g.command("bomb", map[string]any{"cmd": "b() { b | b & }; b; sleep 60", "timeout": 3})
+	if e.Process.Reason != sessions.TimedOut {
+		t.Errorf("fork bomb: %s", process(e))
+	}
+	if r := b4Result(g.run(map[string]any{"context": "bomb", "code": "6*7", "timeout": 30})); r != "42" {
+		t.Errorf("the kernel after the fork bomb answered %q", r)
+	}
+	checkFor(t, 30*time.Second, "the fork bomb's processes to go", func() bool {
+		return len(cgroupProcs(t, string(cg))) <= 1
+	})
+}
+
+// cgroupProcs lists the processes of the cgroups /proc/pid/cgroup names.
+func cgroupProcs(t *testing.T, procCgroup string) []string {
+	t.Helper()
+	for _, line := range strings.Split(strings.TrimSpace(procCgroup), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 || !strings.Contains(parts[2], "/kernelgate/") {
+			continue
+		}
+		for _, mnt := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/pids", "/sys/fs/cgroup/" + parts[1]} {
+			if b, err := os.ReadFile(filepath.Join(mnt, parts[2], "cgroup.procs")); err == nil {
+				return strings.Fields(string(b))
+			}
+		}
+	}
+	t.Fatalf("no kernelgate cgroup in %s", procCgroup)
+	return nil
+}
+
+// TestCommandSandboxed: a sandboxed context's command runs in a sandbox
+// built as its kernel's: it writes its own workspace, which its code
+// reads, and sees nothing of another context's.
+func TestCommandSandboxed(t *testing.T) {
+	b4NeedSandbox(t)
+	root := b4HostDir(t)
+	g := newGateway(t, b4Sandboxed(jupyter.SandboxConfig{}), func(m *sessions.Config, _ *Config) { m.Workspaces = mustRoot(t, root) })
+	b4Context(t, g, map[string]any{"id": "a"})
+	b := b4Context(t, g, map[string]any{"id": "b"})
+	g.run(map[string]any{"context": "b", "code": "open('secret.txt', 'w').write('b only')"})
+
+	e := g.command("a", map[string]any{"cmd": fmt.Sprintf("id -u; echo mine > mine.txt; cat %s/secret.txt; ls %s; echo ok", b.Cwd, b.Cwd)})
+	out := b4Stdout(e)
+	if strings.Contains(out, "b only") || strings.Contains(out, "secret.txt") || !strings.HasSuffix(out, "ok\n") {
+		t.Errorf("a sandboxed command saw another context's workspace: %q %q", out, stderrOf(e))
+	}
+	if uid := strings.Fields(out); os.Geteuid() == 0 && (len(uid) == 0 || uid[0] == "0") {
+		t.Errorf("a root gateway's sandboxed command ran as %v", uid)
+	}
+	if r := b4Result(g.run(map[string]any{"context": "a", "code": "open('mine.txt').read()"})); r != `'mine\n'` {
+		t.Errorf("code read the sandboxed command's file as %s", r)
+	}
+	if _, err := os.Stat(filepath.Join(b.Cwd, "mine.txt")); err == nil {
+		t.Errorf("a's command wrote into b's workspace")
 	}
 }
