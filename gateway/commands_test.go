@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 
 	"kernelgate/jupyter"
 	"kernelgate/sessions"
+	"kernelgate/state"
 )
 
 // command runs a command in a context and returns its Execution.
@@ -412,5 +414,41 @@ func TestCommandSandboxed(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(b.Cwd, "mine.txt")); err == nil {
 		t.Errorf("a's command wrote into b's workspace")
+	}
+}
+
+// TestCommandStopsWithGateway: a gateway that keeps its kernels for the
+// next one (a state store, Detach) still stops its commands: they are its
+// children, which no later gateway adopts.
+func TestCommandStopsWithGateway(t *testing.T) {
+	store, err := state.Open(filepath.Join(t.TempDir(), state.FileName), state.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	g := newGateway(t, func(m *sessions.Config, _ *Config) { m.Store = store })
+	b4Context(t, g, map[string]any{"id": "kept"})
+	id := g.background("kept", map[string]any{"cmd": "echo self:$$; sleep 60"})
+	g.waitStdout(id, "self:", 30*time.Second)
+	_, e := g.runModel(id)
+	pid, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(b4Stdout(e), "self:")))
+	if err != nil {
+		t.Fatalf("stdout %q", b4Stdout(e))
+	}
+	run, err := g.mgr.Run(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := g.mgr.Detach(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("Detach waited for a command to end by itself")
+	}
+	<-run.Done()
+	if syscall.Kill(pid, 0) == nil {
+		t.Errorf("command %d outlived its gateway's Detach", pid)
 	}
 }

@@ -220,7 +220,9 @@ func (p *commandPlan) start(ctx context.Context, req CommandRequest) (*Command, 
 	if p.iso.sandbox != nil {
 		p.iso.user.setCredential(cmd.SysProcAttr)
 	}
-	if err := cmd.Start(); err != nil {
+	// Its Pdeathsig follows the starting thread (zygote.go): a command
+	// ends with the gateway process.
+	if err := startOnParentThread(cmd); err != nil {
 		return fail(err)
 	}
 	closeAll(child)

@@ -126,7 +126,6 @@ func (m *Manager) RunCommand(ctx context.Context, req CommandRequest) (*Run, err
 	}
 	k.touch(+1)
 	r.mu.Lock()
-	r.kernelID = k.id
 	r.exitCode = new(int)
 	r.cancel = func(why Reason) { c.stopCommand(r, cr, why) }
 	r.kill = func() { c.stopCommand(r, cr, Killed) }
