@@ -452,3 +452,61 @@ func TestCommandStopsWithGateway(t *testing.T) {
 		t.Errorf("command %d outlived its gateway's Detach", pid)
 	}
 }
+
+// TestCommandContextToken: a context token runs commands in its context,
+// and reaches no other context's commands or runs.
+func TestCommandContextToken(t *testing.T) {
+	g := newGateway(t)
+	b4Context(t, g, map[string]any{"id": "mine"})
+	b4Context(t, g, map[string]any{"id": "theirs"})
+	status, out := g.do("POST", "/api/contexts/mine/tokens", map[string]any{"ttl": 600})
+	if status != http.StatusCreated && status != http.StatusOK {
+		t.Fatalf("mint: %d %s", status, out)
+	}
+	tok := map[string]string{"Authorization": "Bearer " + decode[map[string]any](t, out)["token"].(string)}
+	if status, out := g.doWith("POST", "/api/contexts/mine/commands", map[string]any{"cmd": "echo ok"}, tok); status != 200 || !strings.Contains(string(out), `"ok\n"`) {
+		t.Errorf("own context: %d %s", status, out)
+	}
+	if status, out := g.doWith("POST", "/api/contexts/theirs/commands", map[string]any{"cmd": "echo no"}, tok); status != http.StatusForbidden {
+		t.Errorf("another context: %d %s", status, out)
+	}
+	id := g.background("theirs", map[string]any{"cmd": "sleep 300"})
+	if status, _ := g.doWith("POST", "/api/runs/"+id+"/kill", nil, tok); status != http.StatusForbidden {
+		t.Errorf("kill of another context's command: %d", status)
+	}
+	g.do("POST", "/api/runs/"+id+"/kill", nil)
+	g.waitRun(id, 30*time.Second)
+}
+
+// mkWheel writes a wheel of module kgdemo (a zip: pip needs no build or
+// network to install it).
+const mkWheel = `import zipfile
+name = "kgdemo-1.0-py3-none-any.whl"
+with zipfile.ZipFile(name, "w") as z:
+    z.writestr("kgdemo.py", "ANSWER = 42\n")
+    z.writestr("kgdemo-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: kgdemo\nVersion: 1.0\n")
+    z.writestr("kgdemo-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+    z.writestr("kgdemo-1.0.dist-info/RECORD", "")
+print(name)
+`
+
+// TestCommandPipInstall: pip install run as a command lands in the
+// context's packages, which its code imports.
+func TestCommandPipInstall(t *testing.T) {
+	g := newGateway(t)
+	b4Context(t, g, map[string]any{"id": "pip"})
+	status, out := g.do("PUT", "/api/contexts/pip/files/mkwheel.py", mkWheel)
+	if status != http.StatusCreated {
+		t.Fatalf("upload: %d %s", status, out)
+	}
+	e := g.command("pip", map[string]any{"cmd": "python3 -m pip install --no-index $(python3 mkwheel.py)", "timeout": 120})
+	if process(e) != "completed/0" {
+		t.Fatalf("pip install: %s\n%s\n%s", process(e), b4Stdout(e), stderrOf(e))
+	}
+	if r := b4Result(g.run(map[string]any{"context": "pip", "code": "import importlib; importlib.invalidate_caches(); import kgdemo; kgdemo.ANSWER"})); r != "42" {
+		t.Errorf("code imported the command's package as %q", r)
+	}
+	if _, err := os.Stat("/usr/lib/python3/dist-packages/kgdemo.py"); err == nil {
+		t.Errorf("the package went into the system's Python")
+	}
+}

@@ -472,7 +472,7 @@ func TestOpenAPIExamples(t *testing.T) {
 				case "/api/kernels", "/api/sessions", "/api/contexts", "/api/execute":
 				case "/api/sessions/{id}":
 					params["id"] = f.sessionID()
-				case "/api/contexts/{id}/tokens":
+				case "/api/contexts/{id}/tokens", "/api/contexts/{id}/commands":
 					params["id"] = f.contextID()
 				case "/api/contexts/{id}/files/{file}":
 					params["id"], params["file"] = f.contextID(), "sales.csv"
@@ -604,6 +604,7 @@ func TestOpenAPIOperations(t *testing.T) {
 			events: []string{"start", "clear_output", "stdout", "stderr", "result", "display_update", "error", "end"}},
 		{name: "run-events-sse", method: "GET", path: "/api/runs/{id}/events", params: r, query: "after=1", header: map[string]string{"Accept": "text/event-stream"}, want: 200, sse: true},
 		{name: "run-interrupt", method: "POST", path: "/api/runs/{id}/interrupt", params: r, want: 204},
+		{name: "run-kill", method: "POST", path: "/api/runs/{id}/kill", params: r, want: 204},
 		{name: "languages", method: "GET", path: "/api/languages", want: 200},
 		{name: "files", method: "GET", path: "/api/contexts/{id}/files", params: c, query: "recursive=true", want: 200},
 		{name: "file", method: "GET", path: "/api/contexts/{id}/files/{file}", params: cf, want: 200},

@@ -43,6 +43,9 @@ type CommandRequest struct {
 	Dir string
 	// Env is laid over the kernel's environment.
 	Env map[string]string
+	// PathFirst are folders put ahead of the PATH (Env's, else the
+	// kernel's), as a kernel's setup code may have put them.
+	PathFirst []string
 	// Stdin gives the command a pipe for its standard input; without it
 	// the command reads an empty input.
 	Stdin bool
@@ -153,6 +156,9 @@ func (p *commandPlan) start(ctx context.Context, req CommandRequest) (*Command, 
 	}
 	for k, v := range req.Env {
 		env[k] = v
+	}
+	if len(req.PathFirst) > 0 {
+		env["PATH"] = strings.Join(append(append([]string{}, req.PathFirst...), env["PATH"]), string(os.PathListSeparator))
 	}
 	dir := req.Dir
 	if dir == "" {

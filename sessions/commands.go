@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -96,15 +97,26 @@ func (m *Manager) RunCommand(ctx context.Context, req CommandRequest) (*Run, err
 	if !ok {
 		return nil, errorf(ErrUnsupported, "context %s's kernel cannot run commands beside it: restart the context", c.ID)
 	}
-	env := make(map[string]string, len(c.Env)+len(req.Env))
+	// The environment the kernel's setup code made: the context's env,
+	// then, in a Python kernel, pip's variables for the workspace's
+	// packages, whose scripts come first on PATH.
+	env := make(map[string]string, len(c.Env)+len(req.Env)+8)
 	for k, v := range c.Env {
 		env[k] = v
+	}
+	var pathFirst []string
+	if c.ws != nil && strings.EqualFold(c.spec.Language, "python") {
+		pip := m.pipEnv(c.ws)
+		for k, v := range pip {
+			env[k] = v
+		}
+		pathFirst = []string{filepath.Join(pip["PYTHONUSERBASE"], "bin")}
 	}
 	for k, v := range req.Env {
 		env[k] = v
 	}
 	r := m.newRun(c, ExecuteRequest{Code: commandText(req.Argv), Stdin: req.Stdin, Timeout: req.Timeout})
-	cmd, err := starter.StartCommand(ctx, jupyter.CommandRequest{Argv: req.Argv, Dir: dir, Env: env, Stdin: req.Stdin})
+	cmd, err := starter.StartCommand(ctx, jupyter.CommandRequest{Argv: req.Argv, Dir: dir, Env: env, PathFirst: pathFirst, Stdin: req.Stdin})
 	if err != nil {
 		m.dropRun(r, err)
 		switch {
