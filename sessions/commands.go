@@ -143,6 +143,7 @@ func (m *Manager) RunCommand(ctx context.Context, req CommandRequest) (*Run, err
 	r.kill = func() { c.stopCommand(r, cr, Killed) }
 	if cmd.Stdin != nil {
 		r.input = func(value string) error { return writeStdin(cmd.Stdin, value) }
+		r.closeInput = func() { cmd.Stdin.Close() }
 		r.anyInput = true
 	}
 	r.mu.Unlock()
@@ -396,6 +397,27 @@ func (r *Run) Kill() {
 		return
 	}
 	r.Interrupt()
+}
+
+// CloseInput closes a running command's standard input (it reads EOF);
+// false when the run has no open input.
+func (r *Run) CloseInput() bool {
+	r.mu.Lock()
+	closeInput := r.closeInput
+	r.input, r.closeInput = nil, nil
+	r.mu.Unlock()
+	if closeInput == nil {
+		return false
+	}
+	closeInput()
+	return true
+}
+
+// IsCommand says whether the run is a command's.
+func (r *Run) IsCommand() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.exitCode != nil
 }
 
 // touch records activity on the kernel, for the culler, and counts the

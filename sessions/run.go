@@ -81,9 +81,10 @@ type Run struct {
 	awaiting    bool // an input_request waits for an answer
 	// set for a command (commands.go): any input is taken, Kill kills
 	// its process group, and exitCode is its exit status once it ended.
-	anyInput bool
-	kill     func()
-	exitCode *int
+	anyInput   bool
+	kill       func()
+	closeInput func()
+	exitCode   *int
 	// stopBeforeStart ends a run its worker took but did not start yet.
 	stopBeforeStart Reason
 	// notice, when set, is the end's process message of a run that did
@@ -386,7 +387,7 @@ func (r *Run) endWith(reason Reason, failure error, message string) bool {
 	}
 	r.b.exec.Process.Message = message
 	r.emitLocked("end", endEvent{r.b.exec.ExecutionCount, r.b.exec.Process, r.b.exec.Truncated})
-	r.cancel, r.input, r.kill = nil, nil, nil
+	r.cancel, r.input, r.kill, r.closeInput = nil, nil, nil, nil
 	if r.timer != nil {
 		r.timer.Stop()
 	}
