@@ -510,3 +510,34 @@ func TestCommandPipInstall(t *testing.T) {
 		t.Errorf("the package went into the system's Python")
 	}
 }
+
+// TestCommandKeepsKernelFromCulling: a running command is activity: its
+// kernel outlives an idle kernel culled meanwhile, and is culled once the
+// command ended and the idle timeout passed.
+func TestCommandKeepsKernelFromCulling(t *testing.T) {
+	g := newGateway(t, func(m *sessions.Config, _ *Config) {
+		m.CullIdleTimeout = 300 * time.Millisecond
+		m.CullInterval = 50 * time.Millisecond
+	})
+	b4Context(t, g, map[string]any{"id": "busy"})
+	id := g.background("busy", map[string]any{"cmd": "sleep 300"})
+	_, out := g.do("GET", "/api/contexts/busy", nil)
+	kernel := decode[sessions.ContextModel](t, out).KernelID
+	if kernel == nil {
+		t.Fatal("the command's context has no kernel")
+	}
+	idle := g.startKernel("python3")
+	eventually(t, 30*time.Second, func() bool {
+		status, _ := g.do("GET", "/api/kernels/"+idle.ID, nil)
+		return status == 404
+	})
+	if status, _ := g.do("GET", "/api/kernels/"+*kernel, nil); status != 200 {
+		t.Fatalf("the kernel of a context running a command was culled: %d", status)
+	}
+	g.do("POST", "/api/runs/"+id+"/kill", nil)
+	g.waitRun(id, 30*time.Second)
+	eventually(t, 30*time.Second, func() bool {
+		status, _ := g.do("GET", "/api/kernels/"+*kernel, nil)
+		return status == 404
+	})
+}
