@@ -126,15 +126,7 @@ func (lp *localProcess) StartCommand(ctx context.Context, req CommandRequest) (*
 	return lp.plan.start(ctx, req)
 }
 
-// StartCommand implements commander.
-func (fp *forkedProcess) StartCommand(ctx context.Context, req CommandRequest) (*Command, error) {
-	return fp.plan.start(ctx, req)
-}
-
-var (
-	_ commander = (*localProcess)(nil)
-	_ commander = (*forkedProcess)(nil)
-)
+var _ commander = (*localProcess)(nil)
 
 // start launches req as the kernel was launched: behind the gate, joined
 // to the kernel's cgroup with its rlimits before its first instruction.

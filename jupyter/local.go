@@ -207,9 +207,7 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 		if err != nil {
 			return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
 		}
-		if f, ok := fp.(*forkedProcess); ok {
-			f.plan = plan.of(f.done)
-		}
+		planForked(fp, plan)
 		return fp, nil
 	}
 	if argv, err = iso.command(argv, env["PATH"], root, kd, cwd, startDir, transport); err != nil {

@@ -122,6 +122,8 @@ func (m *Manager) RunCommand(ctx context.Context, req CommandRequest) (*Run, err
 		switch {
 		case errors.Is(err, jupyter.ErrNoProgram):
 			return nil, errorf(ErrBadRequest, "%v", err)
+		case errors.Is(err, syscall.E2BIG):
+			return nil, errorf(ErrBadRequest, "the command's arguments and environment are too long for a process: %v", err)
 		case errors.Is(err, jupyter.ErrNoCommands):
 			return nil, errorf(ErrUnsupported, "context %s's kernel cannot run commands beside it: restart the context", c.ID)
 		}
