@@ -541,3 +541,22 @@ func TestCommandKeepsKernelFromCulling(t *testing.T) {
 		return status == 404
 	})
 }
+
+// TestCommandLostWithKernel: restarting a context's kernel ends the
+// commands beside it, and their runs say so.
+func TestCommandLostWithKernel(t *testing.T) {
+	g := newGateway(t)
+	b4Context(t, g, map[string]any{"id": "rs"})
+	g.run(map[string]any{"context": "rs", "code": "1"})
+	_, out := g.do("GET", "/api/contexts/rs", nil)
+	b4NeedCgroup(t, *decode[sessions.ContextModel](t, out).KernelProcessID)
+	id := g.background("rs", map[string]any{"cmd": "echo up; sleep 300"})
+	g.waitStdout(id, "up", 30*time.Second)
+	if status, out := g.do("POST", "/api/contexts/rs/restart", nil); status != 200 {
+		t.Fatalf("restart: %d %s", status, out)
+	}
+	e := g.waitRun(id, 30*time.Second)
+	if e.Process.Reason != sessions.Lost || !strings.Contains(e.Process.Message, "restarted") {
+		t.Errorf("a command whose kernel restarted: %+v", e.Process)
+	}
+}

@@ -61,9 +61,10 @@ type Command struct {
 	// writes take deadlines (SetWriteDeadline).
 	Stdin *os.File
 
-	cmd  *exec.Cmd
-	done chan struct{}
-	code int // set before done is closed
+	cmd    *exec.Cmd
+	done   chan struct{}
+	code   int             // set before done is closed
+	kernel <-chan struct{} // closed when the kernel's process has ended
 }
 
 // commander is implemented by a Process that can start commands beside
@@ -109,6 +110,23 @@ func (c *Command) Done() <-chan struct{} { return c.done }
 func (c *Command) ExitCode() int {
 	<-c.done
 	return c.code
+}
+
+// KilledWithKernel says, once Done is closed, whether SIGKILL ended the
+// command because its kernel's process ended (which kills the kernel's
+// cgroup); it waits up to wait for the kernel's end to be known.
+func (c *Command) KilledWithKernel(wait time.Duration) bool {
+	if c.ExitCode() != 128+int(syscall.SIGKILL) {
+		return false
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-c.kernel:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // Signal sends sig to the command's process group.
@@ -171,7 +189,7 @@ func (p *commandPlan) start(ctx context.Context, req CommandRequest) (*Command, 
 	if err != nil {
 		return nil, err
 	}
-	c := &Command{cmd: cmd, done: make(chan struct{})}
+	c := &Command{cmd: cmd, done: make(chan struct{}), kernel: p.done}
 	// parent are the gateway's ends, child the command's: the latter are
 	// closed once it started, the former too if it did not.
 	var parent, child []*os.File

@@ -307,8 +307,18 @@ func (c *Context) superviseCommand(k *Kernel, r *Run, cr *commandRun) {
 	c.mu.Unlock()
 	k.touch(-1)
 	r.mu.Lock()
+	why := cr.why
+	r.mu.Unlock()
+	// A command killed with no one asking went with its kernel, whose
+	// end (a restart, a death) kills what runs in the kernel's cgroup.
+	killedWithKernel := why == "" && cr.cmd.KilledWithKernel(time.Second)
+	r.mu.Lock()
 	reason := cr.why
-	if reason == "" {
+	switch {
+	case reason == "" && killedWithKernel:
+		reason = Lost
+		r.notice = "the context's kernel was restarted or ended during the command, and the processes beside it with it"
+	case reason == "":
 		reason = Completed
 	}
 	*r.exitCode = code
