@@ -246,6 +246,11 @@ func (p *commandPlan) start(ctx context.Context, req CommandRequest) (*Command, 
 	pid := cmd.Process.Pid
 	err = func() error {
 		if p.cg != nil {
+			// A kernel that ended meanwhile took its cgroup along: the
+			// command never runs outside it.
+			if len(p.cg.snapshot()) == 0 {
+				return fmt.Errorf("%w: the kernel's cgroup is gone", ErrKernelDied)
+			}
 			if err := p.cg.join(pid); err != nil {
 				return fmt.Errorf("cgroup: %w", err)
 			}
