@@ -560,3 +560,27 @@ func TestCommandLostWithKernel(t *testing.T) {
 		t.Errorf("a command whose kernel restarted: %+v", e.Process)
 	}
 }
+
+// TestCommandBesideDeno: a command beside a Deno kernel (a kernel started
+// by exec, not forked) shares its folder and its environment.
+func TestCommandBesideDeno(t *testing.T) {
+	g := newGateway(t)
+	ctx := b4Context(t, g, map[string]any{"id": "js", "language": "javascript"})
+	e := g.command("js", map[string]any{"cmd": "echo $DENO_DIR; echo from-sh > sh.txt"})
+	if want := filepath.Join(ctx.Cwd, ".cache", "deno") + "\n"; b4Stdout(e) != want {
+		t.Errorf("DENO_DIR of a command: %q, want %q (%s)", b4Stdout(e), want, stderrOf(e))
+	}
+	if r := b4Result(g.run(map[string]any{"context": "js", "code": "Deno.readTextFileSync('sh.txt').trim()"})); !strings.Contains(r, "from-sh") {
+		t.Errorf("Deno read the command's file as %q", r)
+	}
+	_, out := g.do("GET", "/api/contexts/js", nil)
+	pid := *decode[sessions.ContextModel](t, out).KernelProcessID
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e = g.command("js", map[string]any{"cmd": []string{"printenv", "HOME"}})
+	if !strings.Contains(string(environ), "\x00HOME="+strings.TrimSpace(b4Stdout(e))+"\x00") && !strings.HasPrefix(string(environ), "HOME="+strings.TrimSpace(b4Stdout(e))+"\x00") {
+		t.Errorf("a command's HOME %q is not its kernel's", b4Stdout(e))
+	}
+}
