@@ -2,7 +2,8 @@
 // envd's process service over Connect), its apiUrl and sandboxUrl pointed
 // at /e2b.
 // Usage: KERNELGATE_URL=http://127.0.0.1:8888/ KERNELGATE_TOKEN=t node e2b-commands.mjs
-import { Sandbox, CommandExitError } from 'e2b';
+import { Sandbox } from '@e2b/code-interpreter';
+import { CommandExitError } from 'e2b';
 import assert from 'node:assert/strict';
 
 const base = process.env.KERNELGATE_URL.replace(/\/$/, '');
@@ -29,6 +30,8 @@ await assert.rejects(sbx.commands.run('echo partial; exit 3'), (e) => e instance
 // The sandbox's files: what a command writes, code and the file API read.
 await sbx.commands.run('mkdir -p out && echo 42 > out/answer.txt', { cwd: '/home/user' });
 assert.equal((await sbx.files.read('out/answer.txt')).trim(), '42');
+const exec = await sbx.runCode('open("out/answer.txt").read().strip()');
+assert.match(exec.text, /42/);
 res = await sbx.commands.run('cat answer.txt', { cwd: '/home/user/out', envs: { GREETING: 'hi' } });
 assert.equal(res.stdout, '42\n');
 res = await sbx.commands.run('echo $GREETING', { envs: { GREETING: 'hi' } });
