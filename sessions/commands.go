@@ -425,13 +425,6 @@ func (r *Run) CloseInput() bool {
 	return true
 }
 
-// IsCommand says whether the run is a command's.
-func (r *Run) IsCommand() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.exitCode != nil
-}
-
 // touch records activity on the kernel, for the culler, and counts the
 // commands running beside it up or down by n.
 func (k *Kernel) touch(n int) {
