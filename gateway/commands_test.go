@@ -203,6 +203,17 @@ func TestCommandLifecycle(t *testing.T) {
 		if e := g.waitRun(id, 30*time.Second); b4Stdout(e) != "got:one\ngot:two\n" || process(e) != "completed/0" {
 			t.Errorf("stdin command: %s %q", process(e), b4Stdout(e))
 		}
+		// eof closes the input: a command reading to its end ends.
+		id = g.background("life", map[string]any{"cmd": "wc -l", "stdin": true})
+		if status, out := g.do("POST", "/api/runs/"+id+"/input", map[string]any{"value": "a\nb\n", "eof": true}); status != http.StatusNoContent {
+			t.Fatalf("input with eof: %d %s", status, out)
+		}
+		if e := g.waitRun(id, 30*time.Second); strings.TrimSpace(b4Stdout(e)) != "2" || process(e) != "completed/0" {
+			t.Errorf("wc -l after eof: %s %q", process(e), b4Stdout(e))
+		}
+		if status, _ := g.do("POST", "/api/runs/"+id+"/input", map[string]any{"eof": true}); status != http.StatusBadRequest {
+			t.Errorf("eof on an ended command: %d", status)
+		}
 		// Without stdin the command reads an empty input, and no input is taken.
 		e := g.command("life", map[string]any{"cmd": "cat; echo end"})
 		if b4Stdout(e) != "end\n" {
