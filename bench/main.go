@@ -99,7 +99,7 @@ type bench struct {
 func main() {
 	quick := flag.Bool("quick", false, "small samples, for trying the harness (figures are not meaningful)")
 	write := flag.String("write", "", "markdown file whose generated section gets the table (docs/benchmarks.md)")
-	only := flag.String("only", "", "comma-separated sections to run: start,roundtrip,pool,stream,load,density,launcher,warm,files,agents,bigoutput,k8s,state,r (default all)")
+	only := flag.String("only", "", "comma-separated sections to run: start,roundtrip,pool,stream,load,density,launcher,warm,files,agents,commands,bigoutput,k8s,state,r (default all)")
 	profile := flag.String("profile", "", "instead of the benchmarks, serve the gateway in this process and write CPU profiles of -workloads into this directory")
 	workloads := flag.String("workloads", "ws-deno,rest-python,rest-deno", "workloads of -profile: ws-deno, ws-python, rest-python, rest-deno, stream-python, stream-deno, load-rest, load-ws")
 	profileN := flag.Int("n", 2000, "round trips per -profile workload")
@@ -188,6 +188,7 @@ func run(quick bool, write, only string) error {
 		{"warm", b.benchWarm},
 		{"files", b.benchFiles},
 		{"agents", b.benchAgents},
+		{"commands", b.benchCommands},
 		{"bigoutput", b.benchBigOutput},
 		{"k8s", b.benchK8s},
 		{"state", b.benchState},

@@ -8,7 +8,9 @@
 //   - the code-interpreter server of a sandbox: /execute with E2B's NDJSON
 //     events, /contexts, /health;
 //   - the sandbox's files (envd's /files and filesystem RPCs), in a
-//     workspace the sandbox's contexts share as their working directory.
+//     workspace the sandbox's contexts share as their working directory;
+//   - its commands (envd's process RPCs), run beside its default
+//     context's kernel (process.go).
 //
 // A sandbox is a set of contexts of the sessions manager with ids
 // "e2b-<sandbox>-<name>": its default ones (one per language, made on first
@@ -85,6 +87,9 @@ type Handler struct {
 	// memory only).
 	store state.Store
 
+	// procs are the sandboxes' commands (process.go).
+	procs processTable
+
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
 	closed    bool
@@ -157,7 +162,7 @@ func (h *Handler) routes() {
 	m.HandleFunc("GET /files", h.inSandbox(h.getFile))
 	m.HandleFunc("POST /files", h.inSandbox(h.postFile))
 	m.HandleFunc("/filesystem.Filesystem/{method}", h.inSandbox(h.filesystemRPC))
-	m.HandleFunc("/process.Process/{method}", h.inSandbox(h.noCommands))
+	m.HandleFunc("/process.Process/{method}", h.inSandbox(h.processRPC))
 }
 
 // ServeHTTP serves one request; the path is relative to the mount point.
@@ -658,8 +663,4 @@ func (h *Handler) health(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-func (h *Handler) noCommands(w http.ResponseWriter, r *http.Request, sb *sandbox) {
-	textError(w, http.StatusNotImplemented, "kernelgate runs code, not commands: use runCode (in Python, subprocess or !cmd)")
 }

@@ -21,7 +21,7 @@ await assert.rejects(connect(null), (e) => e.code === 401 && /UNAUTHORIZED/.test
 const client = await connect(`Bearer ${token}`);
 const { tools } = await client.listTools();
 const names = tools.map((t) => t.name);
-for (const n of ['run_code', 'create_context', 'list_contexts', 'delete_context', 'interrupt', 'write_file', 'read_file', 'list_files']) {
+for (const n of ['run_code', 'run_command', 'create_context', 'list_contexts', 'delete_context', 'interrupt', 'write_file', 'read_file', 'list_files']) {
   assert.ok(names.includes(n), `${n} in ${names}`);
 }
 
@@ -69,6 +69,15 @@ assert.ok(res.structuredContent.files.some((f) => f.path === 'out.txt' && f.type
 res = await client.callTool({ name: 'read_file', arguments: { context: 'ts-mcp', path: '../../etc/passwd' } });
 assert.equal(res.isError, true);
 assert.match(text(res), /^BAD_REQUEST:/);
+
+// A command beside the kernel, in its workspace.
+res = await client.callTool({ name: 'run_command', arguments: { context: 'ts-mcp', command: 'cat out.txt; echo; ls in' } });
+assert.equal(res.isError ?? false, false, text(res));
+assert.match(text(res), /sum=6\nnumbers\.txt/);
+assert.equal(res.structuredContent.process.exitCode, 0);
+res = await client.callTool({ name: 'run_command', arguments: { context: 'ts-mcp', command: 'exit 3' } });
+assert.equal(res.isError, true);
+assert.equal(res.structuredContent.process.exitCode, 3);
 
 res = await client.callTool({ name: 'list_contexts', arguments: {} });
 assert.ok(res.structuredContent.contexts.some((c) => c.id === 'ts-mcp'));

@@ -273,15 +273,21 @@ func (s *Server) inputRun(c echo.Context) error {
 	}
 	var body struct {
 		Value *string `json:"value"`
+		EOF   bool    `json:"eof"`
 	}
 	if err := s.decodeBody(c, &body); err != nil {
 		return err
 	}
-	if body.Value == nil {
+	if body.Value == nil && !body.EOF {
 		return newError(http.StatusBadRequest, "BAD_REQUEST", "value is required")
 	}
-	if err := run.Input(*body.Value); err != nil {
-		return err
+	if body.Value != nil {
+		if err := run.Input(*body.Value); err != nil {
+			return err
+		}
+	}
+	if body.EOF && !run.CloseInput() {
+		return newError(http.StatusBadRequest, "BAD_REQUEST", "eof closes the input of a command started with stdin: true; this run has none open")
 	}
 	return c.NoContent(http.StatusNoContent)
 }

@@ -472,7 +472,7 @@ func TestOpenAPIExamples(t *testing.T) {
 				case "/api/kernels", "/api/sessions", "/api/contexts", "/api/execute":
 				case "/api/sessions/{id}":
 					params["id"] = f.sessionID()
-				case "/api/contexts/{id}/tokens":
+				case "/api/contexts/{id}/tokens", "/api/contexts/{id}/commands":
 					params["id"] = f.contextID()
 				case "/api/contexts/{id}/files/{file}":
 					params["id"], params["file"] = f.contextID(), "sales.csv"
@@ -607,6 +607,7 @@ func TestOpenAPIOperations(t *testing.T) {
 		{name: "context-tokens-revoke", method: "DELETE", path: "/api/contexts/{id}/tokens", params: c, want: 204},
 		{name: "context-tokens-revoke-missing", method: "DELETE", path: "/api/contexts/{id}/tokens", params: map[string]string{"id": "nope"}, want: 404},
 		{name: "context-tokens-revoke-all", method: "DELETE", path: "/api/context-tokens", want: 204},
+		{name: "run-kill", method: "POST", path: "/api/runs/{id}/kill", params: r, want: 204},
 		{name: "languages", method: "GET", path: "/api/languages", want: 200},
 		{name: "files", method: "GET", path: "/api/contexts/{id}/files", params: c, query: "recursive=true", want: 200},
 		{name: "file", method: "GET", path: "/api/contexts/{id}/files/{file}", params: cf, want: 200},

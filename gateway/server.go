@@ -259,6 +259,8 @@ func (s *Server) routes() {
 	ci.GET("/api/runs/:id/events", s.runEvents, ctxRead)
 	ci.POST("/api/runs/:id/interrupt", s.interruptRun, ctxExec)
 	ci.POST("/api/runs/:id/input", s.inputRun, ctxExec)
+	ci.POST("/api/runs/:id/kill", s.killRun, ctxExec)
+	ci.POST("/api/contexts/:id/commands", s.runCommand, ctxExec)
 	ci.GET("/api/languages", s.listLanguages, read)
 	ci.GET("/api/contexts/:id/files", s.listFiles, ctxRead)
 	ci.GET("/api/contexts/:id/files/*", s.getFile, ctxRead)

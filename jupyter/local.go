@@ -200,12 +200,14 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	if lp.cg, err = iso.cgroup(p.logger(), req.KernelID); err != nil {
 		return fail(fmt.Errorf("%w: cgroup: %v", ErrStartFailed, err))
 	}
+	plan := commandPlan{env: env, cwd: cwd, iso: iso, runtime: root, kd: kd, cg: lp.cg}
 	// A Python kernel is forked from its kernelspec's zygote where it can
 	// be (zygote.go); any other starts below.
 	if fp, err := p.launchForked(ctx, req, iso, lp, argv, env, startDir); fp != nil || err != nil {
 		if err != nil {
 			return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
 		}
+		planForked(fp, plan)
 		return fp, nil
 	}
 	if argv, err = iso.command(argv, env["PATH"], root, kd, cwd, startDir, transport); err != nil {
@@ -255,6 +257,7 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 		}
 	}
 	p.recordOwner(dir, req.KernelID, cmd.Process.Pid, lp.cg)
+	lp.plan = plan.of(lp.done)
 	go lp.wait()
 	return lp, nil
 }
@@ -294,6 +297,8 @@ type localProcess struct {
 	outFile  string   // its stdout and stderr
 	outF     *os.File // this process's copy, until the child started
 	guard    *orphanGuard
+
+	plan *commandPlan // how to start commands beside it (command.go)
 
 	done   chan struct{}
 	status string // set before done is closed

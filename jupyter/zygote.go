@@ -900,6 +900,8 @@ type forkedProcess struct {
 	outFile  string // its stdout and stderr
 	guard    *orphanGuard
 
+	plan *commandPlan // how to start commands beside it (command.go)
+
 	copied chan struct{} // closed when out is drained
 	done   chan struct{}
 	status string // set before done is closed

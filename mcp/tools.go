@@ -92,6 +92,7 @@ Returns the context, whose id you pass to run_code, interrupt, delete_context an
 		Annotations: &sdk.ToolAnnotations{Title: "Interrupt a context", DestructiveHint: boolPtr(false), IdempotentHint: true, OpenWorldHint: boolPtr(false)},
 	}, h.interrupt)
 
+	h.addCommandTools(srv)
 	if h.cfg.Files != nil {
 		h.addFileTools(srv)
 	}

@@ -57,6 +57,8 @@ type Context struct {
 	// endedBefore says how the kernel of a context kept by an earlier
 	// gateway ended, when it did not come back (restore.go).
 	endedBefore string
+	// commands are the commands running beside its kernel (commands.go).
+	commands map[*Run]*commandRun
 	// tokens are the hashes of the context tokens minted for it
 	// (KeepContextToken).
 	tokens []ContextToken

@@ -253,6 +253,7 @@ func (m *Manager) deleteContext(ctx context.Context, c *Context, stopping bool) 
 	for _, r := range queued {
 		r.lose(before)
 	}
+	c.stopCommands(during)
 	// The running run ends first: the kernel's shutdown would end it
 	// without saying why.
 	if running != nil {

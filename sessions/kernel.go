@@ -80,6 +80,9 @@ type Kernel struct {
 	// runs are the execute_requests of code-interpreter runs in flight:
 	// their output is kept by the run, not again in the replay buffer.
 	runs map[string]struct{}
+	// commands is how many commands run beside the kernel: a kernel with
+	// commands running is not idle (commands.go).
+	commands int
 	// pickups get the iopub messages of runs an earlier gateway started
 	// (by the execute_request's id; restore.go).
 	pickups map[string]func(*Message)
@@ -667,7 +670,7 @@ func (k *Kernel) cullable(cfg *Config) bool {
 	if k.ready != nil || (k.jk == nil && k.state != jupyter.StateDead) {
 		return false
 	}
-	return time.Since(k.lastAct) >= cfg.CullIdleTimeout &&
+	return time.Since(k.lastAct) >= cfg.CullIdleTimeout && k.commands == 0 &&
 		(cfg.CullBusy || k.state != jupyter.StateBusy) &&
 		(cfg.CullConnected || len(k.clients) == 0)
 }

@@ -586,6 +586,8 @@ func (m *Manager) close(ctx context.Context, keep bool) {
 		// bounded, so the whole is.
 		var wg sync.WaitGroup
 		for _, c := range ctxs {
+			// Commands are this process's children: none is handed over.
+			c.stopCommands("the gateway stopped during the command")
 			if m.store != nil && !c.Isolated {
 				c.stopRuns(keep)
 				continue

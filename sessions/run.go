@@ -79,6 +79,12 @@ type Run struct {
 	cancel      func(Reason) // ends a queued run or interrupts a running one
 	input       func(value string) error
 	awaiting    bool // an input_request waits for an answer
+	// set for a command (commands.go): any input is taken, Kill kills
+	// its process group, and exitCode is its exit status once it ended.
+	anyInput   bool
+	kill       func()
+	closeInput func()
+	exitCode   *int
 	// stopBeforeStart ends a run its worker took but did not start yet.
 	stopBeforeStart Reason
 	// notice, when set, is the end's process message of a run that did
@@ -376,12 +382,15 @@ func (r *Run) endWith(reason Reason, failure error, message string) bool {
 	r.failure = failure
 	r.finished = time.Now()
 	r.b.finish(reason)
+	if r.exitCode != nil {
+		r.b.exec.Process.ExitCode = r.exitCode
+	}
 	if message == "" {
 		message = r.notice
 	}
 	r.b.exec.Process.Message = message
 	r.emitLocked("end", endEvent{r.b.exec.ExecutionCount, r.b.exec.Process, r.b.exec.Truncated})
-	r.cancel, r.input = nil, nil
+	r.cancel, r.input, r.kill, r.closeInput = nil, nil, nil, nil
 	if r.timer != nil {
 		r.timer.Stop()
 	}
@@ -449,7 +458,7 @@ func (r *Run) Input(value string) error {
 		r.awaiting = false
 	}
 	r.mu.Unlock()
-	if fn == nil || !awaiting {
+	if fn == nil || !(awaiting || r.anyInput) {
 		return errorf(ErrBadRequest, "run %s is not waiting for input", r.ID)
 	}
 	return fn(value)

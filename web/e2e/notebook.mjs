@@ -533,6 +533,29 @@ try {
     await shot("context-files.png");
   });
 
+  await step("the context's command box: run, output, exit code, kill", async () => {
+    if (!haveContexts || !contextsMade.length) return { skip: "no context opened (not kernelgate)" };
+    const section = page.locator(tid("command-section"));
+    await section.waitFor({ state: "visible", timeout: T });
+    const input = section.locator(tid("command-input"));
+    const status = section.locator(tid("command-status"));
+    await input.fill("echo made by a command > from-command.txt; ls data; echo warning >&2; exit 3");
+    await section.locator(tid("command-run")).click();
+    await status.filter({ hasText: "exit code 3" }).waitFor({ timeout: T });
+    const out = await section.locator(tid("command-output")).innerText();
+    check(out.includes("sales.csv") && out.includes("warning"), `command output ${JSON.stringify(out)}`);
+    // The command's file is in the workspace the kernel works in.
+    const cell = await runCell("print(open('from-command.txt').read())");
+    await cell.locator(tid("output-stream"), { hasText: "made by a command" }).waitFor({ timeout: T });
+    await input.fill("echo waiting; sleep 300");
+    await section.locator(tid("command-run")).click();
+    await section.locator(tid("command-output"), { hasText: "waiting" }).waitFor({ timeout: T });
+    await section.locator(tid("command-kill")).click();
+    await status.filter({ hasText: "killed, exit code 137" }).waitFor({ timeout: T });
+    await noToasts();
+    await shot("context-command.png");
+  });
+
   await step("start a deno kernel and run 1+1", async () => {
     if (process.env.E2E_SKIP_DENO === "1") return { skip: "E2E_SKIP_DENO=1" };
     await startKernel("deno");

@@ -4,6 +4,7 @@
 import "./style.css";
 import { Api, HttpError, type AuthReason, type Context, type KernelModel, type KernelSpecs } from "./api";
 import { ago, h, icon, replace, shortId } from "./dom";
+import { CommandBox } from "./commands";
 import { FilesPanel } from "./files";
 import { Notebook, type NotebookHost } from "./notebook";
 
@@ -35,6 +36,7 @@ class App implements NotebookHost {
   private readonly tokenEl = h("span", { class: "token-state" });
   private readonly tokenDialog: TokenDialog;
   private readonly files: FilesPanel;
+  private readonly commands: CommandBox;
 
   constructor(root: HTMLElement) {
     this.contextsSection = h(
@@ -58,6 +60,7 @@ class App implements NotebookHost {
     );
     this.tokenDialog = new TokenDialog((t) => this.submitToken(t));
     this.files = new FilesPanel(this.api, (m, kind) => this.toast(m, kind));
+    this.commands = new CommandBox(this.api, (m, kind) => this.toast(m, kind), () => void this.files.reload());
     const forget = h("button", { class: "link-btn", testid: "token-forget", title: "Forget the token kept for this tab" }, "forget");
     forget.addEventListener("click", () => {
       this.api.setToken(null);
@@ -75,6 +78,7 @@ class App implements NotebookHost {
         h("section", { class: "side-section" }, h("h2", null, "Kernels ", this.kernelCount), this.kernelsEl),
         this.contextsSection,
         this.files.el,
+        this.commands.el,
         h("footer", { class: "side-foot" }, this.serverEl, h("span", null, this.tokenEl, " ", forget), licenses()),
       ),
       this.main,
@@ -351,7 +355,9 @@ class App implements NotebookHost {
 
   /** Shows the files of the opened kernel's context, if it has one. */
   private syncFiles(): void {
-    this.files.show(this.active ? (this.contextsOf(this.active.kernelId)[0] ?? null) : null);
+    const ctx = this.active ? (this.contextsOf(this.active.kernelId)[0] ?? null) : null;
+    this.files.show(ctx);
+    this.commands.show(ctx);
   }
 
   private openFromHash(): void {
