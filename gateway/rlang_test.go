@@ -196,9 +196,11 @@ func TestRContextsAndIsolatedRuns(t *testing.T) {
 	})
 
 	t.Run("isolated", func(t *testing.T) {
-		// The first isolated run starts a kernel, and the pool of ir
-		// fills; the second takes the pooled kernel and gets its cwd and
-		// env by code.
+		// On a gateway of its own, where no R context has made the pool
+		// of ir yet (contexts take pooled kernels too): the first
+		// isolated run starts a kernel, and the pool of ir fills; the
+		// second takes the pooled kernel and gets its cwd and env by code.
+		g := newGateway(t, func(m *sessions.Config, _ *Config) { m.PoolSize = 1 })
 		for i, want := range []int{0, 1} {
 			if i > 0 {
 				eventually(t, 60*time.Second, func() bool {
