@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"kernelgate/internal/leakcheck"
 	"kernelgate/internal/pgtest"
@@ -170,6 +171,31 @@ func TestPostgresMigrations(t *testing.T) {
 	if opened == 0 {
 		t.Fatal("no store opened")
 	}
+	// The migrations alone, at once on another new database (no owner
+	// lock to order them): each is applied once.
+	raceURL := srv.CreateDB("migrate_race")
+	for i := range 4 {
+		pool, err := pgxpool.New(ctx, raceURL)
+		must(t, err)
+		defer pool.Close()
+		p := &Postgres{pool: pool, where: "race", log: slog.New(slog.DiscardHandler)}
+		wg.Go(func() { errs[i] = p.migrate(ctx) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("migration %d at once with others: %v", i, err)
+		}
+	}
+	race, err := pgx.Connect(ctx, raceURL)
+	must(t, err)
+	defer race.Close(ctx)
+	var n int
+	must(t, race.QueryRow(ctx, "SELECT count(*) FROM schema_version").Scan(&n))
+	if n != PGSchemaVersion() {
+		t.Errorf("migrations run at once left %d rows in schema_version, want %d", n, PGSchemaVersion())
+	}
+
 	conn, err := pgx.Connect(ctx, url)
 	must(t, err)
 	defer conn.Close(ctx)
