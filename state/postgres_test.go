@@ -220,3 +220,41 @@ func TestPostgresMigrations(t *testing.T) {
 		t.Errorf("an unreachable URL: %v, want an error without the password", err)
 	}
 }
+
+// TestPostgresBusyWhileDown: while the server is down, run writes never
+// wait for it: once MaxQueued bytes are queued they are refused with
+// ErrBusy at once. Every write accepted arrives once it is back.
+func TestPostgresBusyWhileDown(t *testing.T) {
+	srv := pgtest.Start(t)
+	s := openPG(t, srv.CreateDB("busy"), PostgresOptions{Options: Options{MaxQueued: 64 << 10}, RetryMax: 100 * time.Millisecond})
+	defer s.Close()
+	srv.Stop("immediate")
+	blob := make([]byte, 4<<10)
+	accepted := 0
+	for i := 0; ; i++ {
+		start := time.Now()
+		err := s.PutRun(fmt.Sprintf("r%03d", i), blob)
+		if d := time.Since(start); d > time.Second {
+			t.Fatalf("PutRun waited %v for a server that is down", d)
+		}
+		if errors.Is(err, ErrBusy) {
+			break
+		}
+		must(t, err)
+		accepted++
+		if i > 1000 {
+			t.Fatal("run writes are never refused while the server is down")
+		}
+	}
+	srv.StartAgain()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	must(t, s.Flush(ctx))
+	// Room again once the queue is written.
+	must(t, s.PutRun("after", blob))
+	snap, err := s.Load(ctx)
+	must(t, err)
+	if len(snap.Runs) != accepted+1 {
+		t.Errorf("%d runs in the database, %d were accepted", len(snap.Runs), accepted+1)
+	}
+}
