@@ -26,7 +26,7 @@ type storeFactory struct {
 // it (needs.Skip without PostgreSQL).
 func storeFactories() []storeFactory {
 	var boltPath string
-	var pg *pgtest.Server
+	var pg *pgtest.TB
 	var pgURL string
 	var pgOnce sync.Once
 	n := 0
