@@ -123,7 +123,7 @@ type Postgres struct {
 	secret string // the URL's password, kept out of every error
 
 	mu      sync.Mutex
-	queue   []op
+	queue   []pgOp
 	queued  int
 	urgent  bool
 	closed  bool
@@ -346,21 +346,30 @@ func (p *Postgres) migrate(ctx context.Context) error {
 // Where is the database's URL without its password.
 func (p *Postgres) Where() string { return p.where }
 
-func (p *Postgres) enqueue(o op) error {
+// pgOp is a queued write.
+type pgOp struct {
+	op
+}
+
+// waited says the write is committed at once and acknowledged: never
+// refused for a full queue.
+func (o *pgOp) waited() bool { return o.ack != nil }
+
+func (p *Postgres) enqueue(o pgOp) error {
 	size := o.size()
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		return ErrClosed
 	}
-	if o.ack == nil && o.kind != opDeleteRun && p.queued > 0 && p.queued+size > p.opts.MaxQueued {
+	if !o.waited() && o.kind != opDeleteRun && p.queued > 0 && p.queued+size > p.opts.MaxQueued {
 		p.mu.Unlock()
 		return ErrBusy
 	}
-	wake := len(p.queue) == 0 || o.ack != nil
+	wake := len(p.queue) == 0 || o.waited()
 	p.queue = append(p.queue, o)
 	p.queued += size
-	p.urgent = p.urgent || o.ack != nil
+	p.urgent = p.urgent || o.waited()
 	wake = wake || p.full()
 	p.mu.Unlock()
 	if wake {
@@ -380,7 +389,7 @@ func (p *Postgres) full() bool { return p.queued >= p.opts.MaxQueued/2 }
 
 func (p *Postgres) durable(ctx context.Context, o op) error {
 	o.ack = make(chan error, 1)
-	if err := p.enqueue(o); err != nil {
+	if err := p.enqueue(pgOp{op: o}); err != nil {
 		return err
 	}
 	select {
@@ -455,7 +464,7 @@ func (p *Postgres) writer() {
 // have been applied, and applying it again changes nothing (every write
 // sets a row, or deletes it). It gives up only on an error of the data
 // (which another attempt would repeat) or CloseTimeout after Close.
-func (p *Postgres) commitRetrying(batch []op) error {
+func (p *Postgres) commitRetrying(batch []pgOp) error {
 	wait := 50 * time.Millisecond
 	var giveUp <-chan time.Time
 	for attempt := 1; ; attempt++ {
@@ -506,44 +515,106 @@ func retryable(err error) bool {
 	return true
 }
 
-// commit writes batch in one transaction, sent as one round trip.
-func (p *Postgres) commit(batch []op) error {
-	// A batch is one implicit transaction: all of it or none.
-	var b pgx.Batch
-	n := 0
+// commit writes batch in one transaction, sent as one round trip. The
+// batch is first reduced to what it leaves in each row (the last write
+// of a record, of a run's data, of an event; a run deleted then written
+// again is deleted first), so that it takes a few statements whatever
+// its length: one per table and kind of change, rows passed as arrays.
+func (p *Postgres) commit(batch []pgOp) error {
+	type runRows struct {
+		deleted bool
+		data    []byte
+		hasData bool
+		events  map[uint64][]byte
+	}
+	records := map[string]map[string][]byte{} // table → id → JSON, nil: deleted
+	runs := map[string]*runRows{}
+	run := func(id string) *runRows {
+		r := runs[id]
+		if r == nil {
+			r = &runRows{}
+			runs[id] = r
+		}
+		return r
+	}
 	for _, o := range batch {
 		switch o.kind {
-		case opPut:
-			b.Queue("INSERT INTO "+string(o.bucket)+" (id, data) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET data = excluded.data", o.key, string(o.val))
-		case opDelete:
-			b.Queue("DELETE FROM "+string(o.bucket)+" WHERE id = $1", o.key)
+		case opPut, opDelete:
+			t := records[string(o.bucket)]
+			if t == nil {
+				t = map[string][]byte{}
+				records[string(o.bucket)] = t
+			}
+			t[o.key] = nil
+			if o.kind == opPut {
+				t[o.key] = o.val
+			}
 		case opPutRun:
-			b.Queue("INSERT INTO runs (id, data) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET data = excluded.data", o.key, o.val)
+			r := run(o.key)
+			r.data, r.hasData = o.val, true
 		case opEvents:
-			if len(o.events) == 0 {
-				continue
+			r := run(o.key)
+			if r.events == nil {
+				r.events = map[uint64][]byte{}
 			}
-			seqs := make([]int64, len(o.events))
-			data := make([][]byte, len(o.events))
-			for i, e := range o.events {
-				seqs[i], data[i] = int64(e.Seq), e.Data
+			for _, e := range o.events {
+				r.events[e.Seq] = e.Data
 			}
-			// A seq given twice in one call: the last one is kept.
-			b.Queue(`INSERT INTO run_events (run_id, seq, data)
-				SELECT DISTINCT ON (s) $1, s, d FROM unnest($2::bigint[], $3::bytea[]) WITH ORDINALITY AS e(s, d, i) ORDER BY s, i DESC
-				ON CONFLICT (run_id, seq) DO UPDATE SET data = excluded.data`, o.key, seqs, data)
 		case opDeleteRun:
-			b.Queue("DELETE FROM runs WHERE id = $1", o.key)
-			b.Queue("DELETE FROM run_events WHERE run_id = $1", o.key)
-		default:
-			continue
+			*run(o.key) = runRows{deleted: true}
 		}
-		n++
 	}
-	if n == 0 {
-		// A barrier only: nothing to write, but the database must answer
-		// for Flush to mean the queue before it is committed (it is: the
-		// writer commits in order).
+	if len(records) == 0 && len(runs) == 0 {
+		// A barrier only: nothing to write. Flush means the queue before
+		// it is committed, and it is: the writer commits in order.
+		return nil
+	}
+	// A batch is one implicit transaction: all of it or none.
+	var b pgx.Batch
+	for table, rows := range records {
+		var del, ids, vals []string
+		for id, v := range rows {
+			if v == nil {
+				del = append(del, id)
+			} else {
+				ids, vals = append(ids, id), append(vals, string(v))
+			}
+		}
+		if len(del) > 0 {
+			b.Queue("DELETE FROM "+table+" WHERE id = ANY($1)", del)
+		}
+		if len(ids) > 0 {
+			b.Queue("INSERT INTO "+table+" (id, data) SELECT i, d::json FROM unnest($1::text[], $2::text[]) AS r(i, d) "+
+				"ON CONFLICT (id) DO UPDATE SET data = excluded.data", ids, vals)
+		}
+	}
+	var del, ids, evRuns []string
+	var datas, evData [][]byte
+	var evSeqs []int64
+	for id, r := range runs {
+		if r.deleted {
+			del = append(del, id)
+		}
+		if r.hasData {
+			ids, datas = append(ids, id), append(datas, r.data)
+		}
+		for seq, d := range r.events {
+			evRuns, evSeqs, evData = append(evRuns, id), append(evSeqs, int64(seq)), append(evData, d)
+		}
+	}
+	if len(del) > 0 {
+		b.Queue("DELETE FROM runs WHERE id = ANY($1)", del)
+		b.Queue("DELETE FROM run_events WHERE run_id = ANY($1)", del)
+	}
+	if len(ids) > 0 {
+		b.Queue(`INSERT INTO runs (id, data) SELECT * FROM unnest($1::text[], $2::bytea[])
+			ON CONFLICT (id) DO UPDATE SET data = excluded.data`, ids, datas)
+	}
+	if len(evRuns) > 0 {
+		b.Queue(`INSERT INTO run_events (run_id, seq, data) SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[])
+			ON CONFLICT (run_id, seq) DO UPDATE SET data = excluded.data`, evRuns, evSeqs, evData)
+	}
+	if b.Len() == 0 {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -605,7 +676,7 @@ func (p *Postgres) PutRun(id string, data []byte) error {
 	if id == "" {
 		return ErrInvalid
 	}
-	return p.enqueue(op{kind: opPutRun, key: id, val: data})
+	return p.enqueue(pgOp{op: op{kind: opPutRun, key: id, val: data}})
 }
 
 func (p *Postgres) CommitRun(ctx context.Context, id string, data []byte) error {
@@ -619,11 +690,11 @@ func (p *Postgres) AppendRunEvents(id string, events ...Event) error {
 	if id == "" {
 		return ErrInvalid
 	}
-	return p.enqueue(op{kind: opEvents, key: id, events: events})
+	return p.enqueue(pgOp{op: op{kind: opEvents, key: id, events: events}})
 }
 
 func (p *Postgres) DeleteRun(id string) error {
-	return p.enqueue(op{kind: opDeleteRun, key: id})
+	return p.enqueue(pgOp{op: op{kind: opDeleteRun, key: id}})
 }
 
 func (p *Postgres) Flush(ctx context.Context) error {
