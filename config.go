@@ -301,6 +301,9 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 			c.secretsInArgv = append(c.secretsInArgv, "--"+name)
 		}
 	}
+	if set["state-url"] && state.RedactURL(c.StateURL) != c.StateURL {
+		c.secretsInArgv = append(c.secretsInArgv, "--state-url")
+	}
 	if c.TokenFile != "" {
 		if c.Token != "" {
 			return nil, fmt.Errorf("give the token once: --token-file or --token (KERNELGATE_TOKEN), not both")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -38,6 +39,8 @@ func TestConfigStateURL(t *testing.T) {
 				t.Errorf("error %v, want one saying %q", err, tc.err)
 			case err != nil && strings.Contains(err.Error(), "topsecret"):
 				t.Errorf("the error holds the password: %v", err)
+			case err == nil && slices.Contains(c.secretsInArgv, "--state-url") != (tc.name != "env"):
+				t.Errorf("a password on the command line is warned of: %v, want %v", c.secretsInArgv, tc.name != "env")
 			}
 		})
 	}

@@ -113,7 +113,8 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	}
 	for _, f := range cfg.secretsInArgv {
 		log.Warn("a secret was given on the command line, where every local user and every kernel can read it (/proc/<pid>/cmdline): set it in the environment or in a file instead",
-			"flag", f, "instead", map[string]string{"--token": "KERNELGATE_TOKEN or --token-file", "--api-keys": "KERNELGATE_API_KEYS or --api-keys-file"}[f])
+			"flag", f, "instead", map[string]string{"--token": "KERNELGATE_TOKEN or --token-file", "--api-keys": "KERNELGATE_API_KEYS or --api-keys-file",
+				"--state-url": "KERNELGATE_STATE_URL, PGPASSWORD or ~/.pgpass"}[f])
 	}
 	if cfg.Procs < 0 {
 		return fmt.Errorf("--procs must be 0 (automatic) or more")
