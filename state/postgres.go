@@ -346,14 +346,18 @@ func (p *Postgres) migrate(ctx context.Context) error {
 // Where is the database's URL without its password.
 func (p *Postgres) Where() string { return p.where }
 
-// pgOp is a queued write.
+// pgOp is a queued write: an op, and for CommitRunAsync the callback
+// told of its commit.
 type pgOp struct {
 	op
+	// notify, instead of ack, is told the commit's outcome
+	// (CommitRunAsync); called by the writer, it must not block.
+	notify func(error)
 }
 
 // waited says the write is committed at once and acknowledged: never
 // refused for a full queue.
-func (o *pgOp) waited() bool { return o.ack != nil }
+func (o *pgOp) waited() bool { return o.ack != nil || o.notify != nil }
 
 func (p *Postgres) enqueue(o pgOp) error {
 	size := o.size()
@@ -449,6 +453,8 @@ func (p *Postgres) writer() {
 		for _, o := range batch {
 			if o.ack != nil {
 				o.ack <- err
+			} else if o.notify != nil {
+				o.notify(err)
 			} else if o.kind != opBarrier {
 				lost++
 			}
@@ -684,6 +690,19 @@ func (p *Postgres) CommitRun(ctx context.Context, id string, data []byte) error 
 		return ErrInvalid
 	}
 	return p.durable(ctx, op{kind: opPutRun, key: id, val: data})
+}
+
+// CommitRunAsync is CommitRun not waited for: it is committed at once,
+// with what is queued, and never refused for a full queue; the writer
+// calls done with the commit's outcome (nil once it and every write
+// queued before it are committed; while the database is down, once it
+// is back). When it returns an error nothing was queued and done is
+// never called.
+func (p *Postgres) CommitRunAsync(id string, data []byte, done func(error)) error {
+	if id == "" {
+		return ErrInvalid
+	}
+	return p.enqueue(pgOp{op: op{kind: opPutRun, key: id, val: data}, notify: done})
 }
 
 func (p *Postgres) AppendRunEvents(id string, events ...Event) error {
