@@ -127,7 +127,6 @@ type Postgres struct {
 	queued  int
 	urgent  bool
 	closed  bool
-	lockOK  bool // the owner lock is held now
 	wake    chan struct{}
 	stop    chan struct{} // closed by Close: retries give up after CloseTimeout
 	stopped chan struct{} // the writer has ended
@@ -218,7 +217,6 @@ func OpenPostgres(ctx context.Context, rawURL string, opts PostgresOptions) (*Po
 		pool.Close()
 		return nil, err
 	}
-	p.lockOK = true
 	go p.keepLock(lockConn)
 	go p.writer()
 	return p, nil
@@ -275,7 +273,6 @@ func (p *Postgres) keepLock(conn *pgxpool.Conn) {
 				conn.Conn().Close(ctx)
 				conn.Release()
 				conn = nil
-				p.setLockOK(false)
 				p.log.Warn("state: lost the connection to PostgreSQL; reconnecting", "db", p.where, "err", p.clean(err))
 			}
 		}
@@ -284,7 +281,6 @@ func (p *Postgres) keepLock(conn *pgxpool.Conn) {
 			switch {
 			case err == nil:
 				conn = c
-				p.setLockOK(true)
 				p.log.Info("state: PostgreSQL is back; the database is held again", "db", p.where)
 			case errors.Is(err, ErrLocked):
 				p.log.Error("state: another process took the database while the connection was down", "db", p.where, "err", err)
@@ -292,12 +288,6 @@ func (p *Postgres) keepLock(conn *pgxpool.Conn) {
 		}
 		cancel()
 	}
-}
-
-func (p *Postgres) setLockOK(ok bool) {
-	p.mu.Lock()
-	p.lockOK = ok
-	p.mu.Unlock()
 }
 
 // migrate applies the migrations the database lacks, in one transaction
