@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"kernelgate/jupyter"
+	"kernelgate/state"
 )
 
 // config is everything kernelgate serve can be told, by flag or by the
@@ -82,6 +83,9 @@ type config struct {
 	// (state.ResolveDir applies the default).
 	StateDir    string
 	StateDirSet bool
+	// StateURL is --state-url: a postgres:// URL puts the state in
+	// PostgreSQL instead of the state directory's file.
+	StateURL string
 
 	// Provisioners (docs/kubernetes.md).
 	DefaultProvisioner string
@@ -208,6 +212,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("base-url")
 	fs.Var(optionalString{&c.StateDir, &c.StateDirSet}, "state-dir", "directory of the state store, which keeps kernels, contexts, sessions and runs across restarts (default $XDG_STATE_HOME/kernelgate, else ~/.local/state/kernelgate); an empty value keeps them in memory only")
 	add("state-dir")
+	fs.StringVar(&c.StateURL, "state-url", "", "postgres://user:password@host/db: keep the state in PostgreSQL (13 or later) instead of the file of --state-dir, which then holds only the contexts' workspaces; one gateway per database for now")
+	add("state-url")
 	fs.BoolVar(&c.KeepKernels, "keep-kernels", false, "at SIGTERM or SIGINT leave the kernels running and recorded in the state directory, for the next start to adopt (upgrades, rolling restarts); without it they are shut down")
 	add("keep-kernels")
 	fs.DurationVar(&c.OrphanTimeout, "orphan-timeout", jupyter.DefaultOrphanTimeout, "how long a kernel left running (--keep-kernels, or a gateway that died) lives on when no gateway adopts it again")
@@ -295,6 +301,9 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 			c.secretsInArgv = append(c.secretsInArgv, "--"+name)
 		}
 	}
+	if set["state-url"] && state.RedactURL(c.StateURL) != c.StateURL {
+		c.secretsInArgv = append(c.secretsInArgv, "--state-url")
+	}
 	if c.TokenFile != "" {
 		if c.Token != "" {
 			return nil, fmt.Errorf("give the token once: --token-file or --token (KERNELGATE_TOKEN), not both")
@@ -324,6 +333,18 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	}
 	if c.Release == "" || len(c.Release) > 63 {
 		return nil, fmt.Errorf("--release must be a label value of 1 to 63 characters")
+	}
+	if c.StateURL != "" {
+		if !strings.HasPrefix(c.StateURL, "postgres://") && !strings.HasPrefix(c.StateURL, "postgresql://") {
+			return nil, fmt.Errorf("--state-url %s: want postgres://…", state.RedactURL(c.StateURL))
+		}
+		if c.StateDirSet {
+			def, err := state.DefaultDir(getenv)
+			dir, _ := state.ResolveDir(c.StateDir, true, getenv)
+			if err != nil || dir != def {
+				return nil, fmt.Errorf("give one state store: --state-url (KERNELGATE_STATE_URL) or --state-dir (KERNELGATE_STATE_DIR), not both")
+			}
+		}
 	}
 	if c.OrphanTimeout < 10*time.Second {
 		return nil, fmt.Errorf("--orphan-timeout %v: want at least 10s", c.OrphanTimeout)

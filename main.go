@@ -113,7 +113,8 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	}
 	for _, f := range cfg.secretsInArgv {
 		log.Warn("a secret was given on the command line, where every local user and every kernel can read it (/proc/<pid>/cmdline): set it in the environment or in a file instead",
-			"flag", f, "instead", map[string]string{"--token": "KERNELGATE_TOKEN or --token-file", "--api-keys": "KERNELGATE_API_KEYS or --api-keys-file"}[f])
+			"flag", f, "instead", map[string]string{"--token": "KERNELGATE_TOKEN or --token-file", "--api-keys": "KERNELGATE_API_KEYS or --api-keys-file",
+				"--state-url": "KERNELGATE_STATE_URL, PGPASSWORD or ~/.pgpass"}[f])
 	}
 	if cfg.Procs < 0 {
 		return fmt.Errorf("--procs must be 0 (automatic) or more")
@@ -157,7 +158,21 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--state-dir: %w", err)
 	}
 	var store state.Store
-	if stateDir != "" {
+	storeID := stateDir
+	if cfg.StateURL != "" {
+		// The database keeps the records; the state directory only the
+		// contexts' workspaces.
+		octx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		pg, err := state.OpenPostgres(octx, cfg.StateURL, state.PostgresOptions{Options: state.Options{Logger: log}})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("--state-url: %w", err)
+		}
+		defer pg.Close()
+		store = pg
+		storeID = "postgres:" + pg.Where()
+		log.Info("state kept in PostgreSQL", "db", pg.Where(), "workspaces_dir", stateDir, "keep_kernels", cfg.KeepKernels, "orphan_timeout", cfg.OrphanTimeout)
+	} else if stateDir != "" {
 		bolt, err := state.Open(filepath.Join(stateDir, state.FileName), state.Options{Logger: log})
 		if err != nil {
 			return fmt.Errorf("--state-dir: %w", err)
@@ -228,7 +243,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	}
 	seed := filepath.Join(runtimeDir, "home-seed")
 	local := &jupyter.LocalProvisioner{RuntimeDir: runtimeDir, Logger: log, HomeSeed: seed, PythonLauncher: cfg.PythonLauncher,
-		Detached: store != nil && jupyter.LocalAdoption, StateID: stateID(store, stateDir), OrphanTimeout: cfg.OrphanTimeout}
+		Detached: store != nil && jupyter.LocalAdoption, StateID: stateID(store, storeID), OrphanTimeout: cfg.OrphanTimeout}
 	prov := jupyter.NewRegistry(cfg.DefaultProvisioner)
 	prov.Register(jupyter.LocalProvisionerName, local)
 	kube, err := startKubernetes(cfg, specs, prov, log)
@@ -442,10 +457,14 @@ func isLoopback(ip string) bool {
 }
 
 // stateID names the state store of the kernels a gateway launches (its
-// absolute directory), "" without one.
+// absolute directory, or "postgres:" and its URL without the password),
+// "" without one.
 func stateID(store state.Store, dir string) string {
 	if store == nil {
 		return ""
+	}
+	if strings.HasPrefix(dir, "postgres:") {
+		return dir
 	}
 	if abs, err := filepath.Abs(dir); err == nil {
 		return abs

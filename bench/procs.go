@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +34,8 @@ type server struct {
 	log   *tailbuf.Buffer
 	http  *http.Client
 
+	env []string // added to the environment of cmd
+
 	waited chan struct{}
 	once   sync.Once
 }
@@ -49,11 +52,18 @@ func startKernelgate(ctx context.Context, name, bin string, extra ...string) (*s
 		"--metrics-open", "--token", s.token, "--runtime-dir", filepath.Join(dir, "runtime")}
 	// State is kept, as by default, in the scratch directory (flags in
 	// extra choose otherwise: the last one counts).
-	args = append(args, "--state-dir", filepath.Join(dir, "state"))
+	// With --state-url the records go to the database, and the state
+	// directory (the default, here in the scratch directory) holds the
+	// workspaces.
+	if slices.Contains(extra, "--state-url") {
+		s.env = append(s.env, "XDG_STATE_HOME="+filepath.Join(dir, "xdg"))
+	} else {
+		args = append(args, "--state-dir", filepath.Join(dir, "state"))
+	}
 	args = append(args, extra...)
 	args = append(args, extraFlags...)
 	s.cmd = exec.Command(bin, args...)
-	s.cmd.Env = os.Environ()
+	s.cmd.Env = append(os.Environ(), s.env...)
 	s.cmd.Stderr = s.log
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	out, err := s.cmd.StdoutPipe()

@@ -5,11 +5,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
+
+	"kernelgate/internal/pgtest"
 )
 
 // benchState measures what the state store costs and buys (docs/state.md):
@@ -23,6 +26,8 @@ import (
 //     each run committing its record and writing its events, store on
 //     and off in turn: runs starting together share a commit (group
 //     commit), so the store costs less than a commit a run here;
+//   - the PostgreSQL store (--state-url) against bbolt: the same latency
+//     and throughput (benchStatePG);
 //   - the time from the start of a kernelgate to serving when the
 //     kernelgate before it left opt.adopt kernels running
 //     (--keep-kernels): every one is adopted (same process, answering
@@ -138,7 +143,110 @@ func (b *bench) benchState(ctx context.Context) error {
 	b.check("runs/s with the store on at least 0.8 of off: concurrent runs share their commits",
 		rOn >= 0.8*rOff,
 		"p50 %s ms on, %s ms off (one commit a run); %.0f against %.0f runs/s", fmtMS(sides[0].lat.p50()), fmtMS(sides[1].lat.p50()), rOn, rOff)
+	if err := b.benchStatePG(ctx, on, sides[0].conn, sides[0].body); err != nil {
+		return err
+	}
 	return b.benchReadopt(ctx, dir)
+}
+
+// benchStatePG compares the PostgreSQL store (--state-url, a private
+// server on this machine: initdb by internal/pgtest) with bbolt (on):
+// execute latency interleaved one for one, and runs a second on several
+// contexts. The goal: p50 within +0.5 ms of bbolt's, runs/s at least
+// 0.9 of bbolt's. Without PostgreSQL the rows say so.
+func (b *bench) benchStatePG(ctx context.Context, bolt *server, boltConn *restConn, boltBody []byte) error {
+	srv, err := pgtest.Launch()
+	if errors.Is(err, pgtest.ErrMissing) {
+		b.add(row{figure: "POST /api/execute 1+1, Python context, PostgreSQL store", kg: "—", ratios: err.Error()})
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	url, err := srv.CreateDB("kernelgate")
+	if err != nil {
+		return err
+	}
+	sctx, cancel := within(ctx, 2*time.Minute)
+	pg, err := startKernelgate(sctx, "kernelgate (PostgreSQL store)", kernelgateBin, "--pool-size", "0", "--state-url", url)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer pg.stop()
+	cctx, cancel := within(ctx, 2*time.Minute)
+	id, _, err := pg.createContext(cctx, "python")
+	cancel()
+	if err != nil {
+		return err
+	}
+	pgConn, err := newRESTConn(pg)
+	if err != nil {
+		return err
+	}
+	defer pgConn.Close()
+	pgBody, _ := json.Marshal(map[string]any{"context": id, "code": "1+1"})
+	var latPG, latBolt sample
+	n := b.opt.roundTrips
+	for i := 0; i < b.opt.warmup+n; i++ {
+		for _, sd := range []struct {
+			conn *restConn
+			body []byte
+			out  *sample
+		}{{pgConn, pgBody, &latPG}, {boltConn, boltBody, &latBolt}} {
+			rctx, cancel := within(ctx, time.Minute)
+			d, err := measure(func() error {
+				_, err := sd.conn.execute(rctx, sd.body, "2")
+				return err
+			})
+			cancel()
+			if err != nil {
+				return err
+			}
+			if i >= b.opt.warmup {
+				*sd.out = append(*sd.out, d)
+			}
+		}
+		if (i+1)%200 == 0 {
+			progress("state: PostgreSQL latency %d/%d", i+1, b.opt.warmup+n)
+		}
+	}
+	b.add(row{figure: "POST /api/execute 1+1, Python context, PostgreSQL store (--state-url, local server)", kg: lat(latPG),
+		ratios: "PostgreSQL − bbolt paired " + fmtPaired(latPG, latBolt)})
+
+	const clients, runs = 8, 100
+	ids := map[*server][]string{}
+	for _, s := range []*server{pg, bolt} {
+		for range clients {
+			cctx, cancel := within(ctx, 2*time.Minute)
+			id, _, err := s.createContext(cctx, "python")
+			cancel()
+			if err != nil {
+				return err
+			}
+			ids[s] = append(ids[s], id)
+		}
+	}
+	best := map[*server]float64{}
+	for round := 0; round < 3; round++ {
+		for _, s := range []*server{pg, bolt} {
+			rate, err := throughput(ctx, s, ids[s], runs)
+			if err != nil {
+				return err
+			}
+			if round > 0 {
+				best[s] = max(best[s], rate)
+			}
+		}
+	}
+	b.add(row{figure: fmt.Sprintf("runs/s, %d Python contexts × 1 client, PostgreSQL store", clients), kg: fmt.Sprintf("%.0f", best[pg]),
+		ratios: fmt.Sprintf("PostgreSQL/bbolt %.2f (bbolt %.0f)", best[pg]/best[bolt], best[bolt])})
+	dp50 := latPG.p50() - latBolt.p50()
+	b.check("the PostgreSQL store: execute p50 within +0.5 ms of bbolt's, runs/s at least 0.9 of bbolt's",
+		dp50 <= 500*time.Microsecond && best[pg] >= 0.9*best[bolt],
+		"p50 %s ms against %s ms; %.0f against %.0f runs/s", fmtMS(latPG.p50()), fmtMS(latBolt.p50()), best[pg], best[bolt])
+	return nil
 }
 
 // throughput runs count runs in each context, one client each, and

@@ -2,7 +2,8 @@
 # What `make test` needs beyond the kernels, idempotently: the classic
 # notebook, Jupyter Server, nbconvert and Chromium from Debian (the
 # clients the end-to-end tests drive), bubblewrap for the sandbox tests,
-# and the npm packages of e2e/ and web/.
+# PostgreSQL's server for the --state-url tests (run privately by
+# internal/pgtest), and the npm packages of e2e/ and web/.
 set -eu
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -12,6 +13,7 @@ missing=""
 /usr/bin/python3 -c "import nbconvert" >/dev/null 2>&1 || missing="$missing python3-nbconvert"
 [ -x /usr/bin/chromium ] || missing="$missing chromium"
 [ -x /usr/bin/bwrap ] || missing="$missing bubblewrap"
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$missing postgresql-15"
 if [ -n "$missing" ]; then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
 		echo "installing Debian packages:$missing"

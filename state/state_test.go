@@ -70,17 +70,11 @@ func sampleSandbox(id string) Sandbox {
 		TokenHashes: [][32]byte{{4, 5, 6}}, Started: t0, Ends: t0.Add(5 * time.Minute)}
 }
 
-// TestStores runs the same story on both stores: records put, replaced,
+// TestStores runs the same story on every store (storeFactories): records put, replaced,
 // deleted; run data and events in seq order; a deleted run goes with its
 // events.
 func TestStores(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		open func(t *testing.T) Store
-	}{
-		{"memory", func(*testing.T) Store { return NewMemory() }},
-		{"bolt", func(t *testing.T) Store { return openBolt(t, filepath.Join(t.TempDir(), FileName), nil) }},
-	} {
+	for _, tc := range storeFactories() {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			s := tc.open(t)

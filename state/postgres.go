@@ -1,0 +1,801 @@
+package state
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Advisory lock keys of the PostgreSQL store (pg_advisory_lock's bigint
+// space is shared by every client of a database: these are "kg" and a
+// number).
+const (
+	// pgLockOwner is held, at session level, by the one gateway that
+	// uses the database, for as long as it runs.
+	pgLockOwner int64 = 0x6b67_0000_0001
+	// pgLockMigrate is held, at transaction level, while the schema is
+	// migrated.
+	pgLockMigrate int64 = 0x6b67_0000_0002
+)
+
+// Defaults of PostgresOptions.
+const (
+	DefaultRetryMax     = 2 * time.Second
+	DefaultCloseTimeout = 10 * time.Second
+)
+
+//go:embed pgschema/*.sql
+var pgSchema embed.FS
+
+// migration is one ordered step of the schema, its SQL embedded in the
+// binary.
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+// migrations reads pgschema/NNNN_name.sql in version order.
+func migrations() ([]migration, error) {
+	entries, err := fs.ReadDir(pgSchema, "pgschema")
+	if err != nil {
+		return nil, err
+	}
+	var out []migration
+	for _, e := range entries {
+		num, name, ok := strings.Cut(strings.TrimSuffix(e.Name(), ".sql"), "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || v <= 0 {
+			return nil, fmt.Errorf("state: migration %q is not named NNNN_name.sql", e.Name())
+		}
+		sql, err := fs.ReadFile(pgSchema, "pgschema/"+e.Name())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, migration{v, name, string(sql)})
+	}
+	slices.SortFunc(out, func(a, b migration) int { return a.version - b.version })
+	for i, m := range out {
+		if m.version != i+1 {
+			return nil, fmt.Errorf("state: migrations are not numbered 1, 2, …: %d is %q", i+1, m.name)
+		}
+	}
+	return out, nil
+}
+
+// PGSchemaVersion is the newest schema this kernelgate knows.
+func PGSchemaVersion() int {
+	m, _ := migrations()
+	return len(m)
+}
+
+// PostgresOptions tune a Postgres store; zero values take the defaults.
+type PostgresOptions struct {
+	Options
+	// RetryMax bounds the wait between two attempts of a commit that
+	// failed for want of the database.
+	RetryMax time.Duration
+	// CloseTimeout bounds how long Close keeps trying to commit what is
+	// queued while the database does not answer.
+	CloseTimeout time.Duration
+}
+
+func (o *PostgresOptions) defaults() {
+	o.Options.defaults()
+	if o.RetryMax <= 0 {
+		o.RetryMax = DefaultRetryMax
+	}
+	if o.CloseTimeout <= 0 {
+		o.CloseTimeout = DefaultCloseTimeout
+	}
+}
+
+// Postgres is the Store in a PostgreSQL database (13 or later), through a
+// pgx connection pool that reconnects after the server restarts. Its
+// writes go through one queue and one writer goroutine, as Bolt's: a
+// durable write is committed at once with what is queued before it (one
+// transaction for the lot), run writes wait up to FlushDelay for company,
+// and a commit that fails because the database cannot be reached is
+// tried again, in order, until it succeeds (or Close gives up). A
+// durable write that returned nil is committed.
+//
+// One gateway uses a database at a time: Open takes a session-level
+// advisory lock on a connection of its own and keeps it until Close.
+type Postgres struct {
+	pool   *pgxpool.Pool
+	where  string // the URL without its password, for logs and errors
+	log    *slog.Logger
+	opts   PostgresOptions
+	secret string // the URL's password, kept out of every error
+
+	mu      sync.Mutex
+	queue   []pgOp
+	queued  int
+	urgent  bool
+	closed  bool
+	wake    chan struct{}
+	stop    chan struct{} // closed by Close: retries give up after CloseTimeout
+	stopped chan struct{} // the writer has ended
+	lockEnd chan struct{} // the lock keeper has ended
+}
+
+var _ Store = (*Postgres)(nil)
+
+// RedactURL returns rawURL with its password replaced by "xxxxx", for
+// logs and errors. A URL that does not parse is replaced whole.
+func RedactURL(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "(a URL that does not parse)"
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	q := u.Query()
+	if q.Has("password") {
+		q.Set("password", "xxxxx")
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
+}
+
+// urlPassword is the password rawURL holds, "" without one.
+func urlPassword(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return ""
+	}
+	if p, ok := u.User.Password(); ok {
+		return p
+	}
+	return u.Query().Get("password")
+}
+
+// redactedError is an error whose text had the password taken out.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
+
+// clean keeps the URL's password out of err's text.
+func (p *Postgres) clean(err error) error {
+	return redact(err, p.secret)
+}
+
+func redact(err error, secret string) error {
+	if err == nil || secret == "" || !strings.Contains(err.Error(), secret) {
+		return err
+	}
+	return &redactedError{strings.ReplaceAll(err.Error(), secret, "xxxxx"), err}
+}
+
+// OpenPostgres connects to the database at rawURL (postgres://…),
+// brings its schema to PGSchemaVersion (under an advisory lock, so that
+// processes starting together do not race) and takes the database for
+// this process: while another kernelgate holds it, it fails with
+// ErrLocked. ctx bounds the connection and the migrations.
+func OpenPostgres(ctx context.Context, rawURL string, opts PostgresOptions) (*Postgres, error) {
+	opts.defaults()
+	secret := urlPassword(rawURL)
+	where := RedactURL(rawURL)
+	cfg, err := pgxpool.ParseConfig(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("state: %s: %w", where, redact(err, secret))
+	}
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("state: %s: %w", where, redact(err, secret))
+	}
+	p := &Postgres{pool: pool, where: where, log: opts.Logger, opts: opts, secret: secret,
+		wake: make(chan struct{}, 1), stop: make(chan struct{}),
+		stopped: make(chan struct{}), lockEnd: make(chan struct{})}
+	lockConn, err := p.lockOwner(ctx)
+	if err == nil {
+		if err = p.migrate(ctx); err != nil {
+			lockConn.Release()
+		}
+	}
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	go p.keepLock(lockConn)
+	go p.writer()
+	return p, nil
+}
+
+// lockOwner takes the owner lock on a connection it keeps out of the
+// pool's use.
+func (p *Postgres) lockOwner(ctx context.Context) (*pgxpool.Conn, error) {
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("state: %s: %w", p.where, p.clean(err))
+	}
+	var got bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", pgLockOwner).Scan(&got); err != nil {
+		conn.Release()
+		return nil, fmt.Errorf("state: %s: %w", p.where, p.clean(err))
+	}
+	if !got {
+		conn.Release()
+		var pid int
+		held := ""
+		if err := p.pool.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
+			AND objid = $1::bigint & x'ffffffff'::bigint AND classid = $1::bigint >> 32 LIMIT 1`, pgLockOwner).Scan(&pid); err == nil {
+			held = fmt.Sprintf(" (by the server process %d)", pid)
+		}
+		return nil, fmt.Errorf("%w: the database %s is held%s: is another kernelgate running with this --state-url? One gateway per database is supported", ErrLocked, p.where, held)
+	}
+	return conn, nil
+}
+
+// keepLock holds the owner lock's connection until Close. When the
+// server restarts, the lock goes with the connection: it takes it again
+// once the server is back, and logs loudly if another process took it
+// in between.
+func (p *Postgres) keepLock(conn *pgxpool.Conn) {
+	defer close(p.lockEnd)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.stop:
+			if conn != nil {
+				// Unlocked by closing the connection, not returned to the
+				// pool holding the lock.
+				conn.Conn().Close(context.Background())
+				conn.Release()
+			}
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		if conn != nil {
+			if err := conn.Ping(ctx); err != nil {
+				conn.Conn().Close(ctx)
+				conn.Release()
+				conn = nil
+				p.log.Warn("state: lost the connection to PostgreSQL; reconnecting", "db", p.where, "err", p.clean(err))
+			}
+		}
+		if conn == nil {
+			c, err := p.lockOwner(ctx)
+			switch {
+			case err == nil:
+				conn = c
+				p.log.Info("state: PostgreSQL is back; the database is held again", "db", p.where)
+			case errors.Is(err, ErrLocked):
+				p.log.Error("state: another process took the database while the connection was down", "db", p.where, "err", err)
+			}
+		}
+		cancel()
+	}
+}
+
+// migrate applies the migrations the database lacks, in one transaction
+// under a transaction-level advisory lock. A database of a newer schema
+// is refused (never changed).
+func (p *Postgres) migrate(ctx context.Context) error {
+	all, err := migrations()
+	if err != nil {
+		return err
+	}
+	fail := func(err error) error { return fmt.Errorf("state: migrating %s: %w", p.where, p.clean(err)) }
+	tx, err := p.pool.Begin(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", pgLockMigrate); err != nil {
+		return fail(err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_version (
+		version int PRIMARY KEY, name text NOT NULL, applied timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return fail(err)
+	}
+	var have int
+	if err := tx.QueryRow(ctx, "SELECT coalesce(max(version), 0) FROM schema_version").Scan(&have); err != nil {
+		return fail(err)
+	}
+	if have > len(all) {
+		return fmt.Errorf("state: the database %s was written by a newer kernelgate (schema %d; this one knows %d): it is left unchanged", p.where, have, len(all))
+	}
+	for _, m := range all[have:] {
+		if _, err := tx.Exec(ctx, m.sql); err != nil {
+			return fail(fmt.Errorf("%04d_%s: %w", m.version, m.name, err))
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO schema_version (version, name) VALUES ($1, $2)", m.version, m.name); err != nil {
+			return fail(err)
+		}
+		p.log.Info("state: schema migrated", "db", p.where, "version", m.version, "name", m.name)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// Where is the database's URL without its password.
+func (p *Postgres) Where() string { return p.where }
+
+// pgOp is a queued write: an op, and for CommitRunAsync the callback
+// told of its commit.
+type pgOp struct {
+	op
+	// notify, instead of ack, is told the commit's outcome
+	// (CommitRunAsync); called by the writer, it must not block.
+	notify func(error)
+}
+
+// waited says the write is committed at once and acknowledged: never
+// refused for a full queue.
+func (o *pgOp) waited() bool { return o.ack != nil || o.notify != nil }
+
+func (p *Postgres) enqueue(o pgOp) error {
+	size := o.size()
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return ErrClosed
+	}
+	if !o.waited() && o.kind != opDeleteRun && p.queued > 0 && p.queued+size > p.opts.MaxQueued {
+		p.mu.Unlock()
+		return ErrBusy
+	}
+	wake := len(p.queue) == 0 || o.waited()
+	p.queue = append(p.queue, o)
+	p.queued += size
+	p.urgent = p.urgent || o.waited()
+	wake = wake || p.full()
+	p.mu.Unlock()
+	if wake {
+		p.poke()
+	}
+	return nil
+}
+
+func (p *Postgres) poke() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (p *Postgres) full() bool { return p.queued >= p.opts.MaxQueued/2 }
+
+func (p *Postgres) durable(ctx context.Context, o op) error {
+	o.ack = make(chan error, 1)
+	if err := p.enqueue(pgOp{op: o}); err != nil {
+		return err
+	}
+	select {
+	case err := <-o.ack:
+		return err
+	case <-ctx.Done():
+		// It stays queued and will be committed; the caller stops waiting.
+		return ctx.Err()
+	}
+}
+
+// writer is the one goroutine that writes to the database.
+func (p *Postgres) writer() {
+	defer close(p.stopped)
+	var timer *time.Timer
+	for {
+		p.mu.Lock()
+		n, urgent, closed := len(p.queue), p.urgent || p.full(), p.closed
+		p.mu.Unlock()
+		switch {
+		case n == 0 && closed:
+			return
+		case n == 0:
+			<-p.wake
+			continue
+		case !urgent && !closed:
+			if timer == nil {
+				timer = time.NewTimer(p.opts.FlushDelay)
+			} else {
+				timer.Reset(p.opts.FlushDelay)
+			}
+		wait:
+			for {
+				select {
+				case <-timer.C:
+					break wait
+				case <-p.wake:
+					p.mu.Lock()
+					u, c := p.urgent || p.full(), p.closed
+					p.mu.Unlock()
+					if u || c {
+						timer.Stop()
+						break wait
+					}
+				}
+			}
+		}
+		p.mu.Lock()
+		batch, bytes := p.queue, p.queued
+		p.queue, p.queued, p.urgent = nil, 0, false
+		p.mu.Unlock()
+		if p.opts.BeforeCommit != nil {
+			p.opts.BeforeCommit(bytes)
+		}
+		err := p.commitRetrying(batch)
+		lost := 0
+		for _, o := range batch {
+			if o.ack != nil {
+				o.ack <- err
+			} else if o.notify != nil {
+				o.notify(err)
+			} else if o.kind != opBarrier {
+				lost++
+			}
+		}
+		if err != nil && lost > 0 {
+			p.log.Error("state: run records were not written", "count", lost, "err", err)
+		}
+	}
+}
+
+// commitRetrying commits batch, trying again while the database cannot
+// be reached: a commit whose answer was lost with the connection may
+// have been applied, and applying it again changes nothing (every write
+// sets a row, or deletes it). It gives up only on an error of the data
+// (which another attempt would repeat) or CloseTimeout after Close.
+func (p *Postgres) commitRetrying(batch []pgOp) error {
+	wait := 50 * time.Millisecond
+	var giveUp <-chan time.Time
+	for attempt := 1; ; attempt++ {
+		err := p.commit(batch)
+		if err == nil {
+			if attempt > 1 {
+				p.log.Info("state: committed after the database came back", "db", p.where, "attempts", attempt)
+			}
+			return nil
+		}
+		err = p.clean(err)
+		if !retryable(err) {
+			return fmt.Errorf("state: %w", err)
+		}
+		if attempt == 1 {
+			p.log.Warn("state: the database does not answer; writes are kept and tried again", "db", p.where, "err", err)
+		}
+		if giveUp == nil {
+			select {
+			case <-p.stop:
+				giveUp = time.After(p.opts.CloseTimeout)
+			default:
+			}
+		}
+		select {
+		case <-time.After(wait):
+		case <-giveUp:
+			return fmt.Errorf("state: the database did not come back within %v of closing: %w", p.opts.CloseTimeout, err)
+		}
+		wait = min(wait*2, p.opts.RetryMax)
+	}
+}
+
+// retryable says err is the database's absence (a connection lost or
+// refused, a server shutting down or starting), not a fault of the data.
+func retryable(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case strings.HasPrefix(pe.Code, "08"), // connection exception
+			strings.HasPrefix(pe.Code, "57P"), // admin shutdown, crash shutdown, cannot connect now
+			strings.HasPrefix(pe.Code, "53"),  // insufficient resources
+			pe.Code == "40001", pe.Code == "40P01":
+			return true
+		}
+		return false
+	}
+	return true
+}
+
+// commit writes batch in one transaction, sent as one round trip. The
+// batch is first reduced to what it leaves in each row (the last write
+// of a record, of a run's data, of an event; a run deleted then written
+// again is deleted first), so that it takes a few statements whatever
+// its length: one per table and kind of change, rows passed as arrays.
+func (p *Postgres) commit(batch []pgOp) error {
+	type runRows struct {
+		deleted bool
+		data    []byte
+		hasData bool
+		events  map[uint64][]byte
+	}
+	records := map[string]map[string][]byte{} // table → id → JSON, nil: deleted
+	runs := map[string]*runRows{}
+	run := func(id string) *runRows {
+		r := runs[id]
+		if r == nil {
+			r = &runRows{}
+			runs[id] = r
+		}
+		return r
+	}
+	for _, o := range batch {
+		switch o.kind {
+		case opPut, opDelete:
+			t := records[string(o.bucket)]
+			if t == nil {
+				t = map[string][]byte{}
+				records[string(o.bucket)] = t
+			}
+			t[o.key] = nil
+			if o.kind == opPut {
+				t[o.key] = o.val
+			}
+		case opPutRun:
+			r := run(o.key)
+			r.data, r.hasData = o.val, true
+		case opEvents:
+			r := run(o.key)
+			if r.events == nil {
+				r.events = map[uint64][]byte{}
+			}
+			for _, e := range o.events {
+				r.events[e.Seq] = e.Data
+			}
+		case opDeleteRun:
+			*run(o.key) = runRows{deleted: true}
+		}
+	}
+	if len(records) == 0 && len(runs) == 0 {
+		// A barrier only: nothing to write. Flush means the queue before
+		// it is committed, and it is: the writer commits in order.
+		return nil
+	}
+	// A batch is one implicit transaction: all of it or none.
+	var b pgx.Batch
+	for table, rows := range records {
+		var del, ids, vals []string
+		for id, v := range rows {
+			if v == nil {
+				del = append(del, id)
+			} else {
+				ids, vals = append(ids, id), append(vals, string(v))
+			}
+		}
+		if len(del) > 0 {
+			b.Queue("DELETE FROM "+table+" WHERE id = ANY($1)", del)
+		}
+		if len(ids) > 0 {
+			b.Queue("INSERT INTO "+table+" (id, data) SELECT i, d::json FROM unnest($1::text[], $2::text[]) AS r(i, d) "+
+				"ON CONFLICT (id) DO UPDATE SET data = excluded.data", ids, vals)
+		}
+	}
+	var del, ids, evRuns []string
+	var datas, evData [][]byte
+	var evSeqs []int64
+	for id, r := range runs {
+		if r.deleted {
+			del = append(del, id)
+		}
+		if r.hasData {
+			ids, datas = append(ids, id), append(datas, r.data)
+		}
+		for seq, d := range r.events {
+			evRuns, evSeqs, evData = append(evRuns, id), append(evSeqs, int64(seq)), append(evData, d)
+		}
+	}
+	if len(del) > 0 {
+		b.Queue("DELETE FROM runs WHERE id = ANY($1)", del)
+		b.Queue("DELETE FROM run_events WHERE run_id = ANY($1)", del)
+	}
+	if len(ids) > 0 {
+		b.Queue(`INSERT INTO runs (id, data) SELECT * FROM unnest($1::text[], $2::bytea[])
+			ON CONFLICT (id) DO UPDATE SET data = excluded.data`, ids, datas)
+	}
+	if len(evRuns) > 0 {
+		b.Queue(`INSERT INTO run_events (run_id, seq, data) SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[])
+			ON CONFLICT (run_id, seq) DO UPDATE SET data = excluded.data`, evRuns, evSeqs, evData)
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	err = conn.SendBatch(ctx, &b).Close()
+	if err != nil {
+		// The connection may be mid-transaction: never hand it back.
+		conn.Conn().Close(context.Background())
+	}
+	return err
+}
+
+func (p *Postgres) putRecord(ctx context.Context, table []byte, id string, v any) error {
+	if id == "" {
+		return ErrInvalid
+	}
+	val, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return p.durable(ctx, op{kind: opPut, bucket: table, key: id, val: val})
+}
+
+func (p *Postgres) deleteRecord(ctx context.Context, table []byte, id string) error {
+	return p.durable(ctx, op{kind: opDelete, bucket: table, key: id})
+}
+
+func (p *Postgres) PutKernel(ctx context.Context, k Kernel) error {
+	return p.putRecord(ctx, bucketKernels, k.ID, k)
+}
+func (p *Postgres) DeleteKernel(ctx context.Context, id string) error {
+	return p.deleteRecord(ctx, bucketKernels, id)
+}
+func (p *Postgres) PutContext(ctx context.Context, c Context) error {
+	return p.putRecord(ctx, bucketContexts, c.ID, c)
+}
+func (p *Postgres) DeleteContext(ctx context.Context, id string) error {
+	return p.deleteRecord(ctx, bucketContexts, id)
+}
+func (p *Postgres) PutSession(ctx context.Context, s Session) error {
+	return p.putRecord(ctx, bucketSessions, s.ID, s)
+}
+func (p *Postgres) DeleteSession(ctx context.Context, id string) error {
+	return p.deleteRecord(ctx, bucketSessions, id)
+}
+func (p *Postgres) PutSandbox(ctx context.Context, s Sandbox) error {
+	return p.putRecord(ctx, bucketSandboxes, s.ID, s)
+}
+func (p *Postgres) DeleteSandbox(ctx context.Context, id string) error {
+	return p.deleteRecord(ctx, bucketSandboxes, id)
+}
+
+func (p *Postgres) PutRun(id string, data []byte) error {
+	if id == "" {
+		return ErrInvalid
+	}
+	return p.enqueue(pgOp{op: op{kind: opPutRun, key: id, val: data}})
+}
+
+func (p *Postgres) CommitRun(ctx context.Context, id string, data []byte) error {
+	if id == "" {
+		return ErrInvalid
+	}
+	return p.durable(ctx, op{kind: opPutRun, key: id, val: data})
+}
+
+// CommitRunAsync is CommitRun not waited for: it is committed at once,
+// with what is queued, and never refused for a full queue; the writer
+// calls done with the commit's outcome (nil once it and every write
+// queued before it are committed; while the database is down, once it
+// is back). When it returns an error nothing was queued and done is
+// never called.
+func (p *Postgres) CommitRunAsync(id string, data []byte, done func(error)) error {
+	if id == "" {
+		return ErrInvalid
+	}
+	return p.enqueue(pgOp{op: op{kind: opPutRun, key: id, val: data}, notify: done})
+}
+
+func (p *Postgres) AppendRunEvents(id string, events ...Event) error {
+	if id == "" {
+		return ErrInvalid
+	}
+	return p.enqueue(pgOp{op: op{kind: opEvents, key: id, events: events}})
+}
+
+func (p *Postgres) DeleteRun(id string) error {
+	return p.enqueue(pgOp{op: op{kind: opDeleteRun, key: id}})
+}
+
+func (p *Postgres) Flush(ctx context.Context) error {
+	return p.durable(ctx, op{kind: opBarrier})
+}
+
+// Load flushes the queue and reads every record, within ctx (a
+// database that does not answer fails it).
+func (p *Postgres) Load(ctx context.Context) (*Snapshot, error) {
+	if err := p.Flush(ctx); err != nil {
+		return nil, err
+	}
+	snap := &Snapshot{}
+	tx, err := p.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, fmt.Errorf("state: %w", p.clean(err))
+	}
+	defer tx.Rollback(context.Background())
+	if err := errors.Join(
+		pgDecodeAll(ctx, p.log, tx, "kernels", &snap.Kernels),
+		pgDecodeAll(ctx, p.log, tx, "contexts", &snap.Contexts),
+		pgDecodeAll(ctx, p.log, tx, "sessions", &snap.Sessions),
+		pgDecodeAll(ctx, p.log, tx, "sandboxes", &snap.Sandboxes),
+	); err != nil {
+		return nil, fmt.Errorf("state: %w", p.clean(err))
+	}
+	runs := map[string]int{}
+	rows, _ := tx.Query(ctx, "SELECT id, data FROM runs")
+	var id string
+	var data []byte
+	_, err = pgx.ForEachRow(rows, []any{&id, &data}, func() error {
+		runs[id] = len(snap.Runs)
+		snap.Runs = append(snap.Runs, Run{ID: id, Data: clone(data)})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("state: %w", p.clean(err))
+	}
+	// Events of a run whose data was never written still make a run.
+	rows, _ = tx.Query(ctx, "SELECT run_id, seq, data FROM run_events ORDER BY run_id, seq")
+	var seq int64
+	_, err = pgx.ForEachRow(rows, []any{&id, &seq, &data}, func() error {
+		i, ok := runs[id]
+		if !ok {
+			i = len(snap.Runs)
+			runs[id] = i
+			snap.Runs = append(snap.Runs, Run{ID: id})
+		}
+		snap.Runs[i].Events = append(snap.Runs[i].Events, Event{Seq: uint64(seq), Data: clone(data)})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("state: %w", p.clean(err))
+	}
+	snap.sort()
+	return snap, nil
+}
+
+// pgDecodeAll appends every record of table to out; one that does not
+// decode is logged and left out.
+func pgDecodeAll[T any](ctx context.Context, log *slog.Logger, tx pgx.Tx, table string, out *[]T) error {
+	rows, _ := tx.Query(ctx, "SELECT id, data::text FROM "+table)
+	var id, data string
+	_, err := pgx.ForEachRow(rows, []any{&id, &data}, func() error {
+		var r T
+		if err := json.Unmarshal([]byte(data), &r); err != nil {
+			log.Error("state: a record does not decode and is not restored", "table", table, "id", id, "err", err)
+			return nil
+		}
+		*out = append(*out, r)
+		return nil
+	})
+	return err
+}
+
+// Close commits what is queued (trying for at most CloseTimeout while
+// the database does not answer), releases the database for another
+// gateway and closes the pool.
+func (p *Postgres) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		<-p.stopped
+		<-p.lockEnd
+		return nil
+	}
+	p.closed = true
+	p.mu.Unlock()
+	close(p.stop)
+	p.poke()
+	<-p.stopped
+	<-p.lockEnd
+	p.pool.Close()
+	return nil
+}
