@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	"kernelgate/internal/needs"
@@ -38,8 +37,11 @@ type Server struct {
 	bin  string
 	dir  string // the folder holding data/ and the log
 	port int
-	cred *syscall.Credential
+	user *ids // the user the server runs as; nil: the caller's
 }
+
+// ids are a user's uid and gid.
+type ids struct{ uid, gid int }
 
 // findBin returns the folder holding initdb and pg_ctl, "" when none.
 func findBin() string {
@@ -79,7 +81,7 @@ func Launch() (_ *Server, err error) {
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
-		s.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		s.user = &ids{uid, gid}
 		if err := os.Chown(s.dir, uid, gid); err != nil {
 			return nil, err
 		}
@@ -112,8 +114,8 @@ func (s *Server) run(name string, args ...string) error {
 	cmd := exec.Command(filepath.Join(s.bin, name), args...)
 	cmd.Dir = s.dir
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C"}
-	if s.cred != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
+	if s.user != nil {
+		runAs(cmd, *s.user)
 	}
 	if out, err := cmd.CombinedOutput(); err != nil {
 		log, _ := os.ReadFile(filepath.Join(s.dir, "log"))
