@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -126,15 +127,35 @@ func (s *Server) getFile(c echo.Context) error {
 	// ServeContent sets Content-Type from the name (sniffed when the name
 	// says nothing), Content-Length, and answers Range and conditional
 	// requests.
-	http.ServeContent(bigWrites{c.Response()}, c.Request(), e.Name, e.Modified, f)
+	http.ServeContent(download{c.Response()}, c.Request(), e.Name, e.Modified, f)
 	return nil
 }
 
-// bigWrites hands a download to the connection in large writes (see
-// workspace.CopyTo) rather than the 32 KiB ones of io.Copy.
-type bigWrites struct{ *echo.Response }
+// download hands the file of a download to net/http's own ReadFrom, which
+// has the kernel send it from the page cache (sendfile) once the headers
+// are out; anything else (the parts of a multi-range answer) goes to the
+// connection in large writes (see workspace.CopyTo) rather than the
+// 32 KiB ones of io.Copy.
+type download struct{ *echo.Response }
 
-func (w bigWrites) ReadFrom(src io.Reader) (int64, error) { return workspace.CopyTo(w.Response, src) }
+func (w download) ReadFrom(src io.Reader) (int64, error) {
+	if rf, ok := w.Writer.(io.ReaderFrom); ok && w.Committed && isFile(src) {
+		n, err := rf.ReadFrom(src)
+		w.Size += n
+		return n, err
+	}
+	return workspace.CopyTo(w.Response, src)
+}
+
+// isFile reports whether r is an *os.File, alone or behind the
+// io.LimitedReader http.ServeContent puts around it.
+func isFile(r io.Reader) bool {
+	if lr, ok := r.(*io.LimitedReader); ok {
+		r = lr.R
+	}
+	_, ok := r.(*os.File)
+	return ok
+}
 
 func (s *Server) listFiles(c echo.Context) error {
 	ws, err := s.contextWorkspace(c)

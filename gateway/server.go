@@ -97,6 +97,8 @@ type Server struct {
 	conns  map[*wsConn]struct{}
 	closed bool
 	wg     sync.WaitGroup // websocket pumps
+
+	connLogs sync.Map // net.Conn → *connLog: request lines waiting for their responses (logging.go)
 }
 
 // New builds the gateway's routes over mgr.
@@ -133,6 +135,8 @@ func New(cfg Config, mgr *sessions.Manager, log *slog.Logger) *Server {
 		Handler:           s,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
+		ConnContext:       s.connContext,
+		ConnState:         s.connState,
 	}
 	return s
 }

@@ -154,6 +154,33 @@ func consume(bufs *net.Buffers, n int64) {
 	}
 }
 
+// ReadFrom copies r to the connection. A file or socket of package os
+// or net (alone or behind an io.LimitedReader, as net/http's responses
+// and io.CopyN hand it) goes to the wrapped connection's own ReadFrom,
+// which has the kernel copy it (sendfile, splice) without its bytes
+// passing through the process: for a download that saves far more than
+// the scheduler's bookkeeping costs for the few system calls it takes.
+// Anything else is read into a buffer and written with raw writes.
+func (c *Conn) ReadFrom(r io.Reader) (int64, error) {
+	if rf, ok := c.Conn.(io.ReaderFrom); ok && hasDescriptor(r) {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(writerOnly{c}, r)
+}
+
+// writerOnly hides Conn's ReadFrom from io.Copy.
+type writerOnly struct{ io.Writer }
+
+// hasDescriptor reports whether r reads a file descriptor (an *os.File,
+// or a socket of package net), alone or behind an io.LimitedReader.
+func hasDescriptor(r io.Reader) bool {
+	if lr, ok := r.(*io.LimitedReader); ok {
+		r = lr.R
+	}
+	_, ok := r.(syscall.Conn)
+	return ok
+}
+
 // CloseWrite shuts down the writing side (net/http uses it to let a
 // response reach a client whose request it did not read to the end).
 func (c *Conn) CloseWrite() error {
