@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -102,14 +103,43 @@ func TestPoolWithinMaxKernels(t *testing.T) {
 }
 
 // kernelsOnly keeps the kernels of pids: the processes started with a
-// connection file, not the helpers a kernel's directory also names.
+// connection file, not the helpers a kernel's directory also names, nor
+// a kernel's own children, which carry its command line from their fork
+// until they exec (ipykernel runs `ip addr` as it starts).
 func kernelsOnly(pids []int) []int {
-	var out []int
+	named := map[int]int{} // pid → parent
 	for _, pid := range pids {
 		cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		if err == nil && bytes.Contains(cmd, []byte(".json")) {
-			out = append(out, pid)
+			named[pid] = parentOf(pid)
+		}
+	}
+	var out []int
+	for _, pid := range pids {
+		if parent, ok := named[pid]; ok {
+			if _, child := named[parent]; !child {
+				out = append(out, pid)
+			}
 		}
 	}
 	return out
+}
+
+// parentOf is the parent of process pid, 0 when it cannot be read.
+func parentOf(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// pid (comm) state ppid …: comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(string(f[1]))
+	return ppid
 }
