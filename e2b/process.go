@@ -78,13 +78,12 @@ func (t *processTable) add(p *process) uint32 {
 	return t.next
 }
 
-// pruneLocked forgets the commands that have ended.
+// pruneLocked forgets the commands that have ended: as soon as their end
+// is known (and streamed), not once their record is stored too.
 func (t *processTable) pruneLocked() {
 	for pid, p := range t.procs {
-		select {
-		case <-p.run.Done():
+		if p.run.State() == sessions.RunDone {
 			delete(t.procs, pid)
-		default:
 		}
 	}
 }
