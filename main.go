@@ -157,8 +157,10 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--state-dir: %w", err)
 	}
+	// store, and storeID naming it to the kernels launched for it (see
+	// jupyter.LocalProvisioner.StateID): "" without one.
 	var store state.Store
-	storeID := stateDir
+	storeID := ""
 	if cfg.StateURL != "" {
 		// The database keeps the records; the state directory only the
 		// contexts' workspaces.
@@ -179,6 +181,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		}
 		defer bolt.Close()
 		store = bolt
+		storeID = stateDir
 		log.Info("state kept", "dir", stateDir, "keep_kernels", cfg.KeepKernels, "orphan_timeout", cfg.OrphanTimeout)
 	} else {
 		log.Info("state kept in memory only: a restart loses kernels, contexts, sessions and runs")
@@ -243,7 +246,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	}
 	seed := filepath.Join(runtimeDir, "home-seed")
 	local := &jupyter.LocalProvisioner{RuntimeDir: runtimeDir, Logger: log, HomeSeed: seed, PythonLauncher: cfg.PythonLauncher,
-		Detached: store != nil && jupyter.LocalAdoption, StateID: stateID(store, storeID), OrphanTimeout: cfg.OrphanTimeout}
+		Detached: store != nil && jupyter.LocalAdoption, StateID: storeID, OrphanTimeout: cfg.OrphanTimeout}
 	prov := jupyter.NewRegistry(cfg.DefaultProvisioner)
 	prov.Register(jupyter.LocalProvisionerName, local)
 	kube, err := startKubernetes(cfg, specs, prov, log)
@@ -454,20 +457,4 @@ func isLoopback(ip string) bool {
 	}
 	p := net.ParseIP(ip)
 	return p != nil && p.IsLoopback()
-}
-
-// stateID names the state store of the kernels a gateway launches (its
-// absolute directory, or "postgres:" and its URL without the password),
-// "" without one.
-func stateID(store state.Store, dir string) string {
-	if store == nil {
-		return ""
-	}
-	if strings.HasPrefix(dir, "postgres:") {
-		return dir
-	}
-	if abs, err := filepath.Abs(dir); err == nil {
-		return abs
-	}
-	return dir
 }

@@ -75,65 +75,23 @@ func (b *bench) benchState(ctx context.Context) error {
 		defer sd.conn.Close()
 		sd.body, _ = json.Marshal(map[string]any{"context": id, "code": "1+1"})
 	}
-	n := b.opt.roundTrips
-	for i := 0; i < b.opt.warmup+n; i++ {
-		for _, sd := range sides {
-			rctx, cancel := within(ctx, time.Minute)
-			d, err := measure(func() error {
-				_, err := sd.conn.execute(rctx, sd.body, "2")
-				return err
-			})
-			cancel()
-			if err != nil {
-				return err
-			}
-			if i >= b.opt.warmup {
-				sd.lat = append(sd.lat, d)
-			}
-		}
-		if (i+1)%200 == 0 {
-			progress("state: latency %d/%d", i+1, b.opt.warmup+n)
-		}
+	lats, err := b.interleavedExecutes(ctx, "state: latency", []*restConn{sides[0].conn, sides[1].conn}, [][]byte{sides[0].body, sides[1].body})
+	if err != nil {
+		return err
 	}
+	sides[0].lat, sides[1].lat = lats[0], lats[1]
 	b.add(row{figure: "POST /api/execute 1+1, Python context, store on", kg: lat(sides[0].lat),
 		ratios: "on − off paired " + fmtPaired(sides[0].lat, sides[1].lat)})
 	b.add(row{figure: "POST /api/execute 1+1, Python context, store off (--state-dir '')", kg: lat(sides[1].lat)})
 
 	// Throughput: contexts × one client each, every client running
 	// stateRuns runs; store on and off in turn.
-	const clients, stateRuns = 8, 100
-	rates := map[*server][]float64{}
-	ctxIDs := map[*server][]string{}
-	for _, s := range []*server{on, off} {
-		for range clients {
-			cctx, cancel := within(ctx, 2*time.Minute)
-			id, _, err := s.createContext(cctx, "python")
-			cancel()
-			if err != nil {
-				return err
-			}
-			ctxIDs[s] = append(ctxIDs[s], id)
-		}
+	best, err := bestThroughput(ctx, []*server{on, off}, stateClients, stateRuns)
+	if err != nil {
+		return err
 	}
-	for round := 0; round < 3; round++ {
-		for _, s := range []*server{on, off} {
-			rate, err := throughput(ctx, s, ctxIDs[s], stateRuns)
-			if err != nil {
-				return err
-			}
-			if round > 0 { // the first round warms up
-				rates[s] = append(rates[s], rate)
-			}
-		}
-	}
-	best := func(rs []float64) float64 {
-		m := 0.0
-		for _, r := range rs {
-			m = max(m, r)
-		}
-		return m
-	}
-	rOn, rOff := best(rates[on]), best(rates[off])
+	rOn, rOff := best[on], best[off]
+	const clients = stateClients
 	b.add(row{figure: fmt.Sprintf("runs/s, %d Python contexts × 1 client, store on", clients), kg: fmt.Sprintf("%.0f", rOn),
 		ratios: fmt.Sprintf("on/off %.2f", rOn/rOff)})
 	b.add(row{figure: fmt.Sprintf("runs/s, %d Python contexts × 1 client, store off", clients), kg: fmt.Sprintf("%.0f", rOff)})
@@ -187,66 +145,89 @@ func (b *bench) benchStatePG(ctx context.Context, bolt *server, boltConn *restCo
 	}
 	defer pgConn.Close()
 	pgBody, _ := json.Marshal(map[string]any{"context": id, "code": "1+1"})
-	var latPG, latBolt sample
-	n := b.opt.roundTrips
-	for i := 0; i < b.opt.warmup+n; i++ {
-		for _, sd := range []struct {
-			conn *restConn
-			body []byte
-			out  *sample
-		}{{pgConn, pgBody, &latPG}, {boltConn, boltBody, &latBolt}} {
-			rctx, cancel := within(ctx, time.Minute)
-			d, err := measure(func() error {
-				_, err := sd.conn.execute(rctx, sd.body, "2")
-				return err
-			})
-			cancel()
-			if err != nil {
-				return err
-			}
-			if i >= b.opt.warmup {
-				*sd.out = append(*sd.out, d)
-			}
-		}
-		if (i+1)%200 == 0 {
-			progress("state: PostgreSQL latency %d/%d", i+1, b.opt.warmup+n)
-		}
+	lats, err := b.interleavedExecutes(ctx, "state: PostgreSQL latency", []*restConn{pgConn, boltConn}, [][]byte{pgBody, boltBody})
+	if err != nil {
+		return err
 	}
+	latPG, latBolt := lats[0], lats[1]
 	b.add(row{figure: "POST /api/execute 1+1, Python context, PostgreSQL store (--state-url, local server)", kg: lat(latPG),
 		ratios: "PostgreSQL − bbolt paired " + fmtPaired(latPG, latBolt)})
 
-	const clients, runs = 8, 100
-	ids := map[*server][]string{}
-	for _, s := range []*server{pg, bolt} {
-		for range clients {
-			cctx, cancel := within(ctx, 2*time.Minute)
-			id, _, err := s.createContext(cctx, "python")
-			cancel()
-			if err != nil {
-				return err
-			}
-			ids[s] = append(ids[s], id)
-		}
+	best, err := bestThroughput(ctx, []*server{pg, bolt}, stateClients, stateRuns)
+	if err != nil {
+		return err
 	}
-	best := map[*server]float64{}
-	for round := 0; round < 3; round++ {
-		for _, s := range []*server{pg, bolt} {
-			rate, err := throughput(ctx, s, ids[s], runs)
-			if err != nil {
-				return err
-			}
-			if round > 0 {
-				best[s] = max(best[s], rate)
-			}
-		}
-	}
-	b.add(row{figure: fmt.Sprintf("runs/s, %d Python contexts × 1 client, PostgreSQL store", clients), kg: fmt.Sprintf("%.0f", best[pg]),
+	b.add(row{figure: fmt.Sprintf("runs/s, %d Python contexts × 1 client, PostgreSQL store", stateClients), kg: fmt.Sprintf("%.0f", best[pg]),
 		ratios: fmt.Sprintf("PostgreSQL/bbolt %.2f (bbolt %.0f)", best[pg]/best[bolt], best[bolt])})
 	dp50 := latPG.p50() - latBolt.p50()
 	b.check("the PostgreSQL store: execute p50 within +0.5 ms of bbolt's, runs/s at least 0.9 of bbolt's",
 		dp50 <= 500*time.Microsecond && best[pg] >= 0.9*best[bolt],
 		"p50 %s ms against %s ms; %.0f against %.0f runs/s", fmtMS(latPG.p50()), fmtMS(latBolt.p50()), best[pg], best[bolt])
 	return nil
+}
+
+// stateClients contexts, one client each, run stateRuns runs each in a
+// throughput round.
+const stateClients, stateRuns = 8, 100
+
+// interleavedExecutes sends each body on its connection in turn,
+// opt.warmup + opt.roundTrips times, and returns each one's latencies
+// after the warm-up.
+func (b *bench) interleavedExecutes(ctx context.Context, what string, conns []*restConn, bodies [][]byte) ([]sample, error) {
+	lats := make([]sample, len(conns))
+	n := b.opt.warmup + b.opt.roundTrips
+	for i := range n {
+		for j, conn := range conns {
+			rctx, cancel := within(ctx, time.Minute)
+			d, err := measure(func() error {
+				_, err := conn.execute(rctx, bodies[j], "2")
+				return err
+			})
+			cancel()
+			if err != nil {
+				return nil, err
+			}
+			if i >= b.opt.warmup {
+				lats[j] = append(lats[j], d)
+			}
+		}
+		if (i+1)%200 == 0 {
+			progress("%s %d/%d", what, i+1, n)
+		}
+	}
+	return lats, nil
+}
+
+// bestThroughput makes clients Python contexts on each server, then
+// runs three rounds of throughput on them, the servers in turn, and
+// returns each server's best runs a second after the first round (which
+// warms up).
+func bestThroughput(ctx context.Context, servers []*server, clients, runs int) (map[*server]float64, error) {
+	ids := map[*server][]string{}
+	for _, s := range servers {
+		for range clients {
+			cctx, cancel := within(ctx, 2*time.Minute)
+			id, _, err := s.createContext(cctx, "python")
+			cancel()
+			if err != nil {
+				return nil, err
+			}
+			ids[s] = append(ids[s], id)
+		}
+	}
+	best := map[*server]float64{}
+	for round := range 3 {
+		for _, s := range servers {
+			rate, err := throughput(ctx, s, ids[s], runs)
+			if err != nil {
+				return nil, err
+			}
+			if round > 0 {
+				best[s] = max(best[s], rate)
+			}
+		}
+	}
+	return best, nil
 }
 
 // throughput runs count runs in each context, one client each, and

@@ -147,7 +147,6 @@ func (h *Handler) processUnary(w http.ResponseWriter, r *http.Request, sb *sandb
 		Process selector `json:"process"`
 		Input   struct {
 			Stdin *string `json:"stdin"`
-			Pty   *string `json:"pty"`
 		} `json:"input"`
 		Signal json.RawMessage `json:"signal"`
 	}
@@ -249,9 +248,8 @@ func readEnvelope(r io.Reader) ([]byte, error) {
 
 // streamWriter writes a Connect stream's frames.
 type streamWriter struct {
-	w     http.ResponseWriter
-	buf   bytes.Buffer
-	ended bool
+	w   http.ResponseWriter
+	buf bytes.Buffer
 }
 
 func (s *streamWriter) frame(flag byte, v any) error {
@@ -278,18 +276,8 @@ func (s *streamWriter) event(ev any) error {
 	return s.frame(0, map[string]any{"event": ev})
 }
 
-// end writes the end of the stream, with an error when code is set.
-func (s *streamWriter) end(code, msg string) {
-	if s.ended {
-		return
-	}
-	s.ended = true
-	if code == "" {
-		s.frame(connectEndStream, map[string]any{})
-		return
-	}
-	s.frame(connectEndStream, map[string]any{"error": map[string]string{"code": code, "message": msg}})
-}
+// end writes the end of the stream.
+func (s *streamWriter) end() { s.frame(connectEndStream, map[string]any{}) }
 
 // processStream serves Start and Connect: the start event, the command's
 // output, its end.
@@ -407,10 +395,11 @@ func (h *Handler) startProcess(r *http.Request, sb *sandbox, cfg processConfig, 
 		return 0, nil, err
 	}
 	// The stream's deadline (the SDK's timeoutMs) bounds the command, as
-	// envd's does; 0 or none is no limit.
+	// envd's does; 0 or none is no limit, and more than a run may be given
+	// is that (a header's milliseconds would overflow a Duration).
 	var timeout time.Duration
 	if ms, err := strconv.ParseInt(r.Header.Get("Connect-Timeout-Ms"), 10, 64); err == nil && ms > 0 {
-		timeout = time.Duration(ms) * time.Millisecond
+		timeout = time.Duration(min(ms, int64(sessions.MaxRunTimeout/time.Millisecond))) * time.Millisecond
 	}
 	run, err := h.mgr.RunCommand(r.Context(), sessions.CommandRequest{
 		Context: ctxID, Argv: argv, Cwd: cwd, Env: cfg.Envs, Timeout: timeout, Stdin: stdin,
@@ -430,6 +419,8 @@ func (h *Handler) startProcess(r *http.Request, sb *sandbox, cfg processConfig, 
 func (h *Handler) followProcess(r *http.Request, s *streamWriter, run *sessions.Run, after int, keepalive time.Duration) {
 	ctx := r.Context()
 	last := after
+	t := time.NewTimer(keepalive)
+	defer t.Stop()
 	for {
 		events, changed, done := run.Events(last)
 		for _, e := range events {
@@ -442,14 +433,14 @@ func (h *Handler) followProcess(r *http.Request, s *streamWriter, run *sessions.
 				return
 			}
 			if e.Type == "end" {
-				s.end("", "")
+				s.end()
 				return
 			}
 		}
 		if done && len(events) == 0 {
 			if end, ok := run.End(); ok {
 				if ev, ok := processEvent(end); ok && s.event(ev) == nil {
-					s.end("", "")
+					s.end()
 				}
 			}
 			return
@@ -457,16 +448,14 @@ func (h *Handler) followProcess(r *http.Request, s *streamWriter, run *sessions.
 		if len(events) > 0 {
 			continue
 		}
-		t := time.NewTimer(keepalive)
+		t.Reset(keepalive)
 		select {
 		case <-changed:
-			t.Stop()
 		case <-t.C:
 			if s.event(map[string]any{"keepalive": map[string]any{}}) != nil {
 				return
 			}
 		case <-ctx.Done():
-			t.Stop()
 			return
 		}
 	}

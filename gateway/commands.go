@@ -2,13 +2,13 @@ package gateway
 
 import (
 	"encoding/json"
-	"math"
 	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"kernelgate/internal/seconds"
 	"kernelgate/sessions"
 )
 
@@ -48,10 +48,11 @@ func timeoutBody(t *float64) (time.Duration, error) {
 	if t == nil {
 		return 0, nil
 	}
-	if *t < 0 || math.IsNaN(*t) || *t > 365*24*3600 {
-		return 0, newError(http.StatusBadRequest, "BAD_REQUEST", "timeout is a number of seconds, 0 or more")
+	d, ok := seconds.Of(*t, sessions.MaxRunTimeout)
+	if !ok {
+		return 0, newError(http.StatusBadRequest, "BAD_REQUEST", sessions.TimeoutRange)
 	}
-	return time.Duration(*t * float64(time.Second)), nil
+	return d, nil
 }
 
 // runCommand starts a command beside a context's kernel: the Execution

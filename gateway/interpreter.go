@@ -91,12 +91,9 @@ func (s *Server) execute(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var timeout time.Duration
-	if body.Timeout != nil {
-		var ok bool
-		if timeout, ok = seconds.Of(*body.Timeout, sessions.MaxRunTimeout); !ok {
-			return newError(http.StatusBadRequest, "BAD_REQUEST", sessions.TimeoutRange)
-		}
+	timeout, err := timeoutBody(body.Timeout)
+	if err != nil {
+		return err
 	}
 	if body.Context != nil && *body.Context == "" {
 		return newError(http.StatusBadRequest, "BAD_REQUEST", `context "" names no context: omit context to run on the shared kernel`)

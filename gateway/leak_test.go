@@ -20,13 +20,7 @@ import (
 // running kernels, websockets, runs, streams and isolated runs, and checks
 // that goroutines, open files and processes come back to where they were.
 func TestGatewayCyclesLeakNothing(t *testing.T) {
-	specs := kernelspecs.Load([]string{testkernels.Dir(t)})
-	cycle := func() {
-		mgr := sessions.New(sessions.Config{PoolSize: 1}, specs, &jupyter.LocalProvisioner{RuntimeDir: t.TempDir()}, nil)
-		srv := New(Config{Token: testToken}, mgr, nil)
-		hs := httptest.NewServer(srv)
-		g := &testGateway{t: t, url: hs.URL, token: testToken, mgr: mgr, srv: srv}
-
+	checkCyclesLeakNothing(t, sessions.Config{PoolSize: 1}, 3, func(g *testGateway) func() {
 		k := g.startKernel("python3")
 		c := g.mustDial(k.ID, true)
 		c.run("1+1")
@@ -41,19 +35,37 @@ func TestGatewayCyclesLeakNothing(t *testing.T) {
 		// One websocket left open: shutdown must close it.
 		k2 := g.startKernel("python3")
 		c2 := g.mustDial(k2.ID, false)
+		return func() { // the test's own client ends of the websockets
+			c.conn.Close()
+			c2.conn.Close()
+		}
+	})
+}
 
+// checkCyclesLeakNothing runs use on a whole gateway of cfg, then stops
+// the gateway and calls what use returned; after a first cycle (what the
+// runtime starts once), it checks that cycles more of it leave
+// goroutines, open files and processes where they were.
+func checkCyclesLeakNothing(t *testing.T, cfg sessions.Config, cycles int, use func(g *testGateway) (after func())) {
+	t.Helper()
+	specs := kernelspecs.Load([]string{testkernels.Dir(t)})
+	cycle := func() {
+		mgr := sessions.New(cfg, specs, &jupyter.LocalProvisioner{RuntimeDir: t.TempDir()}, nil)
+		srv := New(Config{Token: testToken}, mgr, nil)
+		hs := httptest.NewServer(srv)
+		after := use(&testGateway{t: t, url: hs.URL, token: testToken, mgr: mgr, srv: srv})
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		srv.Shutdown(ctx)
 		hs.Close()
 		mgr.Close(ctx)
-		// The test's own client ends of the websockets.
-		c.conn.Close()
-		c2.conn.Close()
+		if after != nil {
+			after()
+		}
 	}
-	cycle() // warm up what the runtime starts once
+	cycle()
 	before := leakcheck.Snapshot(t)
-	for i := 0; i < 3; i++ {
+	for range cycles {
 		cycle()
 	}
 	http.DefaultClient.CloseIdleConnections() // the test's own client side

@@ -16,13 +16,10 @@ func TestContextFromWarmPool(t *testing.T) {
 	if err := g.mgr.Prewarm([]string{"python"}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for ps := g.mgr.Pools(); len(ps) != 1 || ps[0].Ready != 1; ps = g.mgr.Pools() {
-		if time.Now().After(deadline) {
-			t.Fatalf("the pool did not fill: %+v", ps)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	checkFor(t, time.Minute, "the pool to fill", func() bool {
+		ps := g.mgr.Pools()
+		return len(ps) == 1 && ps[0].Ready == 1
+	})
 	c := b4Context(t, g, map[string]any{"id": "warm", "cwd": "work", "env": map[string]string{"REGION": "east"}})
 	if c.KernelID == nil {
 		t.Fatalf("context without a kernel: %+v", c)

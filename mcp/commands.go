@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -57,12 +56,9 @@ func (h *Handler) runCommand(ctx context.Context, req *sdk.CallToolRequest) (*sd
 	if err := h.check(a, true, args.Context); err != nil {
 		return h.toolError(err), nil
 	}
-	var timeout time.Duration
-	if args.Timeout != nil {
-		if *args.Timeout < 0 || *args.Timeout > 365*24*3600 {
-			return h.toolError(&badArgs{"timeout is a number of seconds, 0 or more"}), nil
-		}
-		timeout = time.Duration(*args.Timeout * float64(time.Second))
+	timeout, ok := timeoutArg(args.Timeout)
+	if !ok {
+		return h.toolError(&badArgs{sessions.TimeoutRange}), nil
 	}
 	run, err := h.mgr.RunCommand(ctx, sessions.CommandRequest{
 		Context: args.Context, Argv: sessions.ShellCommand(*args.Command), Timeout: timeout,
@@ -88,14 +84,8 @@ func commandResult(js []byte) (*sdk.CallToolResult, error) {
 	if err := json.Unmarshal(js, &e); err != nil {
 		return nil, err
 	}
-	var content []sdk.Content
+	content := logsContent(&e)
 	text := func(s string) { content = append(content, &sdk.TextContent{Text: s}) }
-	if out := strings.Join(e.Logs.Stdout, ""); out != "" {
-		text(out)
-	}
-	if out := strings.Join(e.Logs.Stderr, ""); out != "" {
-		text("stderr:\n" + out)
-	}
 	code := -1
 	if e.Process.ExitCode != nil {
 		code = *e.Process.ExitCode

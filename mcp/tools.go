@@ -125,12 +125,9 @@ func (h *Handler) runCode(ctx context.Context, req *sdk.CallToolRequest) (*sdk.C
 	if err := h.check(a, true, args.Context); err != nil {
 		return h.toolError(err), nil
 	}
-	var timeout time.Duration
-	if args.Timeout != nil {
-		var ok bool
-		if timeout, ok = seconds.Of(*args.Timeout, sessions.MaxRunTimeout); !ok {
-			return h.toolError(&badArgs{sessions.TimeoutRange}), nil
-		}
+	timeout, ok := timeoutArg(args.Timeout)
+	if !ok {
+		return h.toolError(&badArgs{sessions.TimeoutRange}), nil
 	}
 	run, err := h.mgr.Execute(ctx, sessions.ExecuteRequest{
 		Code: *args.Code, Language: args.Language, Kernelspec: args.Kernelspec, Context: args.Context, Timeout: timeout,
@@ -151,6 +148,27 @@ func (h *Handler) runCode(ctx context.Context, req *sdk.CallToolRequest) (*sdk.C
 	return executionResult(run.ExecutionJSON())
 }
 
+// timeoutArg reads a tool's timeout in seconds (nil: none); false when it
+// is out of sessions.TimeoutRange.
+func timeoutArg(t *float64) (time.Duration, bool) {
+	if t == nil {
+		return 0, true
+	}
+	return seconds.Of(*t, sessions.MaxRunTimeout)
+}
+
+// logsContent is an Execution's stdout, then its stderr, as text.
+func logsContent(e *sessions.Execution) []sdk.Content {
+	var content []sdk.Content
+	if out := strings.Join(e.Logs.Stdout, ""); out != "" {
+		content = append(content, &sdk.TextContent{Text: out})
+	}
+	if out := strings.Join(e.Logs.Stderr, ""); out != "" {
+		content = append(content, &sdk.TextContent{Text: "stderr:\n" + out})
+	}
+	return content
+}
+
 // executionResult turns an Execution into a tool result: text for the
 // logs, the results' text and the error; images for PNG and JPEG; the
 // Execution itself as structured content.
@@ -159,14 +177,8 @@ func executionResult(js []byte) (*sdk.CallToolResult, error) {
 	if err := json.Unmarshal(js, &e); err != nil {
 		return nil, err
 	}
-	var content []sdk.Content
+	content := logsContent(&e)
 	text := func(s string) { content = append(content, &sdk.TextContent{Text: s}) }
-	if out := strings.Join(e.Logs.Stdout, ""); out != "" {
-		text(out)
-	}
-	if out := strings.Join(e.Logs.Stderr, ""); out != "" {
-		text("stderr:\n" + out)
-	}
 	for _, r := range e.Results {
 		image := false
 		for _, img := range []struct{ b64, mime string }{{r.PNG, "image/png"}, {r.JPEG, "image/jpeg"}} {

@@ -150,12 +150,10 @@ func (m *Manager) RunCommand(ctx context.Context, req CommandRequest) (*Run, err
 	}
 	r.mu.Unlock()
 	r.start()
-	if !r.deadline.IsZero() {
-		t := time.AfterFunc(time.Until(r.deadline), func() { c.stopCommand(r, cr, TimedOut) })
-		r.mu.Lock()
-		r.timer = t
-		r.mu.Unlock()
-	}
+	r.armDeadline(func() { c.stopCommand(r, cr, TimedOut) })
+	// Its id leaves the gateway now: its record is committed first, as
+	// a code run's is (persist.go).
+	r.promise()
 	m.goroutine(func() { c.superviseCommand(k, r, cr) })
 	return r, nil
 }
@@ -206,16 +204,9 @@ func commandDir(c *Context, cwd string) (string, error) {
 	if cwd == "" || c.ws == nil {
 		return c.Cwd, nil
 	}
-	rel := cwd
-	if strings.HasPrefix(cwd, "/") {
-		root := c.ws.Dir()
-		if cwd != root && !strings.HasPrefix(cwd, root+"/") {
-			return "", errorf(ErrBadRequest, "cwd %s is outside the context's workspace %s: give a path relative to the workspace", cwd, root)
-		}
-		rel = strings.TrimPrefix(strings.TrimPrefix(cwd, root), "/")
-		if rel == "" {
-			rel = "."
-		}
+	rel, err := wsRel(c.ws, cwd)
+	if err != nil {
+		return "", err
 	}
 	e, err := c.ws.Stat(rel)
 	if err != nil {
@@ -239,11 +230,7 @@ func (c *Context) addCommand(r *Run, cr *commandRun) bool {
 		c.commands = map[*Run]*commandRun{}
 	}
 	c.commands[r] = cr
-	c.runIDs = append(c.runIDs, r.ID)
-	if over := len(c.runIDs) - c.m.cfg.RunsKept; over > 0 {
-		clear(c.runIDs[:over])
-		c.runIDs = c.runIDs[over:]
-	}
+	c.noteRunLocked(r.ID)
 	return true
 }
 

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,29 +33,10 @@ func (s *commitCounter) CommitRun(ctx context.Context, id string, data []byte) e
 // flight rather than starting one of its own, and the store then holds
 // the record naming the run's kernel and request.
 func TestCodeIsSentWhileTheRecordCommits(t *testing.T) {
-	var hold atomic.Bool
-	release := make(chan struct{})
-	held := make(chan struct{}, 1)
-	store, err := state.Open(filepath.Join(t.TempDir(), state.FileName), state.Options{
-		BeforeCommit: func(int) {
-			if hold.Load() {
-				select {
-				case held <- struct{}{}:
-				default:
-				}
-				<-release
-			}
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
+	store := openHeldStore(t, state.Options{}, nil)
 	counted := &commitCounter{Store: store}
 	m := newRealManager(t, Config{Store: counted, PoolSize: 0})
-	var once sync.Once
-	unhold := func() { once.Do(func() { hold.Store(false); close(release) }) }
-	t.Cleanup(unhold) // before the manager and the store close
+	t.Cleanup(store.unhold) // before the manager and the store close
 
 	ctx := context.Background()
 	c, err := m.CreateContext(ctx, ContextRequest{ID: "overlap", Language: "python"})
@@ -72,7 +52,7 @@ func TestCodeIsSentWhileTheRecordCommits(t *testing.T) {
 
 	file := filepath.Join(t.TempDir(), "ran")
 	waitedBefore := counted.waited.Load()
-	hold.Store(true)
+	store.hold()
 	type answer struct {
 		r   *Run
 		err error
@@ -87,7 +67,7 @@ func TestCodeIsSentWhileTheRecordCommits(t *testing.T) {
 		answered <- answer{r, err}
 	}()
 	select {
-	case <-held:
+	case <-store.held:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the store's writer did not commit the run's record")
 	}
@@ -115,7 +95,7 @@ func TestCodeIsSentWhileTheRecordCommits(t *testing.T) {
 	default:
 	}
 
-	unhold()
+	store.unhold()
 	var a answer
 	select {
 	case a = <-answered:
@@ -158,23 +138,9 @@ func TestCodeIsSentWhileTheRecordCommits(t *testing.T) {
 // run answers while the disk still does not. Once the disk answers, both
 // runs' records reach the store.
 func TestHungCommitHoldsTheAnswerOnlyUntilTheStoreTimeout(t *testing.T) {
-	var hold atomic.Bool
-	release := make(chan struct{})
-	store, err := state.Open(filepath.Join(t.TempDir(), state.FileName), state.Options{
-		BeforeCommit: func(int) {
-			if hold.Load() {
-				<-release
-			}
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
+	store := openHeldStore(t, state.Options{}, nil)
 	m := newRealManager(t, Config{Store: store, PoolSize: 0})
-	var once sync.Once
-	unhold := func() { once.Do(func() { hold.Store(false); close(release) }) }
-	t.Cleanup(unhold)
+	t.Cleanup(store.unhold)
 
 	ctx := context.Background()
 	c, err := m.CreateContext(ctx, ContextRequest{ID: "hung", Language: "python"})
@@ -182,7 +148,7 @@ func TestHungCommitHoldsTheAnswerOnlyUntilTheStoreTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(t, m, ExecuteRequest{Context: c.ID, Code: "1+1"})
-	hold.Store(true)
+	store.hold()
 	answered := make(chan *Run, 1)
 	go func() {
 		r, err := m.Execute(ctx, ExecuteRequest{Context: c.ID, Wait: true, Code: "print('out')"})
@@ -208,19 +174,19 @@ func TestHungCommitHoldsTheAnswerOnlyUntilTheStoreTimeout(t *testing.T) {
 		t.Fatal("a commit that did not come in time did not mark the store stuck")
 	}
 	select {
-	case <-release:
+	case <-store.release:
 		t.Fatal("the store was released before the run answered")
 	default:
 	}
 	// The store is stuck: the next run does not wait for it.
 	next, _ := run(t, m, ExecuteRequest{Context: c.ID, Code: "2+2"})
 	select {
-	case <-release:
+	case <-store.release:
 		t.Fatal("the store was released before the next run answered")
 	default:
 	}
 
-	unhold()
+	store.unhold()
 	waitFor(t, "both runs' records in the store", func() bool {
 		snap, err := store.Load(ctx)
 		if err != nil {

@@ -171,13 +171,7 @@ func (c *Context) enqueueRun(r *Run, inline bool) (bool, bool, error) {
 		return false, false, errorf(ErrQueueFull, "context %s already has %d runs waiting; wait for them or use another context", c.ID, limit)
 	}
 	c.queue = append(c.queue, r)
-	c.runIDs = append(c.runIDs, r.ID)
-	if over := len(c.runIDs) - c.m.cfg.RunsKept; over > 0 {
-		// Drop the oldest from the front: append reallocates once the
-		// room there is used, rather than every run copying the rest.
-		clear(c.runIDs[:over])
-		c.runIDs = c.runIDs[over:]
-	}
+	c.noteRunLocked(r.ID)
 	r.mu.Lock()
 	r.cancel = func(reason Reason) { c.dequeue(r, reason) }
 	r.mu.Unlock()
@@ -190,17 +184,37 @@ func (c *Context) enqueueRun(r *Run, inline bool) (bool, bool, error) {
 		}
 	}
 	c.mu.Unlock()
-	if !r.deadline.IsZero() {
-		t := time.AfterFunc(time.Until(r.deadline), r.expire)
-		r.mu.Lock()
-		if r.state == RunDone {
-			t.Stop()
-		} else {
-			r.timer = t
-		}
-		r.mu.Unlock()
-	}
+	r.armDeadline(r.expire)
 	return inline, first, nil
+}
+
+// noteRunLocked adds a run's id to c's runs, keeping the last RunsKept;
+// c.mu is held.
+func (c *Context) noteRunLocked(id string) {
+	c.runIDs = append(c.runIDs, id)
+	if over := len(c.runIDs) - c.m.cfg.RunsKept; over > 0 {
+		// Drop the oldest from the front: append reallocates once the
+		// room there is used, rather than every run copying the rest.
+		clear(c.runIDs[:over])
+		c.runIDs = c.runIDs[over:]
+	}
+}
+
+// armDeadline calls expire once r's deadline (if it has one) has passed;
+// the timer is stopped when r ends, and not armed for a run that ended
+// already.
+func (r *Run) armDeadline(expire func()) {
+	if r.deadline.IsZero() {
+		return
+	}
+	t := time.AfterFunc(time.Until(r.deadline), expire)
+	r.mu.Lock()
+	if r.state == RunDone {
+		t.Stop()
+	} else {
+		r.timer = t
+	}
+	r.mu.Unlock()
 }
 
 // kernelReady reports whether the context's kernel process is running and
@@ -403,7 +417,7 @@ func (c *Context) execute(r *Run) {
 		// gateway started again after a crash picks the run up. Its
 		// commit goes on while the kernel runs the code; the run's id
 		// leaves the gateway once it is durable (promiseSending).
-		call, _, ended, err = k.startRun(jk, content, handle, func(msgID string) {
+		call, ended, err = k.startRun(jk, content, handle, func(msgID string) {
 			r.mu.Lock()
 			r.kernelID, r.msgID = k.id, msgID
 			r.mu.Unlock()

@@ -41,6 +41,13 @@ func clientRequest(t *testing.T, k *Kernel, code string) []string {
 	if err := c.Send(context.Background(), Shell, req); err != nil {
 		t.Fatal(err)
 	}
+	return iopubUntilIdle(t, c, req.Header.MsgID)
+}
+
+// iopubUntilIdle returns the types of the iopub messages client c gets
+// for request id, up to and including its idle status.
+func iopubUntilIdle(t *testing.T, c *Client, id string) []string {
+	t.Helper()
 	var got []string
 	deadline := time.After(10 * time.Second)
 	for {
@@ -49,7 +56,7 @@ func clientRequest(t *testing.T, k *Kernel, code string) []string {
 			t.Fatal(err)
 		}
 		for _, o := range items {
-			if o.Channel != IOPub || o.Msg.ParentID != req.Header.MsgID {
+			if o.Channel != IOPub || o.Msg.ParentID != id {
 				continue
 			}
 			got = append(got, string(o.Msg.Type())+string(o.Msg.ExecutionState()))
@@ -223,31 +230,7 @@ func TestRepeatedMsgIDKeepsTheFirstHold(t *testing.T) {
 		t.Fatalf("a repeated msg_id in flight: %v, want ErrConflict", err)
 	}
 	close(gate)
-	var got []string
-	deadline := time.After(10 * time.Second)
-	for {
-		items, err := c.Take()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, o := range items {
-			if o.Channel != IOPub || o.Msg.ParentID != req.Header.MsgID {
-				continue
-			}
-			got = append(got, string(o.Msg.Type())+string(o.Msg.ExecutionState()))
-			if o.Msg.ExecutionState() == jupyter.StateIdle {
-				if s := strings.Join(got, " "); s != "statusbusy execute_result statusidle" {
-					t.Errorf("the first request got %s, want its result before its idle status", s)
-				}
-				return
-			}
-		}
-		if len(items) == 0 {
-			select {
-			case <-c.Ready():
-			case <-deadline:
-				t.Fatalf("no idle status; got %v", got)
-			}
-		}
+	if got := strings.Join(iopubUntilIdle(t, c, req.Header.MsgID), " "); got != "statusbusy execute_result statusidle" {
+		t.Errorf("the first request got %s, want its result before its idle status", got)
 	}
 }

@@ -593,7 +593,7 @@ func (m *Manager) newRunWithID(id string, c *Context, req ExecuteRequest) *Run {
 	r.observer = m.cfg.Observer
 	r.onEnd = m.runEnded
 	if m.store != nil {
-		r.ps = &runStore{m: m, store: m.store}
+		r.ps = &runStore{m: m}
 	} else {
 		r.madeDurable()
 	}

@@ -556,10 +556,10 @@ func (k *Kernel) deliverLocked(o Outgoing) (slow []*Client) {
 // calling sending with its msg_id just before; ended, called once the
 // run has ended, makes the kernel keep its later messages for the next
 // client again.
-func (k *Kernel) startRun(jk process, content jupyter.ExecuteContent, h jupyter.Handler, sending func(msgID string)) (c call, msgID string, ended func(), err error) {
+func (k *Kernel) startRun(jk process, content jupyter.ExecuteContent, h jupyter.Handler, sending func(msgID string)) (c call, ended func(), err error) {
 	m, err := jk.NewMessage(jupyter.ExecuteRequest, content, nil)
 	if err != nil {
-		return nil, "", nil, err
+		return nil, nil, err
 	}
 	id := m.Header.MsgID
 	sending(id)
@@ -576,9 +576,9 @@ func (k *Kernel) startRun(jk process, content jupyter.ExecuteContent, h jupyter.
 	}
 	if c, err = jk.Request(Shell, m, h, jupyter.CallOptions{IOPub: true}); err != nil {
 		ended()
-		return nil, "", nil, err
+		return nil, nil, err
 	}
-	return c, id, ended, nil
+	return c, ended, nil
 }
 
 // cut closes the clients that could not keep up (see deliverLocked); the

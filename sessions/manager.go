@@ -265,6 +265,10 @@ type Manager struct {
 
 	closing   chan struct{}
 	closeOnce sync.Once
+	// closingCtx ends when closing is closed: for the work that stops
+	// when the manager starts closing.
+	closingCtx    context.Context
+	cancelClosing context.CancelFunc
 	// active is signalled (without blocking) when a kernel's activity is
 	// CheckpointInterval past its record: it wakes the checkpoint.
 	active chan struct{}
@@ -322,6 +326,7 @@ func New(cfg Config, specs *kernelspecs.Catalog, prov jupyter.Provisioner, log *
 		langVersions: make(map[string]string),
 		catchUpWake:  make(chan struct{}, 1),
 	}
+	m.closingCtx, m.cancelClosing = context.WithCancel(context.Background())
 	m.openWorkspaces()
 	m.start = startJupyter(prov)
 	m.reconnect = reconnectJupyter(prov)
@@ -582,6 +587,7 @@ func (m *Manager) close(ctx context.Context, keep bool) {
 		pools := m.pools
 		m.mu.Unlock()
 		close(m.closing)
+		m.cancelClosing()
 		// Every kernel stops at once, in parallel: each shutdown is
 		// bounded, so the whole is.
 		var wg sync.WaitGroup

@@ -360,8 +360,7 @@ func appendTime(b []byte, name string, t time.Time) ([]byte, bool) {
 
 // runStore is how a run writes itself to the store.
 type runStore struct {
-	m     *Manager
-	store state.Store
+	m *Manager
 	// wmu orders a run's writes: its record is snapshot and queued in
 	// the order of its changes. It guards the fields below; it is taken
 	// before r.mu, never while holding another lock, and the store's
@@ -527,7 +526,7 @@ func (r *Run) tryWrite(mode writeMode) <-chan struct{} {
 	}
 	r.mu.Unlock()
 	if len(evs) > 0 {
-		if err := ps.store.AppendRunEvents(r.ID, evs...); errors.Is(err, state.ErrBusy) {
+		if err := ps.m.store.AppendRunEvents(r.ID, evs...); errors.Is(err, state.ErrBusy) {
 			ps.fallBehind(r)
 		} else {
 			ps.written = n
@@ -551,7 +550,7 @@ func (r *Run) tryWrite(mode writeMode) <-chan struct{} {
 	if ps.behind { // its events first
 		return nil
 	}
-	if err := ps.store.PutRun(r.ID, data); errors.Is(err, state.ErrBusy) {
+	if err := ps.m.store.PutRun(r.ID, data); errors.Is(err, state.ErrBusy) {
 		ps.fallBehind(r)
 		return nil
 	}
@@ -654,7 +653,7 @@ func (m *Manager) commitRunAsync(r *Run, ps *runStore, data []byte) {
 // store has committed what it had queued, and notes when a stuck store
 // commits again. It is the one goroutine that waits on the disk for runs.
 func (m *Manager) catchUp() {
-	ctx := closingCtx{Context: context.Background(), done: m.closing}
+	ctx := m.closingCtx
 	var retry <-chan time.Time
 	for {
 		select {
@@ -694,23 +693,6 @@ func (m *Manager) writeBehind(ctx context.Context) error {
 		for _, r := range rs {
 			r.write(writeCatchUp)
 		}
-	}
-}
-
-// closingCtx is a context that ends when the manager starts closing.
-type closingCtx struct {
-	context.Context
-	done <-chan struct{}
-}
-
-func (c closingCtx) Done() <-chan struct{} { return c.done }
-
-func (c closingCtx) Err() error {
-	select {
-	case <-c.done:
-		return context.Canceled
-	default:
-		return nil
 	}
 }
 

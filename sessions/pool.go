@@ -162,11 +162,15 @@ func (p *pool) take() *Kernel {
 // its process is gone.
 func (p *pool) discard(k *Kernel) {
 	p.m.pooledStopping()
-	p.m.goroutine(func() {
-		k.shutdown(context.Background())
-		k.ws.Delete()
-		p.m.stopped()
-	})
+	p.m.goroutine(func() { p.stop(context.Background(), k) })
+}
+
+// stop shuts down a kernel of the pool whose place is marked as being
+// stopped, deletes its workspace and frees its place.
+func (p *pool) stop(ctx context.Context, k *Kernel) {
+	k.shutdown(ctx)
+	k.ws.Delete()
+	p.m.stopped()
 }
 
 // refill starts kernels until the pool holds its target, or no place is
@@ -187,7 +191,7 @@ func (p *pool) refill() {
 		}
 		// A start still going when the manager closes, or evicted to
 		// make room, is abandoned.
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(p.m.closingCtx)
 		st := &poolStart{cancel: cancel}
 		p.starting++
 		p.starts = append(p.starts, st)
@@ -236,13 +240,6 @@ func (p *pool) startOne(ctx context.Context, st *poolStart) {
 		}
 	}
 	if err == nil {
-		go func() { // ends with st.cancel at the latest
-			select {
-			case <-p.m.closing:
-				st.cancel()
-			case <-ctx.Done():
-			}
-		}()
 		k.life.Lock()
 		err = k.launch(ctx)
 		k.life.Unlock()
@@ -315,9 +312,7 @@ func (p *pool) drain(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			k.shutdown(ctx)
-			k.ws.Delete()
-			p.m.stopped()
+			p.stop(ctx, k)
 		}()
 	}
 	wg.Wait()

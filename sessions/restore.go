@@ -544,7 +544,7 @@ func (m *Manager) restoredRun(id string, rec runRecord, evs []state.Event) *Run 
 	r.observer = m.cfg.Observer
 	r.onEnd = m.runEnded
 	if m.store != nil {
-		r.ps = &runStore{m: m, store: m.store, stored: rec.State}
+		r.ps = &runStore{m: m, stored: rec.State}
 	}
 	r.madeDurable()
 	r.events, r.eventMem = nil, 0

@@ -10,6 +10,10 @@ import "context"
 // make room, rather than the user getting ErrTooManyKernels while a pool
 // kernel idles.
 
+// Lock order: a pool's p.mu may be held while these take m.mu (take,
+// refill, evict), never the reverse: nothing here calls into a pool while
+// holding m.mu.
+
 // usedLocked is the number of places taken; m.mu is held.
 func (m *Manager) usedLocked() int { return len(m.kernels) + m.pooled + m.stopping }
 

@@ -25,40 +25,17 @@ import (
 // written then), so nothing is missing after a restart.
 func TestRunOutputFlowsWhileTheStoreIsStuck(t *testing.T) {
 	const maxQueued = 256 << 10
-	var hold atomic.Bool
-	release := make(chan struct{})
-	held := make(chan struct{}, 1)
 	var mu sync.Mutex
 	var batches []int // sizes of the batches committed after the held one
-	heldOne := false
-	store, err := state.Open(filepath.Join(t.TempDir(), state.FileName), state.Options{
-		MaxQueued: maxQueued,
-		BeforeCommit: func(n int) {
+	store := openHeldStore(t, state.Options{MaxQueued: maxQueued}, func(n int, afterHeld bool) {
+		if afterHeld {
 			mu.Lock()
-			if heldOne {
-				batches = append(batches, n)
-			}
+			batches = append(batches, n)
 			mu.Unlock()
-			if hold.Load() {
-				mu.Lock()
-				heldOne = true
-				mu.Unlock()
-				select {
-				case held <- struct{}{}:
-				default:
-				}
-				<-release
-			}
-		},
+		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
 	m := newRealManager(t, Config{Store: store, PoolSize: 0})
-	var once sync.Once
-	unstick := func() { once.Do(func() { hold.Store(false); close(release) }) }
-	t.Cleanup(unstick) // before the manager and the store close
+	t.Cleanup(store.unhold) // before the manager and the store close
 
 	ctx := context.Background()
 	c, err := m.CreateContext(ctx, ContextRequest{ID: "chatty", Language: "python"})
@@ -116,12 +93,12 @@ func TestRunOutputFlowsWhileTheStoreIsStuck(t *testing.T) {
 		return false
 	})
 	// The disk stops answering: the writer's next commit hangs.
-	hold.Store(true)
+	store.hold()
 	if err := os.WriteFile(gate, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-held:
+	case <-store.held:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the store's writer did not commit once the run printed")
 	}
@@ -136,13 +113,13 @@ func TestRunOutputFlowsWhileTheStoreIsStuck(t *testing.T) {
 	}
 	waitFor(t, "the kernel's client to get the output", func() bool { return wsBytes.Load() == lines*width })
 	select {
-	case <-release:
+	case <-store.release:
 		t.Fatal("the store was released before the run ended")
 	default:
 	}
 
 	// The disk answers again.
-	unstick()
+	store.unhold()
 	var rec state.Run
 	waitFor(t, "the whole run in the store", func() bool {
 		snap, err := store.Load(ctx)

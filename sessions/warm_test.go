@@ -27,17 +27,16 @@ func warmManager(t *testing.T, cfg Config, language string) *Manager {
 // only pool to satisfy cond.
 func waitPool(t *testing.T, m *Manager, what string, cond func(PoolStats) bool) PoolStats {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
+	var got PoolStats
+	waitWithin(t, time.Minute, what, func() bool {
 		ps := m.Pools()
-		if len(ps) == 1 && cond(ps[0]) {
-			return ps[0]
+		if len(ps) != 1 || !cond(ps[0]) {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s: %+v", what, ps)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		got = ps[0]
+		return true
+	})
+	return got
 }
 
 func stdout(e Execution) string { return strings.Join(e.Logs.Stdout, "") }

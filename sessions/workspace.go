@@ -120,6 +120,19 @@ func contextWorkspace(id string) string { return "contexts/" + id }
 // runWorkspace is the workspace name of an isolated run or pooled kernel.
 func runWorkspace(id string) string { return "runs/" + id }
 
+// wsRel is a caller's cwd relative to ws: a relative path as it is, an
+// absolute one only when it lies in ws.
+func wsRel(ws *workspace.Workspace, cwd string) (string, error) {
+	if !filepath.IsAbs(cwd) {
+		return cwd, nil
+	}
+	r, err := filepath.Rel(ws.Dir(), filepath.Clean(cwd))
+	if err != nil || r == ".." || strings.HasPrefix(r, "../") {
+		return "", errorf(ErrBadRequest, "cwd %s is outside the context's workspace %s: give a path relative to the workspace", cwd, ws.Dir())
+	}
+	return r, nil
+}
+
 // resolveCwd turns a caller's cwd into the absolute working directory
 // inside ws: "" is ws itself; a relative path is below ws; an absolute one
 // must lie in ws. The folder is made when missing.
@@ -127,13 +140,9 @@ func resolveCwd(ws *workspace.Workspace, cwd string) (string, error) {
 	if cwd == "" {
 		return ws.Dir(), nil
 	}
-	rel := cwd
-	if filepath.IsAbs(cwd) {
-		r, err := filepath.Rel(ws.Dir(), filepath.Clean(cwd))
-		if err != nil || r == ".." || strings.HasPrefix(r, "../") {
-			return "", errorf(ErrBadRequest, "cwd %s is outside the context's workspace %s: give a path relative to the workspace", cwd, ws.Dir())
-		}
-		rel = r
+	rel, err := wsRel(ws, cwd)
+	if err != nil {
+		return "", err
 	}
 	if _, err := ws.Mkdir(rel); err != nil {
 		return "", errorf(ErrBadRequest, "cwd %s: %v", cwd, err)

@@ -11,11 +11,12 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+
+	"kernelgate/internal/flock"
 )
 
 // SchemaVersion is the layout of the store file this kernelgate writes.
@@ -80,63 +81,20 @@ func (o *Options) defaults() {
 }
 
 // Bolt is the Store of one file (FileName in the state directory) in
-// bbolt. One goroutine writes: every write goes through its queue, in
-// call order. A durable write (a kernel, context, session, CommitRun,
-// CommitRunAsync or Flush) is committed at once, with whatever is queued before it; run
-// writes wait up to FlushDelay for company. Each commit is one bbolt
-// transaction and one fsync, and durable writes that come while one is
-// being committed share the next (group commit).
+// bbolt. One goroutine writes: every write goes through its queue
+// (writeQueue), in call order. A durable write (a kernel, context,
+// session, CommitRun, CommitRunAsync or Flush) is committed at once, with
+// whatever is queued before it; run writes wait up to FlushDelay for
+// company. Each commit is one bbolt transaction and one fsync, and
+// durable writes that come while one is being committed share the next
+// (group commit).
 type Bolt struct {
+	writeQueue
 	db   *bolt.DB
 	path string
-	log  *slog.Logger
-	opts Options
-
-	mu      sync.Mutex
-	queue   []op
-	queued  int  // bytes in queue
-	urgent  bool // a durable write or Flush waits in queue
-	closed  bool
-	wake    chan struct{} // cap 1: the queue changed
-	stopped chan struct{} // closed when the writer has ended
 }
 
 var _ Store = (*Bolt)(nil)
-
-type opKind uint8
-
-const (
-	opPut opKind = iota
-	opDelete
-	opPutRun
-	opEvents
-	opDeleteRun
-	opBarrier // Flush: nothing to write
-)
-
-type op struct {
-	kind   opKind
-	bucket []byte
-	key    string
-	val    []byte
-	events []Event
-	ack    chan error // durable writes and Flush; nil for run writes
-	// done, instead of ack, is told the commit's outcome (CommitRunAsync):
-	// called by the writer, it never blocks.
-	done func(error)
-}
-
-// durable says the op is committed at once and acknowledged: never
-// refused for a full queue.
-func (o *op) durable() bool { return o.ack != nil || o.done != nil }
-
-func (o *op) size() int {
-	n := len(o.key) + len(o.val) + 64
-	for _, e := range o.events {
-		n += len(e.Data) + 16
-	}
-	return n
-}
 
 // Open opens the store file at path (made 0600 in a 0700 directory).
 // A file that cannot be used (not a bbolt file, torn, corrupt, or of a
@@ -165,8 +123,8 @@ func Open(path string, opts Options) (*Bolt, error) {
 	}
 	// A new file's name is durable only once its directory is synced.
 	syncDir(filepath.Dir(path))
-	b := &Bolt{db: db, path: path, log: log, opts: opts,
-		wake: make(chan struct{}, 1), stopped: make(chan struct{})}
+	b := &Bolt{db: db, path: path}
+	b.writeQueue = newWriteQueue(opts, b.commit)
 	go b.writer()
 	return b, nil
 }
@@ -297,7 +255,7 @@ func moveAside(path, suffix string) (string, error) {
 		return "", err
 	}
 	defer f.Close()
-	if held, err := tryLock(f); err != nil {
+	if held, err := flock.TryLock(f); err != nil {
 		return "", err
 	} else if held {
 		// bbolt's Open may panic on a damaged file with the file still
@@ -366,121 +324,6 @@ func describe(path string) (out string) {
 	return strings.Join(parts, ", ")
 }
 
-// enqueue adds o to the queue. It never waits: a run write (but a
-// delete, which is small) that would take the queue over its bound is
-// refused with ErrBusy, so that a disk that does not answer never holds
-// up the caller (a kernel's reader).
-func (b *Bolt) enqueue(o op) error {
-	size := o.size()
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return ErrClosed
-	}
-	if !o.durable() && o.kind != opDeleteRun && b.queued > 0 && b.queued+size > b.opts.MaxQueued {
-		b.mu.Unlock()
-		return ErrBusy
-	}
-	// The writer needs waking only when it sleeps on an empty queue, or
-	// to commit at once: a run write joining others already queued waits
-	// for their commit without a switch to the writer.
-	wake := len(b.queue) == 0 || o.durable()
-	b.queue = append(b.queue, o)
-	b.queued += size
-	b.urgent = b.urgent || o.durable()
-	wake = wake || b.full()
-	b.mu.Unlock()
-	if wake {
-		select {
-		case b.wake <- struct{}{}:
-		default:
-		}
-	}
-	return nil
-}
-
-// durable enqueues o and waits for its commit.
-func (b *Bolt) durable(ctx context.Context, o op) error {
-	o.ack = make(chan error, 1)
-	if err := b.enqueue(o); err != nil {
-		return err
-	}
-	select {
-	case err := <-o.ack:
-		return err
-	case <-ctx.Done():
-		// It is queued and will be committed; the caller stops waiting.
-		return ctx.Err()
-	}
-}
-
-// writer is the one goroutine that writes to the file.
-func (b *Bolt) writer() {
-	defer close(b.stopped)
-	var timer *time.Timer
-	for {
-		b.mu.Lock()
-		n, urgent, closed := len(b.queue), b.urgent || b.full(), b.closed
-		b.mu.Unlock()
-		switch {
-		case n == 0 && closed:
-			return
-		case n == 0:
-			<-b.wake
-			continue
-		case !urgent && !closed:
-			// Run writes only: give others FlushDelay to join them,
-			// unless a durable write arrives first.
-			if timer == nil {
-				timer = time.NewTimer(b.opts.FlushDelay)
-			} else {
-				timer.Reset(b.opts.FlushDelay)
-			}
-		wait:
-			for {
-				select {
-				case <-timer.C:
-					break wait
-				case <-b.wake:
-					b.mu.Lock()
-					u, c := b.urgent || b.full(), b.closed
-					b.mu.Unlock()
-					if u || c {
-						timer.Stop()
-						break wait
-					}
-				}
-			}
-		}
-		b.mu.Lock()
-		batch, bytes := b.queue, b.queued
-		b.queue, b.queued, b.urgent = nil, 0, false
-		b.mu.Unlock()
-		if b.opts.BeforeCommit != nil {
-			b.opts.BeforeCommit(bytes)
-		}
-		err := b.commit(batch)
-		lost := 0
-		for _, o := range batch {
-			switch {
-			case o.ack != nil:
-				o.ack <- err
-			case o.done != nil:
-				o.done(err)
-			case o.kind != opBarrier:
-				lost++
-			}
-		}
-		if err != nil && lost > 0 {
-			b.log.Error("state: run records were not written", "count", lost, "err", err)
-		}
-	}
-}
-
-// full says the queue is half its bound: worth a commit without waiting.
-// The caller holds b.mu.
-func (b *Bolt) full() bool { return b.queued >= b.opts.MaxQueued/2 }
-
 // commit writes batch in one transaction.
 func (b *Bolt) commit(batch []op) error {
 	return b.db.Update(func(tx *bolt.Tx) error {
@@ -518,90 +361,6 @@ func (b *Bolt) commit(batch []op) error {
 		}
 		return nil
 	})
-}
-
-func (b *Bolt) putRecord(ctx context.Context, bucket []byte, id string, v any) error {
-	if id == "" {
-		return ErrInvalid
-	}
-	val, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	return b.durable(ctx, op{kind: opPut, bucket: bucket, key: id, val: val})
-}
-
-func (b *Bolt) deleteRecord(ctx context.Context, bucket []byte, id string) error {
-	return b.durable(ctx, op{kind: opDelete, bucket: bucket, key: id})
-}
-
-func (b *Bolt) PutKernel(ctx context.Context, k Kernel) error {
-	return b.putRecord(ctx, bucketKernels, k.ID, k)
-}
-func (b *Bolt) DeleteKernel(ctx context.Context, id string) error {
-	return b.deleteRecord(ctx, bucketKernels, id)
-}
-func (b *Bolt) PutContext(ctx context.Context, c Context) error {
-	return b.putRecord(ctx, bucketContexts, c.ID, c)
-}
-func (b *Bolt) DeleteContext(ctx context.Context, id string) error {
-	return b.deleteRecord(ctx, bucketContexts, id)
-}
-func (b *Bolt) PutSession(ctx context.Context, s Session) error {
-	return b.putRecord(ctx, bucketSessions, s.ID, s)
-}
-func (b *Bolt) DeleteSession(ctx context.Context, id string) error {
-	return b.deleteRecord(ctx, bucketSessions, id)
-}
-func (b *Bolt) PutSandbox(ctx context.Context, s Sandbox) error {
-	return b.putRecord(ctx, bucketSandboxes, s.ID, s)
-}
-func (b *Bolt) DeleteSandbox(ctx context.Context, id string) error {
-	return b.deleteRecord(ctx, bucketSandboxes, id)
-}
-
-// PutRun queues the run's data; the caller may reuse data after it
-// returns only if it does not change it (it is not copied).
-func (b *Bolt) PutRun(id string, data []byte) error {
-	if id == "" {
-		return ErrInvalid
-	}
-	return b.enqueue(op{kind: opPutRun, key: id, val: data})
-}
-
-// CommitRun is PutRun waited for: it is committed at once, with what is
-// queued, and never refused for a full queue.
-func (b *Bolt) CommitRun(ctx context.Context, id string, data []byte) error {
-	if id == "" {
-		return ErrInvalid
-	}
-	return b.durable(ctx, op{kind: opPutRun, key: id, val: data})
-}
-
-// CommitRunAsync is CommitRun not waited for: it is committed at once,
-// with what is queued, and never refused for a full queue; the writer
-// calls done with the commit's outcome.
-func (b *Bolt) CommitRunAsync(id string, data []byte, done func(error)) error {
-	if id == "" {
-		return ErrInvalid
-	}
-	return b.enqueue(op{kind: opPutRun, key: id, val: data, done: done})
-}
-
-// AppendRunEvents queues the events; their Data is not copied.
-func (b *Bolt) AppendRunEvents(id string, events ...Event) error {
-	if id == "" {
-		return ErrInvalid
-	}
-	return b.enqueue(op{kind: opEvents, key: id, events: events})
-}
-
-func (b *Bolt) DeleteRun(id string) error {
-	return b.enqueue(op{kind: opDeleteRun, key: id})
-}
-
-func (b *Bolt) Flush(ctx context.Context) error {
-	return b.durable(ctx, op{kind: opBarrier})
 }
 
 func (b *Bolt) Load(ctx context.Context) (*Snapshot, error) {
@@ -661,18 +420,8 @@ func clone(b []byte) []byte { return append([]byte(nil), b...) }
 
 // Close commits what is queued and closes the file.
 func (b *Bolt) Close() error {
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		<-b.stopped
+	if !b.closeQueue() {
 		return nil
 	}
-	b.closed = true
-	b.mu.Unlock()
-	select {
-	case b.wake <- struct{}{}:
-	default:
-	}
-	<-b.stopped
 	return b.db.Close()
 }

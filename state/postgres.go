@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -89,8 +88,9 @@ type PostgresOptions struct {
 	// RetryMax bounds the wait between two attempts of a commit that
 	// failed for want of the database.
 	RetryMax time.Duration
-	// CloseTimeout bounds how long Close keeps trying to commit what is
-	// queued while the database does not answer.
+	// CloseTimeout bounds how long Close waits for what is queued to be
+	// committed (a commit under way, and its attempts again while the
+	// database does not answer); past it, what is left is not written.
 	CloseTimeout time.Duration
 }
 
@@ -116,21 +116,17 @@ func (o *PostgresOptions) defaults() {
 // One gateway uses a database at a time: Open takes a session-level
 // advisory lock on a connection of its own and keeps it until Close.
 type Postgres struct {
-	pool   *pgxpool.Pool
-	where  string // the URL without its password, for logs and errors
-	log    *slog.Logger
-	opts   PostgresOptions
-	secret string // the URL's password, kept out of every error
-
-	mu      sync.Mutex
-	queue   []pgOp
-	queued  int
-	urgent  bool
-	closed  bool
-	wake    chan struct{}
-	stop    chan struct{} // closed by Close: retries give up after CloseTimeout
-	stopped chan struct{} // the writer has ended
-	lockEnd chan struct{} // the lock keeper has ended
+	writeQueue
+	pool         *pgxpool.Pool
+	where        string // the URL without its password, for logs and errors
+	secret       string // the URL's password, kept out of every error
+	retryMax     time.Duration
+	closeTimeout time.Duration
+	// writeCtx is the parent of every commit attempt; Close cancels it
+	// CloseTimeout after it starts, which bounds how long it waits.
+	writeCtx    context.Context
+	cancelWrite context.CancelFunc
+	lockEnd     chan struct{} // the lock keeper has ended
 }
 
 var _ Store = (*Postgres)(nil)
@@ -204,9 +200,10 @@ func OpenPostgres(ctx context.Context, rawURL string, opts PostgresOptions) (*Po
 	if err != nil {
 		return nil, fmt.Errorf("state: %s: %w", where, redact(err, secret))
 	}
-	p := &Postgres{pool: pool, where: where, log: opts.Logger, opts: opts, secret: secret,
-		wake: make(chan struct{}, 1), stop: make(chan struct{}),
-		stopped: make(chan struct{}), lockEnd: make(chan struct{})}
+	p := &Postgres{pool: pool, where: where, secret: secret,
+		retryMax: opts.RetryMax, closeTimeout: opts.CloseTimeout, lockEnd: make(chan struct{})}
+	p.writeQueue = newWriteQueue(opts.Options, p.commitRetrying)
+	p.writeCtx, p.cancelWrite = context.WithCancel(context.Background())
 	lockConn, err := p.lockOwner(ctx)
 	if err == nil {
 		if err = p.migrate(ctx); err != nil {
@@ -214,6 +211,7 @@ func OpenPostgres(ctx context.Context, rawURL string, opts PostgresOptions) (*Po
 		}
 	}
 	if err != nil {
+		p.cancelWrite()
 		pool.Close()
 		return nil, err
 	}
@@ -247,17 +245,28 @@ func (p *Postgres) lockOwner(ctx context.Context) (*pgxpool.Conn, error) {
 	return conn, nil
 }
 
-// keepLock holds the owner lock's connection until Close. When the
-// server restarts, the lock goes with the connection: it takes it again
-// once the server is back, and logs loudly if another process took it
-// in between.
+// lockTick is how often keepLock checks the owner lock's connection.
+const lockTick = time.Second
+
+// keepLock holds the owner lock's connection until the writer has ended
+// (after Close committed what was queued), so that the database is given
+// up only after the last commit. When the server restarts, the lock goes
+// with the connection: it takes it again once the server is back, and
+// logs loudly (once, until that changes) if another process took it in
+// between.
+//
+// The lock guards opening, not later writes: a gateway that lost it
+// keeps writing, and nothing stops its writes from mixing with those of
+// the process that took it. Several replicas on one database will need
+// a fencing token checked on every write; there is none yet.
 func (p *Postgres) keepLock(conn *pgxpool.Conn) {
 	defer close(p.lockEnd)
-	tick := time.NewTicker(time.Second)
+	tick := time.NewTicker(lockTick)
 	defer tick.Stop()
+	taken := false // another process holds the lock, and it was said
 	for {
 		select {
-		case <-p.stop:
+		case <-p.stopped:
 			if conn != nil {
 				// Unlocked by closing the connection, not returned to the
 				// pool holding the lock.
@@ -267,7 +276,8 @@ func (p *Postgres) keepLock(conn *pgxpool.Conn) {
 			return
 		case <-tick.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		// A few ticks, so that one slow round trip does not drop the lock.
+		ctx, cancel := context.WithTimeout(context.Background(), 3*lockTick)
 		if conn != nil {
 			if err := conn.Ping(ctx); err != nil {
 				conn.Conn().Close(ctx)
@@ -280,9 +290,10 @@ func (p *Postgres) keepLock(conn *pgxpool.Conn) {
 			c, err := p.lockOwner(ctx)
 			switch {
 			case err == nil:
-				conn = c
+				conn, taken = c, false
 				p.log.Info("state: PostgreSQL is back; the database is held again", "db", p.where)
-			case errors.Is(err, ErrLocked):
+			case errors.Is(err, ErrLocked) && !taken:
+				taken = true
 				p.log.Error("state: another process took the database while the connection was down", "db", p.where, "err", err)
 			}
 		}
@@ -336,133 +347,14 @@ func (p *Postgres) migrate(ctx context.Context) error {
 // Where is the database's URL without its password.
 func (p *Postgres) Where() string { return p.where }
 
-// pgOp is a queued write: an op, and for CommitRunAsync the callback
-// told of its commit.
-type pgOp struct {
-	op
-	// notify, instead of ack, is told the commit's outcome
-	// (CommitRunAsync); called by the writer, it must not block.
-	notify func(error)
-}
-
-// waited says the write is committed at once and acknowledged: never
-// refused for a full queue.
-func (o *pgOp) waited() bool { return o.ack != nil || o.notify != nil }
-
-func (p *Postgres) enqueue(o pgOp) error {
-	size := o.size()
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return ErrClosed
-	}
-	if !o.waited() && o.kind != opDeleteRun && p.queued > 0 && p.queued+size > p.opts.MaxQueued {
-		p.mu.Unlock()
-		return ErrBusy
-	}
-	wake := len(p.queue) == 0 || o.waited()
-	p.queue = append(p.queue, o)
-	p.queued += size
-	p.urgent = p.urgent || o.waited()
-	wake = wake || p.full()
-	p.mu.Unlock()
-	if wake {
-		p.poke()
-	}
-	return nil
-}
-
-func (p *Postgres) poke() {
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (p *Postgres) full() bool { return p.queued >= p.opts.MaxQueued/2 }
-
-func (p *Postgres) durable(ctx context.Context, o op) error {
-	o.ack = make(chan error, 1)
-	if err := p.enqueue(pgOp{op: o}); err != nil {
-		return err
-	}
-	select {
-	case err := <-o.ack:
-		return err
-	case <-ctx.Done():
-		// It stays queued and will be committed; the caller stops waiting.
-		return ctx.Err()
-	}
-}
-
-// writer is the one goroutine that writes to the database.
-func (p *Postgres) writer() {
-	defer close(p.stopped)
-	var timer *time.Timer
-	for {
-		p.mu.Lock()
-		n, urgent, closed := len(p.queue), p.urgent || p.full(), p.closed
-		p.mu.Unlock()
-		switch {
-		case n == 0 && closed:
-			return
-		case n == 0:
-			<-p.wake
-			continue
-		case !urgent && !closed:
-			if timer == nil {
-				timer = time.NewTimer(p.opts.FlushDelay)
-			} else {
-				timer.Reset(p.opts.FlushDelay)
-			}
-		wait:
-			for {
-				select {
-				case <-timer.C:
-					break wait
-				case <-p.wake:
-					p.mu.Lock()
-					u, c := p.urgent || p.full(), p.closed
-					p.mu.Unlock()
-					if u || c {
-						timer.Stop()
-						break wait
-					}
-				}
-			}
-		}
-		p.mu.Lock()
-		batch, bytes := p.queue, p.queued
-		p.queue, p.queued, p.urgent = nil, 0, false
-		p.mu.Unlock()
-		if p.opts.BeforeCommit != nil {
-			p.opts.BeforeCommit(bytes)
-		}
-		err := p.commitRetrying(batch)
-		lost := 0
-		for _, o := range batch {
-			if o.ack != nil {
-				o.ack <- err
-			} else if o.notify != nil {
-				o.notify(err)
-			} else if o.kind != opBarrier {
-				lost++
-			}
-		}
-		if err != nil && lost > 0 {
-			p.log.Error("state: run records were not written", "count", lost, "err", err)
-		}
-	}
-}
-
 // commitRetrying commits batch, trying again while the database cannot
 // be reached: a commit whose answer was lost with the connection may
 // have been applied, and applying it again changes nothing (every write
 // sets a row, or deletes it). It gives up only on an error of the data
-// (which another attempt would repeat) or CloseTimeout after Close.
-func (p *Postgres) commitRetrying(batch []pgOp) error {
+// (which another attempt would repeat) or CloseTimeout after Close
+// started (when p.writeCtx is cancelled).
+func (p *Postgres) commitRetrying(batch []op) error {
 	wait := 50 * time.Millisecond
-	var giveUp <-chan time.Time
 	for attempt := 1; ; attempt++ {
 		err := p.commit(batch)
 		if err == nil {
@@ -478,19 +370,12 @@ func (p *Postgres) commitRetrying(batch []pgOp) error {
 		if attempt == 1 {
 			p.log.Warn("state: the database does not answer; writes are kept and tried again", "db", p.where, "err", err)
 		}
-		if giveUp == nil {
-			select {
-			case <-p.stop:
-				giveUp = time.After(p.opts.CloseTimeout)
-			default:
-			}
-		}
 		select {
 		case <-time.After(wait):
-		case <-giveUp:
-			return fmt.Errorf("state: the database did not come back within %v of closing: %w", p.opts.CloseTimeout, err)
+		case <-p.writeCtx.Done():
+			return fmt.Errorf("state: the database did not come back within %v of closing: %w", p.closeTimeout, err)
 		}
-		wait = min(wait*2, p.opts.RetryMax)
+		wait = min(wait*2, p.retryMax)
 	}
 }
 
@@ -516,7 +401,7 @@ func retryable(err error) bool {
 // of a record, of a run's data, of an event; a run deleted then written
 // again is deleted first), so that it takes a few statements whatever
 // its length: one per table and kind of change, rows passed as arrays.
-func (p *Postgres) commit(batch []pgOp) error {
+func (p *Postgres) commit(batch []op) error {
 	type runRows struct {
 		deleted bool
 		data    []byte
@@ -613,7 +498,7 @@ func (p *Postgres) commit(batch []pgOp) error {
 	if b.Len() == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(p.writeCtx, 30*time.Second)
 	defer cancel()
 	conn, err := p.pool.Acquire(ctx)
 	if err != nil {
@@ -626,88 +511,6 @@ func (p *Postgres) commit(batch []pgOp) error {
 		conn.Conn().Close(context.Background())
 	}
 	return err
-}
-
-func (p *Postgres) putRecord(ctx context.Context, table []byte, id string, v any) error {
-	if id == "" {
-		return ErrInvalid
-	}
-	val, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	return p.durable(ctx, op{kind: opPut, bucket: table, key: id, val: val})
-}
-
-func (p *Postgres) deleteRecord(ctx context.Context, table []byte, id string) error {
-	return p.durable(ctx, op{kind: opDelete, bucket: table, key: id})
-}
-
-func (p *Postgres) PutKernel(ctx context.Context, k Kernel) error {
-	return p.putRecord(ctx, bucketKernels, k.ID, k)
-}
-func (p *Postgres) DeleteKernel(ctx context.Context, id string) error {
-	return p.deleteRecord(ctx, bucketKernels, id)
-}
-func (p *Postgres) PutContext(ctx context.Context, c Context) error {
-	return p.putRecord(ctx, bucketContexts, c.ID, c)
-}
-func (p *Postgres) DeleteContext(ctx context.Context, id string) error {
-	return p.deleteRecord(ctx, bucketContexts, id)
-}
-func (p *Postgres) PutSession(ctx context.Context, s Session) error {
-	return p.putRecord(ctx, bucketSessions, s.ID, s)
-}
-func (p *Postgres) DeleteSession(ctx context.Context, id string) error {
-	return p.deleteRecord(ctx, bucketSessions, id)
-}
-func (p *Postgres) PutSandbox(ctx context.Context, s Sandbox) error {
-	return p.putRecord(ctx, bucketSandboxes, s.ID, s)
-}
-func (p *Postgres) DeleteSandbox(ctx context.Context, id string) error {
-	return p.deleteRecord(ctx, bucketSandboxes, id)
-}
-
-func (p *Postgres) PutRun(id string, data []byte) error {
-	if id == "" {
-		return ErrInvalid
-	}
-	return p.enqueue(pgOp{op: op{kind: opPutRun, key: id, val: data}})
-}
-
-func (p *Postgres) CommitRun(ctx context.Context, id string, data []byte) error {
-	if id == "" {
-		return ErrInvalid
-	}
-	return p.durable(ctx, op{kind: opPutRun, key: id, val: data})
-}
-
-// CommitRunAsync is CommitRun not waited for: it is committed at once,
-// with what is queued, and never refused for a full queue; the writer
-// calls done with the commit's outcome (nil once it and every write
-// queued before it are committed; while the database is down, once it
-// is back). When it returns an error nothing was queued and done is
-// never called.
-func (p *Postgres) CommitRunAsync(id string, data []byte, done func(error)) error {
-	if id == "" {
-		return ErrInvalid
-	}
-	return p.enqueue(pgOp{op: op{kind: opPutRun, key: id, val: data}, notify: done})
-}
-
-func (p *Postgres) AppendRunEvents(id string, events ...Event) error {
-	if id == "" {
-		return ErrInvalid
-	}
-	return p.enqueue(pgOp{op: op{kind: opEvents, key: id, events: events}})
-}
-
-func (p *Postgres) DeleteRun(id string) error {
-	return p.enqueue(pgOp{op: op{kind: opDeleteRun, key: id}})
-}
-
-func (p *Postgres) Flush(ctx context.Context) error {
-	return p.durable(ctx, op{kind: opBarrier})
 }
 
 // Load flushes the queue and reads every record, within ctx (a
@@ -779,23 +582,19 @@ func pgDecodeAll[T any](ctx context.Context, log *slog.Logger, tx pgx.Tx, table 
 	return err
 }
 
-// Close commits what is queued (trying for at most CloseTimeout while
-// the database does not answer), releases the database for another
+// Close commits what is queued (for at most CloseTimeout from its start,
+// however slow or absent the database), releases the database for another
 // gateway and closes the pool.
 func (p *Postgres) Close() error {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		<-p.stopped
-		<-p.lockEnd
-		return nil
-	}
-	p.closed = true
-	p.mu.Unlock()
-	close(p.stop)
-	p.poke()
-	<-p.stopped
+	// What is not committed CloseTimeout from now is given up.
+	giveUp := time.AfterFunc(p.closeTimeout, p.cancelWrite)
+	defer giveUp.Stop()
+	first := p.closeQueue()
+	p.cancelWrite()
+	// keepLock releases the lock once the writer has ended.
 	<-p.lockEnd
-	p.pool.Close()
+	if first {
+		p.pool.Close()
+	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"kernelgate/internal/pgtest"
 )
 
@@ -48,5 +50,46 @@ func TestPostgresCommitRunAsync(t *testing.T) {
 	}
 	if err := s.CommitRunAsync("", nil, func(error) { t.Error("called for a refused write") }); err != ErrInvalid {
 		t.Errorf("no id: %v, want ErrInvalid", err)
+	}
+}
+
+// TestPostgresCloseIsBounded: a commit that hangs (its table locked by
+// another client) holds Close for no longer than CloseTimeout, and the
+// write's callback is told that it was not written.
+func TestPostgresCloseIsBounded(t *testing.T) {
+	srv := pgtest.Start(t)
+	url := srv.CreateDB("closebound")
+	const closeTimeout = 500 * time.Millisecond
+	s := openPG(t, url, PostgresOptions{CloseTimeout: closeTimeout})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	blocker, err := pgx.Connect(ctx, url)
+	must(t, err)
+	defer blocker.Close(context.Background())
+	tx, err := blocker.Begin(ctx)
+	must(t, err)
+	defer tx.Rollback(context.Background())
+	_, err = tx.Exec(ctx, "LOCK TABLE runs IN ACCESS EXCLUSIVE MODE")
+	must(t, err)
+
+	done := make(chan error, 1)
+	must(t, s.CommitRunAsync("r", []byte("1"), func(err error) { done <- err }))
+	waitUntil(t, func() bool {
+		var waiting int
+		must(t, tx.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE NOT granted").Scan(&waiting))
+		return waiting > 0
+	}, "the commit to wait for the locked table")
+	start := time.Now()
+	must(t, s.Close())
+	if d := time.Since(start); d > closeTimeout+5*time.Second {
+		t.Fatalf("Close took %v with a CloseTimeout of %v", d, closeTimeout)
+	}
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a commit that never ran was reported written")
+		}
+	default:
+		t.Fatal("Close returned before the commit's callback was told")
 	}
 }

@@ -107,14 +107,18 @@ func TestPostgresRestart(t *testing.T) {
 	leakcheck.Check(t, before)
 }
 
+// waitUntil polls ok until it holds, for at most 30 s.
 func waitUntil(t *testing.T, ok func() bool, what string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(30 * time.Second)
 	for !ok() {
-		if time.Now().After(deadline) {
+		select {
+		case <-tick.C:
+		case <-deadline:
 			t.Fatalf("timed out waiting for %s", what)
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -180,7 +184,8 @@ func TestPostgresMigrations(t *testing.T) {
 		pool, err := pgxpool.New(ctx, raceURL)
 		must(t, err)
 		defer pool.Close()
-		p := &Postgres{pool: pool, where: "race", log: slog.New(slog.DiscardHandler)}
+		p := &Postgres{pool: pool, where: "race"}
+		p.log = slog.New(slog.DiscardHandler)
 		wg.Go(func() { errs[i] = p.migrate(ctx) })
 	}
 	wg.Wait()

@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -131,13 +132,7 @@ func TestCommitRunsShareACommit(t *testing.T) {
 	for i := range runs {
 		go func() { errs <- s.CommitRun(context.Background(), string(rune('a'+i)), []byte("{}")) }()
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for s.queuedOps() < runs {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d commits queued", s.queuedOps(), runs)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitUntil(t, func() bool { return s.queuedOps() >= runs }, fmt.Sprintf("%d commits to be queued", runs))
 	before := s.commits.Load()
 	s.unhold()
 	for range runs {

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"kernelgate/internal/flock"
 )
 
 // ErrRootInUse: another live process holds the workspace root's lock.
@@ -38,7 +40,7 @@ func LockRoot(dir, owner string) (*RootLock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workspace root: lock: %w", err)
 	}
-	held, err := tryLock(f)
+	held, err := flock.TryLock(f)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("workspace root: lock %s: %w", filepath.Join(dir, LockFile), err)

@@ -1,6 +1,6 @@
 //go:build windows
 
-package workspace
+package flock
 
 import (
 	"errors"
@@ -9,10 +9,10 @@ import (
 	"golang.org/x/sys/windows"
 )
 
-// tryLock takes an exclusive lock on f's last byte range without
-// waiting; held reports that another handle holds it. The lock ends when
-// f is closed or the process ends.
-func tryLock(f *os.File) (held bool, err error) {
+// TryLock takes an exclusive lock on f without waiting, on the byte bbolt
+// locks (LockFileEx at offset 2^64-1); held reports that another handle
+// holds it already.
+func TryLock(f *os.File) (held bool, err error) {
 	const all = ^uint32(0)
 	ol := &windows.Overlapped{Offset: all, OffsetHigh: all}
 	err = windows.LockFileEx(windows.Handle(f.Fd()), windows.LOCKFILE_EXCLUSIVE_LOCK|windows.LOCKFILE_FAIL_IMMEDIATELY, 0, 1, 0, ol)

@@ -1,0 +1,5 @@
+// Package flock takes the exclusive, non-waiting file locks that say a
+// process owns a folder (the state directory, a workspace root): the lock
+// ends with the file's close or the process, however it ends, so a
+// process killed with SIGKILL leaves no stale lock.
+package flock
