@@ -199,9 +199,14 @@ func (p *Postgres) RenewLeases(ctx context.Context, held []Fence, ttl time.Durat
 	for i, f := range held {
 		kernels[i], epochs[i] = f.Kernel, f.Epoch
 	}
-	rows, _ := p.pool.Query(ctx, `UPDATE leases AS l SET expires_at = now() + $4 * interval '1 microsecond'
-		FROM unnest($1::text[], $2::bigint[]) AS h(k, e)
-		WHERE l.kernel_id = h.k AND l.epoch = h.e AND l.owner = $3 AND l.expires_at > now()
+	// The rows are locked in kernel_id order first, as kg_check_fences
+	// locks them, so that a renewal and a fenced commit never deadlock.
+	rows, _ := p.pool.Query(ctx, `WITH held AS (
+			SELECT l.kernel_id FROM leases l, unnest($1::text[], $2::bigint[]) AS h(k, e)
+			WHERE l.kernel_id = h.k AND l.epoch = h.e AND l.owner = $3 AND l.expires_at > now()
+			ORDER BY l.kernel_id FOR UPDATE OF l)
+		UPDATE leases AS l SET expires_at = now() + $4 * interval '1 microsecond'
+		FROM held WHERE l.kernel_id = held.kernel_id
 		RETURNING l.kernel_id, l.epoch`, kernels, epochs, p.replica, micros(ttl))
 	var still []Fence
 	var f Fence

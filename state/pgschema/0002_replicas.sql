@@ -22,7 +22,7 @@ CREATE TABLE leases (
 CREATE INDEX leases_owner ON leases (owner);
 -- kg_check_fences is the first statement of a fenced commit: it locks the lease rows of the
 -- fences (kernel, epoch) held by owner (FOR SHARE: an acquire by another replica waits for the
--- commit) and raises KG001, the failing fences' positions (from 1) as JSON in DETAIL, when one is
+-- commit; in kernel_id order, as RenewLeases locks them, so the two never deadlock) and raises KG001, the failing fences' positions (from 1) as JSON in DETAIL, when one is
 -- not held, which rolls the whole commit back.
 CREATE FUNCTION kg_check_fences(kernels text[], epochs bigint[], me text) RETURNS void
 LANGUAGE plpgsql AS $$
@@ -32,6 +32,7 @@ BEGIN
 	PERFORM 1 FROM leases l
 		WHERE (l.kernel_id, l.epoch) IN (SELECT * FROM unnest(kernels, epochs))
 		AND l.owner = me AND l.expires_at > now()
+		ORDER BY l.kernel_id
 		FOR SHARE;
 	SELECT array_agg(f.i ORDER BY f.i) INTO bad
 		FROM unnest(kernels, epochs) WITH ORDINALITY AS f(k, e, i)
