@@ -14,6 +14,8 @@ package cluster
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"flag"
 	"log/slog"
 	"time"
@@ -32,7 +34,7 @@ type Config struct {
 	URL string
 	// Lease is how long this replica's row and leases live without
 	// being renewed (--lease); both are renewed every Lease/3. Zero:
-	// DefaultLease.
+	// DefaultLease; at least MinLease.
 	Lease time.Duration
 	// Logger; nil discards.
 	Logger *slog.Logger
@@ -44,13 +46,25 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Lease, "lease", DefaultLease, "how long a replica's kernels stay its own without a renewal; a replica paused or cut off longer loses them to another")
 }
 
-func (c *Config) defaults() {
-	if c.Lease <= 0 {
+// MinLease is the shortest lease a Config may have: renewals come every
+// Lease/3, each a round trip to the database.
+const MinLease = 100 * time.Millisecond
+
+// ErrLeaseTooShort: Config.Lease is below MinLease.
+var ErrLeaseTooShort = errors.New("cluster: the lease is too short")
+
+// defaults fills in the zero values and checks the rest.
+func (c *Config) defaults() error {
+	if c.Lease == 0 {
 		c.Lease = DefaultLease
+	}
+	if c.Lease < MinLease {
+		return fmt.Errorf("%w: %v, at least %v", ErrLeaseTooShort, c.Lease, MinLease)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	return nil
 }
 
 // Store is what a replica needs of the shared store (state.Postgres

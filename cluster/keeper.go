@@ -51,7 +51,9 @@ type heldLease struct {
 // lock of the keeper (it may call the keeper); it should not block long:
 // the next renewal waits for it.
 func NewKeeper(store Store, cfg Config, onLost func(lost []state.Fence)) (*Keeper, error) {
-	cfg.defaults()
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
 	if store.Replica() == "" {
 		return nil, state.ErrNotReplica
 	}
@@ -201,10 +203,14 @@ func (k *Keeper) run() {
 func (k *Keeper) renew() []state.Fence {
 	now := time.Now()
 	var lost, renew []state.Fence
+	first := now.Add(k.cfg.Lease) // when the first of those renewed lapses
 	k.mu.Lock()
 	for kernel, h := range k.held {
 		if now.Before(h.until) {
 			renew = append(renew, h.fence)
+			if h.until.Before(first) {
+				first = h.until
+			}
 		} else {
 			lost = append(lost, h.fence)
 			delete(k.held, kernel)
@@ -214,7 +220,9 @@ func (k *Keeper) renew() []state.Fence {
 	if len(renew) == 0 {
 		return lost
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), k.cfg.Lease)
+	// Waiting past the first lapse would only delay its report: what
+	// is not renewed by then is lost.
+	ctx, cancel := context.WithDeadline(context.Background(), first)
 	still, err := k.store.RenewLeases(ctx, renew, k.cfg.Lease)
 	cancel()
 	back := time.Now()

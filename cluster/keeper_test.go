@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -170,5 +172,70 @@ func TestKeeperHandover(t *testing.T) {
 	}
 	if _, err := a.LeaseOwner(ctx, "k1"); !errors.Is(err, state.ErrNoLease) {
 		t.Errorf("owner after release: %v, want ErrNoLease", err)
+	}
+}
+
+// TestConfigLease: a lease below MinLease is refused before anything is
+// written; zero takes the default.
+func TestConfigLease(t *testing.T) {
+	c := Config{Lease: 10 * time.Millisecond}
+	if err := c.defaults(); !errors.Is(err, ErrLeaseTooShort) {
+		t.Errorf("a 10ms lease: %v, want ErrLeaseTooShort", err)
+	}
+	c = Config{}
+	if err := c.defaults(); err != nil || c.Lease != DefaultLease {
+		t.Errorf("no lease: %v, %v; want %v", c.Lease, err, DefaultLease)
+	}
+}
+
+// TestKeeperLosesLeasesWithTheStore: while the database does not answer
+// (stopped, as a partition would), the keeper cannot renew and reports
+// every lease lost once the lease has run out by its own clock; when the
+// database is back, the kernel is acquired again under the next epoch.
+func TestKeeperLosesLeasesWithTheStore(t *testing.T) {
+	srv := pgtest.Start(t)
+	url := srv.CreateDB("gone")
+	ctx := context.Background()
+	a := openReplica(t, url, "a")
+	defer a.Close()
+	lostc := make(chan []state.Fence, 4)
+	ka, err := NewKeeper(a, Config{Lease: testLease}, func(lost []state.Fence) { lostc <- lost })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ka.Close()
+	var want []state.Fence
+	for _, k := range []string{"k1", "k2"} {
+		l, err := ka.Acquire(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, l.Fence())
+	}
+	srv.Stop("immediate")
+	var lost []state.Fence
+	for len(lost) < 2 {
+		select {
+		case l := <-lostc:
+			lost = append(lost, l...)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("lost %v while the database is down, want %v", lost, want)
+		}
+	}
+	slices.SortFunc(lost, func(x, y state.Fence) int { return strings.Compare(x.Kernel, y.Kernel) })
+	if !slices.Equal(lost, want) {
+		t.Errorf("lost %v, want %v", lost, want)
+	}
+	if held := ka.Held(); len(held) != 0 {
+		t.Errorf("still held: %v", held)
+	}
+	srv.StartAgain()
+	var l state.Lease
+	waitFor(t, func() bool {
+		l, err = ka.Acquire(ctx, "k1")
+		return err == nil
+	}, func() string { return fmt.Sprintf("acquiring k1 again: %v", err) })
+	if l.Epoch != want[0].Epoch+1 {
+		t.Errorf("epoch after the outage %d, want %d", l.Epoch, want[0].Epoch+1)
 	}
 }

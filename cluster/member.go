@@ -27,7 +27,9 @@ type Member struct {
 // Join writes this replica's row (as started now) and starts keeping it
 // alive. ctx bounds the first write and heartbeat.
 func Join(ctx context.Context, store Store, cfg Config) (*Member, error) {
-	cfg.defaults()
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
 	if store.Replica() == "" {
 		return nil, state.ErrNotReplica
 	}
