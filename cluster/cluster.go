@@ -15,8 +15,8 @@ package cluster
 import (
 	"context"
 	"errors"
-	"fmt"
 	"flag"
+	"fmt"
 	"log/slog"
 	"time"
 
