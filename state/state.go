@@ -2,11 +2,14 @@
 // kernels (and how to reach them again), contexts, Jupyter sessions, the
 // E2B endpoint's sandboxes and run records.
 //
-// A Store is the one interface the rest of kernelgate sees. Two
+// A Store is the one interface the rest of kernelgate sees. Three
 // implementations live here: Memory, which keeps everything in this
-// process (an empty --state-dir), and Bolt, one file under the state directory in
-// go.etcd.io/bbolt. Another store (shared by several gateway replicas, or
-// kept by the Kubernetes provisioner) implements the same interface.
+// process (an empty --state-dir), Bolt, one file under the state directory in
+// go.etcd.io/bbolt, and Postgres (--state-url), a PostgreSQL database used
+// by one gateway or shared by several replicas. Replicas own kernels
+// through leases with fencing epochs (postgres_replicas.go) and make the
+// writes about a kernel under its lease (Fenced, fence.go), so that a
+// replica that lost the lease cannot write them any more.
 //
 // Two kinds of write:
 //   - Records the API acknowledges (kernels, contexts, sessions and
