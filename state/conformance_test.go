@@ -26,10 +26,6 @@ type storeFactory struct {
 // it (needs.Skip without PostgreSQL).
 func storeFactories() []storeFactory {
 	var boltPath string
-	var pg *pgtest.TB
-	var pgURL string
-	var pgOnce sync.Once
-	n := 0
 	return []storeFactory{
 		{name: "memory", open: func(*testing.T) Store { return NewMemory() }},
 		{name: "bolt",
@@ -38,15 +34,27 @@ func storeFactories() []storeFactory {
 				return openBolt(t, boltPath, nil)
 			},
 			reopen: func(t *testing.T) Store { return openBolt(t, boltPath, nil) }},
-		{name: "postgres",
-			open: func(t *testing.T) Store {
-				pgOnce.Do(func() { pg = pgtest.Start(t) })
-				n++
-				pgURL = pg.CreateDB(fmt.Sprintf("conformance%d", n))
-				return openPG(t, pgURL, PostgresOptions{})
-			},
-			reopen: func(t *testing.T) Store { return openPG(t, pgURL, PostgresOptions{}) }},
+		pgFactory("postgres", PostgresOptions{}),
+		pgFactory("postgres-replica", PostgresOptions{Replica: "r1"}),
 	}
+}
+
+// pgFactory opens stores of opts, each on a new database of a private
+// server started for the first test that asks for one (it stops with
+// that test).
+func pgFactory(name string, opts PostgresOptions) storeFactory {
+	var pg *pgtest.TB
+	var pgURL string
+	var pgOnce sync.Once
+	n := 0
+	return storeFactory{name: name,
+		open: func(t *testing.T) Store {
+			pgOnce.Do(func() { pg = pgtest.Start(t) })
+			n++
+			pgURL = pg.CreateDB(fmt.Sprintf("conformance%d", n))
+			return openPG(t, pgURL, opts)
+		},
+		reopen: func(t *testing.T) Store { return openPG(t, pgURL, opts) }}
 }
 
 func openPG(t testing.TB, url string, opts PostgresOptions) *Postgres {

@@ -23,8 +23,10 @@ import (
 // space is shared by every client of a database: these are "kg" and a
 // number).
 const (
-	// pgLockOwner is held, at session level, by the one gateway that
-	// uses the database, for as long as it runs.
+	// pgLockOwner is held, at session level, for as long as a gateway
+	// runs: exclusively by the one gateway of a database, shared by each
+	// replica of a database shared by replicas (so that one kind never
+	// opens a database the other kind uses).
 	pgLockOwner int64 = 0x6b67_0000_0001
 	// pgLockMigrate is held, at transaction level, while the schema is
 	// migrated.
@@ -92,7 +94,18 @@ type PostgresOptions struct {
 	// committed (a commit under way, and its attempts again while the
 	// database does not answer); past it, what is left is not written.
 	CloseTimeout time.Duration
+	// Replica, when set, opens the database as one of several replicas
+	// sharing it, under this id (the id of its row in the replicas
+	// table; unique among the replicas, stable for the life of the
+	// process): other replicas may open it at the same time, and the
+	// writes made under a Fence are checked against the leases this
+	// replica holds. Empty: the one gateway of the database, which no
+	// other process may open while it runs.
+	Replica string
 }
+
+// maxReplicaID bounds the length of a replica's id.
+const maxReplicaID = 200
 
 func (o *PostgresOptions) defaults() {
 	o.Options.defaults()
@@ -114,9 +127,14 @@ func (o *PostgresOptions) defaults() {
 // durable write that returned nil is committed.
 //
 // One gateway uses a database at a time: Open takes a session-level
-// advisory lock on a connection of its own and keeps it until Close.
+// advisory lock on a connection of its own and keeps it until Close. Or,
+// opened with PostgresOptions.Replica, it is one of several replicas on
+// the database, each taking that lock shared: the replicas' rows, the
+// kernels' leases (postgres_replicas.go) and the writes under a Fence
+// are theirs.
 type Postgres struct {
 	writeQueue
+	replica      string // PostgresOptions.Replica
 	pool         *pgxpool.Pool
 	where        string // the URL without its password, for logs and errors
 	secret       string // the URL's password, kept out of every error
@@ -191,6 +209,9 @@ func OpenPostgres(ctx context.Context, rawURL string, opts PostgresOptions) (*Po
 	opts.defaults()
 	secret := urlPassword(rawURL)
 	where := RedactURL(rawURL)
+	if len(opts.Replica) > maxReplicaID || strings.ContainsFunc(opts.Replica, func(r rune) bool { return r < ' ' || r == 0x7f }) {
+		return nil, fmt.Errorf("%w: a replica id of at most %d printable characters", ErrInvalid, maxReplicaID)
+	}
 	cfg, err := pgxpool.ParseConfig(rawURL)
 	if err != nil {
 		return nil, fmt.Errorf("state: %s: %w", where, redact(err, secret))
@@ -200,7 +221,7 @@ func OpenPostgres(ctx context.Context, rawURL string, opts PostgresOptions) (*Po
 	if err != nil {
 		return nil, fmt.Errorf("state: %s: %w", where, redact(err, secret))
 	}
-	p := &Postgres{pool: pool, where: where, secret: secret,
+	p := &Postgres{replica: opts.Replica, pool: pool, where: where, secret: secret,
 		retryMax: opts.RetryMax, closeTimeout: opts.CloseTimeout, lockEnd: make(chan struct{})}
 	p.writeQueue = newWriteQueue(opts.Options, p.commitRetrying)
 	p.writeCtx, p.cancelWrite = context.WithCancel(context.Background())
@@ -221,14 +242,18 @@ func OpenPostgres(ctx context.Context, rawURL string, opts PostgresOptions) (*Po
 }
 
 // lockOwner takes the owner lock on a connection it keeps out of the
-// pool's use.
+// pool's use: exclusive for the one gateway, shared for a replica.
 func (p *Postgres) lockOwner(ctx context.Context) (*pgxpool.Conn, error) {
 	conn, err := p.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("state: %s: %w", p.where, p.clean(err))
 	}
+	try := "SELECT pg_try_advisory_lock($1)"
+	if p.replica != "" {
+		try = "SELECT pg_try_advisory_lock_shared($1)"
+	}
 	var got bool
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", pgLockOwner).Scan(&got); err != nil {
+	if err := conn.QueryRow(ctx, try, pgLockOwner).Scan(&got); err != nil {
 		conn.Release()
 		return nil, fmt.Errorf("state: %s: %w", p.where, p.clean(err))
 	}
@@ -240,7 +265,10 @@ func (p *Postgres) lockOwner(ctx context.Context) (*pgxpool.Conn, error) {
 			AND objid = $1::bigint & x'ffffffff'::bigint AND classid = $1::bigint >> 32 LIMIT 1`, pgLockOwner).Scan(&pid); err == nil {
 			held = fmt.Sprintf(" (by the server process %d)", pid)
 		}
-		return nil, fmt.Errorf("%w: the database %s is held%s: is another kernelgate running with this --state-url? One gateway per database is supported", ErrLocked, p.where, held)
+		if p.replica != "" {
+			return nil, fmt.Errorf("%w: the database %s is held%s by a kernelgate that is its one gateway, not a replica", ErrLocked, p.where, held)
+		}
+		return nil, fmt.Errorf("%w: the database %s is held%s: is another kernelgate running with this --state-url? One gateway per database is supported, unless all run as replicas", ErrLocked, p.where, held)
 	}
 	return conn, nil
 }
@@ -257,8 +285,8 @@ const lockTick = time.Second
 //
 // The lock guards opening, not later writes: a gateway that lost it
 // keeps writing, and nothing stops its writes from mixing with those of
-// the process that took it. Several replicas on one database will need
-// a fencing token checked on every write; there is none yet.
+// the process that took it. Replicas fence their writes about a kernel
+// with its lease's epoch instead (Fenced).
 func (p *Postgres) keepLock(conn *pgxpool.Conn) {
 	defer close(p.lockEnd)
 	tick := time.NewTicker(lockTick)
@@ -396,12 +424,62 @@ func retryable(err error) bool {
 	return true
 }
 
-// commit writes batch in one transaction, sent as one round trip. The
-// batch is first reduced to what it leaves in each row (the last write
+// pgFencedCode is the SQLSTATE kg_check_fences raises (pgschema).
+const pgFencedCode = "KG001"
+
+// commit writes batch in one transaction, sent as one round trip. Writes
+// made under a Fence (a replica's) are committed only if their leases are
+// held: the transaction starts with kg_check_fences, which locks those
+// lease rows and fails the whole transaction, naming the fences not
+// held, if one is not. Then the ops under those fences are marked fenced
+// (their owners are told ErrFenced) and the rest is committed again
+// without them: a fence found not held never holds again, since epochs
+// only grow.
+func (p *Postgres) commit(batch []op) error {
+	for {
+		var fences []Fence
+		index := map[Fence]int{}
+		for _, o := range batch {
+			if o.fence == nil || o.fenced || p.replica == "" {
+				continue
+			}
+			if _, ok := index[*o.fence]; !ok {
+				index[*o.fence] = len(fences)
+				fences = append(fences, *o.fence)
+			}
+		}
+		err := p.commitOnce(batch, fences)
+		var pe *pgconn.PgError
+		if len(fences) == 0 || !errors.As(err, &pe) || pe.Code != pgFencedCode {
+			return err
+		}
+		var bad []int
+		if jerr := json.Unmarshal([]byte(pe.Detail), &bad); jerr != nil || len(bad) == 0 {
+			return err
+		}
+		refused := map[Fence]bool{}
+		for _, i := range bad {
+			if i >= 1 && i <= len(fences) {
+				refused[fences[i-1]] = true
+			}
+		}
+		if len(refused) == 0 {
+			return err
+		}
+		for i := range batch {
+			if f := batch[i].fence; f != nil && refused[*f] {
+				batch[i].fenced = true
+			}
+		}
+	}
+}
+
+// commitOnce writes batch, but the ops marked fenced, in one
+// transaction, checking fences first. The batch is first reduced to what it leaves in each row (the last write
 // of a record, of a run's data, of an event; a run deleted then written
 // again is deleted first), so that it takes a few statements whatever
 // its length: one per table and kind of change, rows passed as arrays.
-func (p *Postgres) commit(batch []op) error {
+func (p *Postgres) commitOnce(batch []op, fences []Fence) error {
 	type runRows struct {
 		deleted bool
 		data    []byte
@@ -419,6 +497,9 @@ func (p *Postgres) commit(batch []op) error {
 		return r
 	}
 	for _, o := range batch {
+		if o.fenced {
+			continue
+		}
 		switch o.kind {
 		case opPut, opDelete:
 			t := records[string(o.bucket)]
@@ -452,6 +533,13 @@ func (p *Postgres) commit(batch []op) error {
 	}
 	// A batch is one implicit transaction: all of it or none.
 	var b pgx.Batch
+	if len(fences) > 0 {
+		kernels, epochs := make([]string, len(fences)), make([]int64, len(fences))
+		for i, f := range fences {
+			kernels[i], epochs[i] = f.Kernel, f.Epoch
+		}
+		b.Queue("SELECT kg_check_fences($1::text[], $2::bigint[], $3)", kernels, epochs, p.replica)
+	}
 	for table, rows := range records {
 		var del, ids, vals []string
 		for id, v := range rows {
@@ -495,7 +583,7 @@ func (p *Postgres) commit(batch []op) error {
 		b.Queue(`INSERT INTO run_events (run_id, seq, data) SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[])
 			ON CONFLICT (run_id, seq) DO UPDATE SET data = excluded.data`, evRuns, evSeqs, evData)
 	}
-	if b.Len() == 0 {
+	if b.Len() == 0 || (len(fences) > 0 && b.Len() == 1) {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(p.writeCtx, 30*time.Second)
@@ -506,7 +594,8 @@ func (p *Postgres) commit(batch []op) error {
 	}
 	defer conn.Release()
 	err = conn.SendBatch(ctx, &b).Close()
-	if err != nil {
+	var pe *pgconn.PgError
+	if err != nil && !(errors.As(err, &pe) && pe.Code == pgFencedCode) {
 		// The connection may be mid-transaction: never hand it back.
 		conn.Conn().Close(context.Background())
 	}

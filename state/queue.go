@@ -30,6 +30,10 @@ type op struct {
 	// done, instead of ack, is told the commit's outcome (CommitRunAsync):
 	// called by the writer, it never blocks.
 	done func(error)
+	// fence, when set, is the lease the write is made under (Fenced);
+	// the commit sets fenced when it refused the write for it.
+	fence  *Fence
+	fenced bool
 }
 
 // durable says the op is committed at once and acknowledged: never
@@ -180,19 +184,28 @@ func (q *writeQueue) writer() {
 			q.opts.BeforeCommit(bytes)
 		}
 		err := q.commit(batch)
-		lost := 0
+		lost, fenced := 0, 0
 		for _, o := range batch {
+			oerr := err
+			if err == nil && o.fenced {
+				oerr = fencedError(o.fence)
+			}
 			switch {
 			case o.ack != nil:
-				o.ack <- err
+				o.ack <- oerr
 			case o.done != nil:
-				o.done(err)
-			case o.kind != opBarrier:
+				o.done(oerr)
+			case o.kind != opBarrier && err != nil:
 				lost++
+			case o.kind != opBarrier && oerr != nil:
+				fenced++
 			}
 		}
-		if err != nil && lost > 0 {
+		if lost > 0 {
 			q.log.Error("state: run records were not written", "count", lost, "err", err)
+		}
+		if fenced > 0 {
+			q.log.Warn("state: run records written under a lease not held were refused", "count", fenced)
 		}
 	}
 }
@@ -210,7 +223,16 @@ func (q *writeQueue) closeQueue() (first bool) {
 	return first
 }
 
-func (q *writeQueue) putRecord(ctx context.Context, bucket []byte, id string, v any) error {
+// queueWriter is the Writer of a queue, its writes made under fence (nil:
+// none).
+type queueWriter struct {
+	q     *writeQueue
+	fence *Fence
+}
+
+var _ Writer = queueWriter{}
+
+func (w queueWriter) putRecord(ctx context.Context, bucket []byte, id string, v any) error {
 	if id == "" {
 		return ErrInvalid
 	}
@@ -218,54 +240,54 @@ func (q *writeQueue) putRecord(ctx context.Context, bucket []byte, id string, v 
 	if err != nil {
 		return err
 	}
-	return q.durable(ctx, op{kind: opPut, bucket: bucket, key: id, val: val})
+	return w.q.durable(ctx, op{kind: opPut, bucket: bucket, key: id, val: val, fence: w.fence})
 }
 
-func (q *writeQueue) deleteRecord(ctx context.Context, bucket []byte, id string) error {
-	return q.durable(ctx, op{kind: opDelete, bucket: bucket, key: id})
+func (w queueWriter) deleteRecord(ctx context.Context, bucket []byte, id string) error {
+	return w.q.durable(ctx, op{kind: opDelete, bucket: bucket, key: id, fence: w.fence})
 }
 
-func (q *writeQueue) PutKernel(ctx context.Context, k Kernel) error {
-	return q.putRecord(ctx, bucketKernels, k.ID, k)
+func (w queueWriter) PutKernel(ctx context.Context, k Kernel) error {
+	return w.putRecord(ctx, bucketKernels, k.ID, k)
 }
-func (q *writeQueue) DeleteKernel(ctx context.Context, id string) error {
-	return q.deleteRecord(ctx, bucketKernels, id)
+func (w queueWriter) DeleteKernel(ctx context.Context, id string) error {
+	return w.deleteRecord(ctx, bucketKernels, id)
 }
-func (q *writeQueue) PutContext(ctx context.Context, c Context) error {
-	return q.putRecord(ctx, bucketContexts, c.ID, c)
+func (w queueWriter) PutContext(ctx context.Context, c Context) error {
+	return w.putRecord(ctx, bucketContexts, c.ID, c)
 }
-func (q *writeQueue) DeleteContext(ctx context.Context, id string) error {
-	return q.deleteRecord(ctx, bucketContexts, id)
+func (w queueWriter) DeleteContext(ctx context.Context, id string) error {
+	return w.deleteRecord(ctx, bucketContexts, id)
 }
-func (q *writeQueue) PutSession(ctx context.Context, s Session) error {
-	return q.putRecord(ctx, bucketSessions, s.ID, s)
+func (w queueWriter) PutSession(ctx context.Context, s Session) error {
+	return w.putRecord(ctx, bucketSessions, s.ID, s)
 }
-func (q *writeQueue) DeleteSession(ctx context.Context, id string) error {
-	return q.deleteRecord(ctx, bucketSessions, id)
+func (w queueWriter) DeleteSession(ctx context.Context, id string) error {
+	return w.deleteRecord(ctx, bucketSessions, id)
 }
-func (q *writeQueue) PutSandbox(ctx context.Context, s Sandbox) error {
-	return q.putRecord(ctx, bucketSandboxes, s.ID, s)
+func (w queueWriter) PutSandbox(ctx context.Context, s Sandbox) error {
+	return w.putRecord(ctx, bucketSandboxes, s.ID, s)
 }
-func (q *writeQueue) DeleteSandbox(ctx context.Context, id string) error {
-	return q.deleteRecord(ctx, bucketSandboxes, id)
+func (w queueWriter) DeleteSandbox(ctx context.Context, id string) error {
+	return w.deleteRecord(ctx, bucketSandboxes, id)
 }
 
 // PutRun queues the run's data; the caller may reuse data after it
 // returns only if it does not change it (it is not copied).
-func (q *writeQueue) PutRun(id string, data []byte) error {
+func (w queueWriter) PutRun(id string, data []byte) error {
 	if id == "" {
 		return ErrInvalid
 	}
-	return q.enqueue(op{kind: opPutRun, key: id, val: data})
+	return w.q.enqueue(op{kind: opPutRun, key: id, val: data, fence: w.fence})
 }
 
 // CommitRun is PutRun waited for: it is committed at once, with what is
 // queued, and never refused for a full queue.
-func (q *writeQueue) CommitRun(ctx context.Context, id string, data []byte) error {
+func (w queueWriter) CommitRun(ctx context.Context, id string, data []byte) error {
 	if id == "" {
 		return ErrInvalid
 	}
-	return q.durable(ctx, op{kind: opPutRun, key: id, val: data})
+	return w.q.durable(ctx, op{kind: opPutRun, key: id, val: data, fence: w.fence})
 }
 
 // CommitRunAsync is CommitRun not waited for: it is committed at once,
@@ -274,27 +296,66 @@ func (q *writeQueue) CommitRun(ctx context.Context, id string, data []byte) erro
 // queued before it are committed; for Postgres, while the database is
 // down, once it is back). When it returns an error nothing was queued
 // and done is never called.
-func (q *writeQueue) CommitRunAsync(id string, data []byte, done func(error)) error {
+func (w queueWriter) CommitRunAsync(id string, data []byte, done func(error)) error {
 	if id == "" {
 		return ErrInvalid
 	}
-	return q.enqueue(op{kind: opPutRun, key: id, val: data, done: done})
+	return w.q.enqueue(op{kind: opPutRun, key: id, val: data, done: done, fence: w.fence})
 }
 
 // AppendRunEvents queues the events; their Data is not copied.
-func (q *writeQueue) AppendRunEvents(id string, events ...Event) error {
+func (w queueWriter) AppendRunEvents(id string, events ...Event) error {
 	if id == "" {
 		return ErrInvalid
 	}
-	return q.enqueue(op{kind: opEvents, key: id, events: events})
+	return w.q.enqueue(op{kind: opEvents, key: id, events: events, fence: w.fence})
 }
 
-func (q *writeQueue) DeleteRun(id string) error {
-	return q.enqueue(op{kind: opDeleteRun, key: id})
+func (w queueWriter) DeleteRun(id string) error {
+	return w.q.enqueue(op{kind: opDeleteRun, key: id, fence: w.fence})
 }
 
 // Flush returns once every write queued before it is committed: the
 // writer commits in order.
-func (q *writeQueue) Flush(ctx context.Context) error {
-	return q.durable(ctx, op{kind: opBarrier})
+func (w queueWriter) Flush(ctx context.Context) error {
+	return w.q.durable(ctx, op{kind: opBarrier})
 }
+
+// The queue's own writes are made under no fence.
+
+func (q *writeQueue) w() queueWriter { return queueWriter{q: q} }
+
+func (q *writeQueue) PutKernel(ctx context.Context, k Kernel) error { return q.w().PutKernel(ctx, k) }
+func (q *writeQueue) DeleteKernel(ctx context.Context, id string) error {
+	return q.w().DeleteKernel(ctx, id)
+}
+func (q *writeQueue) PutContext(ctx context.Context, c Context) error {
+	return q.w().PutContext(ctx, c)
+}
+func (q *writeQueue) DeleteContext(ctx context.Context, id string) error {
+	return q.w().DeleteContext(ctx, id)
+}
+func (q *writeQueue) PutSession(ctx context.Context, s Session) error {
+	return q.w().PutSession(ctx, s)
+}
+func (q *writeQueue) DeleteSession(ctx context.Context, id string) error {
+	return q.w().DeleteSession(ctx, id)
+}
+func (q *writeQueue) PutSandbox(ctx context.Context, s Sandbox) error {
+	return q.w().PutSandbox(ctx, s)
+}
+func (q *writeQueue) DeleteSandbox(ctx context.Context, id string) error {
+	return q.w().DeleteSandbox(ctx, id)
+}
+func (q *writeQueue) PutRun(id string, data []byte) error { return q.w().PutRun(id, data) }
+func (q *writeQueue) CommitRun(ctx context.Context, id string, data []byte) error {
+	return q.w().CommitRun(ctx, id, data)
+}
+func (q *writeQueue) CommitRunAsync(id string, data []byte, done func(error)) error {
+	return q.w().CommitRunAsync(id, data, done)
+}
+func (q *writeQueue) AppendRunEvents(id string, events ...Event) error {
+	return q.w().AppendRunEvents(id, events...)
+}
+func (q *writeQueue) DeleteRun(id string) error       { return q.w().DeleteRun(id) }
+func (q *writeQueue) Flush(ctx context.Context) error { return q.w().Flush(ctx) }

@@ -2,11 +2,14 @@
 // kernels (and how to reach them again), contexts, Jupyter sessions, the
 // E2B endpoint's sandboxes and run records.
 //
-// A Store is the one interface the rest of kernelgate sees. Two
+// A Store is the one interface the rest of kernelgate sees. Three
 // implementations live here: Memory, which keeps everything in this
-// process (an empty --state-dir), and Bolt, one file under the state directory in
-// go.etcd.io/bbolt. Another store (shared by several gateway replicas, or
-// kept by the Kubernetes provisioner) implements the same interface.
+// process (an empty --state-dir), Bolt, one file under the state directory in
+// go.etcd.io/bbolt, and Postgres (--state-url), a PostgreSQL database used
+// by one gateway or shared by several replicas. Replicas own kernels
+// through leases with fencing epochs (postgres_replicas.go) and make the
+// writes about a kernel under its lease (Fenced, fence.go), so that a
+// replica that lost the lease cannot write them any more.
 //
 // Two kinds of write:
 //   - Records the API acknowledges (kernels, contexts, sessions and
@@ -144,47 +147,37 @@ type Snapshot struct {
 }
 
 // Store keeps kernelgate's records. It is safe for concurrent use.
+//
+// Its writes (the Writer half):
+//   - Put and Delete of kernels, contexts, sessions and sandboxes return
+//     once the change is durable. Deleting what is not there is no error.
+//   - PutRun replaces a run's data, AppendRunEvents adds events to it
+//     (an event of a seq already there replaces it) and DeleteRun removes
+//     it with its events. They queue the write and return at once,
+//     never waiting for the disk: while more than a bounded amount is
+//     queued, PutRun and AppendRunEvents refuse the write with ErrBusy
+//     (the caller writes it again once Flush has returned). A queued
+//     write is durable within the store's flush delay, and in call order
+//     with every other write. The store may hold on to data until it is
+//     written: the caller must not change it after the call.
+//   - CommitRun is PutRun that returns once the write (and every write
+//     queued before it) is durable; it is never refused with ErrBusy.
+//   - CommitRunAsync is CommitRun that does not wait: it queues the write
+//     to be committed at once and returns; done is called once with the
+//     commit's outcome (nil once the write and every write queued before
+//     it are durable). When it returns an error (ErrClosed, ErrInvalid)
+//     nothing was queued and done is never called. done may be called
+//     before CommitRunAsync returns, on the caller's goroutine, or later
+//     on the store's writer: it must not block, nor take a lock that is
+//     held while calling the store (closing a channel, setting an atomic
+//     value, stopping a timer are fine). Until it is called, a commit
+//     that does not come is the caller's to time out.
+//   - Flush returns once every write queued before it is durable.
+//
+// Fenced(store, fence) gives the same writes made under a kernel's lease,
+// for stores shared by replicas.
 type Store interface {
-	// Put and Delete of kernels, contexts, sessions and sandboxes return
-	// once the change is durable. Deleting what is not there is no error.
-	PutKernel(ctx context.Context, k Kernel) error
-	DeleteKernel(ctx context.Context, id string) error
-	PutContext(ctx context.Context, c Context) error
-	DeleteContext(ctx context.Context, id string) error
-	PutSession(ctx context.Context, s Session) error
-	DeleteSession(ctx context.Context, id string) error
-	PutSandbox(ctx context.Context, s Sandbox) error
-	DeleteSandbox(ctx context.Context, id string) error
-
-	// PutRun replaces a run's data, AppendRunEvents adds events to it
-	// (an event of a seq already there replaces it) and DeleteRun removes
-	// it with its events. They queue the write and return at once,
-	// never waiting for the disk: while more than a bounded amount is
-	// queued, PutRun and AppendRunEvents refuse the write with ErrBusy
-	// (the caller writes it again once Flush has returned). A queued
-	// write is durable within the store's flush delay, and in call order
-	// with every other write. The store may hold on to data until it is
-	// written: the caller must not change it after the call.
-	PutRun(id string, data []byte) error
-	AppendRunEvents(id string, events ...Event) error
-	DeleteRun(id string) error
-	// CommitRun is PutRun that returns once the write (and every write
-	// queued before it) is durable; it is never refused with ErrBusy.
-	CommitRun(ctx context.Context, id string, data []byte) error
-	// CommitRunAsync is CommitRun that does not wait: it queues the write
-	// to be committed at once and returns; done is called once with the
-	// commit's outcome (nil once the write and every write queued before
-	// it are durable). When it returns an error (ErrClosed, ErrInvalid)
-	// nothing was queued and done is never called. done may be called
-	// before CommitRunAsync returns, on the caller's goroutine, or later
-	// on the store's writer: it must not block, nor take a lock that is
-	// held while calling the store (closing a channel, setting an atomic
-	// value, stopping a timer are fine). Until it is called, a commit
-	// that does not come is the caller's to time out.
-	CommitRunAsync(id string, data []byte, done func(error)) error
-	// Flush returns once every write queued before it is durable.
-	Flush(ctx context.Context) error
-
+	Writer
 	// Load returns every record, runs with their events.
 	Load(ctx context.Context) (*Snapshot, error)
 	// Close flushes what is queued and releases the store.

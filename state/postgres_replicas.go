@@ -1,0 +1,283 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// What replicas sharing a database keep in it (pgschema/0002): their own
+// rows, and one lease per kernel with its fencing epoch. Every time is
+// the database's (now()), never a replica's clock. These calls go to the
+// database at once (not through the write queue) and need a store opened
+// as a replica (PostgresOptions.Replica).
+
+// Errors of the replicas' calls.
+var (
+	// ErrNotReplica: the store was opened as a database's one gateway,
+	// not as a replica.
+	ErrNotReplica = errors.New("state: the store is not opened as a replica")
+	// ErrLeaseHeld: another replica holds the kernel's lease.
+	ErrLeaseHeld = errors.New("state: another replica holds the kernel's lease")
+	// ErrNoLease: no replica holds the kernel's lease (never taken,
+	// released, or lapsed).
+	ErrNoLease = errors.New("state: no replica holds the kernel's lease")
+	// ErrNoReplica: no live replica has that id.
+	ErrNoReplica = errors.New("state: no live replica of that id")
+)
+
+// Replica is a row of the replicas table.
+type Replica struct {
+	ID string
+	// URL is the address other replicas reach it at.
+	URL string
+	// Started is when it joined, Heard when it last said it is alive
+	// (the database's clock).
+	Started, Heard time.Time
+}
+
+// Lease is a kernel's lease: who owns the kernel, and under which epoch.
+type Lease struct {
+	Kernel string
+	// Owner is the holder's replica id, OwnerURL its advertised URL (""
+	// when its row is gone).
+	Owner, OwnerURL string
+	Epoch           int64
+	// Expires is when it lapses unless renewed (the database's clock).
+	Expires time.Time
+}
+
+// Fence is the fence of writes made under the lease.
+func (l Lease) Fence() Fence { return Fence{l.Kernel, l.Epoch} }
+
+// Replica is the id this store was opened as a replica under, "" for a
+// database's one gateway.
+func (p *Postgres) Replica() string { return p.replica }
+
+// fenced makes Fenced check fences on a replica's store.
+func (p *Postgres) fenced(f Fence) Writer {
+	if p.replica == "" {
+		return p
+	}
+	return queueWriter{q: &p.writeQueue, fence: &f}
+}
+
+var _ fencer = (*Postgres)(nil)
+
+// micros is d in whole microseconds, at least 1, for "$n * interval '1
+// microsecond'".
+func micros(d time.Duration) int64 { return max(d.Microseconds(), 1) }
+
+func (p *Postgres) replicaCall(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("state: %w", p.clean(err))
+}
+
+// JoinReplicas writes this replica's row, advertising url, as started
+// now: a row of an earlier process of the same id is replaced.
+func (p *Postgres) JoinReplicas(ctx context.Context, url string) error {
+	if p.replica == "" {
+		return ErrNotReplica
+	}
+	_, err := p.pool.Exec(ctx, `INSERT INTO replicas (id, url, started_at, heard_at) VALUES ($1, $2, now(), now())
+		ON CONFLICT (id) DO UPDATE SET url = excluded.url, started_at = now(), heard_at = now()`, p.replica, url)
+	return p.replicaCall(err)
+}
+
+// Heartbeat says this replica is alive (its row written again if it was
+// removed) and returns the live replicas: those heard from within the
+// last `within`, this one among them, ordered by id. One round trip.
+func (p *Postgres) Heartbeat(ctx context.Context, url string, within time.Duration) ([]Replica, error) {
+	if p.replica == "" {
+		return nil, ErrNotReplica
+	}
+	var b pgx.Batch
+	b.Queue(`INSERT INTO replicas (id, url) VALUES ($1, $2)
+		ON CONFLICT (id) DO UPDATE SET url = excluded.url, heard_at = now()`, p.replica, url)
+	var live []Replica
+	b.Queue(liveReplicasSQL, micros(within)).Query(func(rows pgx.Rows) error {
+		var err error
+		live, err = scanReplicas(rows)
+		return err
+	})
+	err := p.pool.SendBatch(ctx, &b).Close()
+	if err != nil {
+		return nil, p.replicaCall(err)
+	}
+	return live, nil
+}
+
+const liveReplicasSQL = `SELECT id, url, started_at, heard_at FROM replicas
+	WHERE heard_at > now() - $1 * interval '1 microsecond' ORDER BY id`
+
+func scanReplicas(rows pgx.Rows) ([]Replica, error) {
+	var out []Replica
+	var r Replica
+	_, err := pgx.ForEachRow(rows, []any{&r.ID, &r.URL, &r.Started, &r.Heard}, func() error {
+		out = append(out, r)
+		return nil
+	})
+	return out, err
+}
+
+// LiveReplicas returns the replicas heard from within the last `within`,
+// ordered by id.
+func (p *Postgres) LiveReplicas(ctx context.Context, within time.Duration) ([]Replica, error) {
+	rows, _ := p.pool.Query(ctx, liveReplicasSQL, micros(within))
+	live, err := scanReplicas(rows)
+	return live, p.replicaCall(err)
+}
+
+// LeaveReplicas removes this replica's row (a clean stop).
+func (p *Postgres) LeaveReplicas(ctx context.Context) error {
+	if p.replica == "" {
+		return ErrNotReplica
+	}
+	_, err := p.pool.Exec(ctx, "DELETE FROM replicas WHERE id = $1", p.replica)
+	return p.replicaCall(err)
+}
+
+// AcquireLease takes the kernel's lease for this replica, for ttl, if no
+// other replica holds it (never taken, released, or lapsed), or if this
+// one does: each success starts a new term, its epoch one more than the
+// last (1 the first time), so writes under an earlier epoch are refused
+// from now on. When another replica holds it, it returns that lease and
+// ErrLeaseHeld. Of replicas acquiring a free lease at once, one wins.
+func (p *Postgres) AcquireLease(ctx context.Context, kernel string, ttl time.Duration) (Lease, error) {
+	if p.replica == "" {
+		return Lease{}, ErrNotReplica
+	}
+	if kernel == "" {
+		return Lease{}, ErrInvalid
+	}
+	l := Lease{Kernel: kernel, Owner: p.replica}
+	var b pgx.Batch
+	b.Queue(`INSERT INTO leases AS l (kernel_id, owner, epoch, expires_at)
+		VALUES ($1, $2, 1, now() + $3 * interval '1 microsecond')
+		ON CONFLICT (kernel_id) DO UPDATE SET owner = excluded.owner, epoch = l.epoch + 1, expires_at = excluded.expires_at
+		WHERE l.owner = excluded.owner OR l.owner = '' OR l.expires_at <= now()
+		RETURNING epoch, expires_at`, kernel, p.replica, micros(ttl)).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&l.Epoch, &l.Expires)
+	})
+	b.Queue("SELECT url FROM replicas WHERE id = $1", p.replica).QueryRow(func(row pgx.Row) error {
+		if err := row.Scan(&l.OwnerURL); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		return nil
+	})
+	err := p.pool.SendBatch(ctx, &b).Close()
+	if errors.Is(err, pgx.ErrNoRows) {
+		held, err := p.LeaseOwner(ctx, kernel)
+		if err != nil && !errors.Is(err, ErrNoLease) {
+			return Lease{}, err
+		}
+		return held, fmt.Errorf("%w: kernel %s (owner %s)", ErrLeaseHeld, kernel, held.Owner)
+	}
+	if err != nil {
+		return Lease{}, p.replicaCall(err)
+	}
+	return l, nil
+}
+
+// RenewLeases extends, by ttl from now, those of the leases held (kernel
+// and epoch) that this replica still holds unlapsed, in one statement,
+// and returns them; the others are lost (lapsed, taken or handed over)
+// and are not renewed.
+func (p *Postgres) RenewLeases(ctx context.Context, held []Fence, ttl time.Duration) ([]Fence, error) {
+	if p.replica == "" {
+		return nil, ErrNotReplica
+	}
+	if len(held) == 0 {
+		return nil, nil
+	}
+	kernels, epochs := make([]string, len(held)), make([]int64, len(held))
+	for i, f := range held {
+		kernels[i], epochs[i] = f.Kernel, f.Epoch
+	}
+	// The rows are locked in kernel_id order first, as kg_check_fences
+	// locks them, so that a renewal and a fenced commit never deadlock.
+	rows, _ := p.pool.Query(ctx, `WITH held AS (
+			SELECT l.kernel_id FROM leases l, unnest($1::text[], $2::bigint[]) AS h(k, e)
+			WHERE l.kernel_id = h.k AND l.epoch = h.e AND l.owner = $3 AND l.expires_at > now()
+			ORDER BY l.kernel_id FOR UPDATE OF l)
+		UPDATE leases AS l SET expires_at = now() + $4 * interval '1 microsecond'
+		FROM held WHERE l.kernel_id = held.kernel_id
+		RETURNING l.kernel_id, l.epoch`, kernels, epochs, p.replica, micros(ttl))
+	var still []Fence
+	var f Fence
+	_, err := pgx.ForEachRow(rows, []any{&f.Kernel, &f.Epoch}, func() error {
+		still = append(still, f)
+		return nil
+	})
+	if err != nil {
+		return nil, p.replicaCall(err)
+	}
+	return still, nil
+}
+
+// ReleaseLease gives up the lease f, if this replica holds it with f's
+// epoch: the kernel is free for any replica to acquire (with the next
+// epoch). Releasing a lease not held does nothing.
+func (p *Postgres) ReleaseLease(ctx context.Context, f Fence) error {
+	if p.replica == "" {
+		return ErrNotReplica
+	}
+	_, err := p.pool.Exec(ctx, `UPDATE leases SET owner = '', expires_at = now()
+		WHERE kernel_id = $1 AND epoch = $2 AND owner = $3`, f.Kernel, f.Epoch, p.replica)
+	return p.replicaCall(err)
+}
+
+// TransferLease hands the lease f, held by this replica, to the live
+// replica `to`, for ttl, under the next epoch, and returns the new lease:
+// from then on the writes under f are refused and `to` finds itself the
+// owner (LeaseOwner). ErrFenced when f is not held, ErrNoReplica when
+// `to` is not live.
+func (p *Postgres) TransferLease(ctx context.Context, f Fence, to string, ttl time.Duration) (Lease, error) {
+	if p.replica == "" {
+		return Lease{}, ErrNotReplica
+	}
+	l := Lease{Kernel: f.Kernel, Owner: to}
+	err := p.pool.QueryRow(ctx, `UPDATE leases AS l SET owner = $4, epoch = l.epoch + 1,
+			expires_at = now() + $5 * interval '1 microsecond'
+		FROM replicas r
+		WHERE l.kernel_id = $1 AND l.epoch = $2 AND l.owner = $3 AND l.expires_at > now()
+			AND r.id = $4 AND r.heard_at > now() - $5 * interval '1 microsecond'
+		RETURNING l.epoch, l.expires_at, r.url`, f.Kernel, f.Epoch, p.replica, to, micros(ttl)).Scan(&l.Epoch, &l.Expires, &l.OwnerURL)
+	if errors.Is(err, pgx.ErrNoRows) {
+		live, err := p.LiveReplicas(ctx, ttl)
+		if err != nil {
+			return Lease{}, err
+		}
+		for _, r := range live {
+			if r.ID == to {
+				return Lease{}, fencedError(&f)
+			}
+		}
+		return Lease{}, fmt.Errorf("%w: %q", ErrNoReplica, to)
+	}
+	if err != nil {
+		return Lease{}, p.replicaCall(err)
+	}
+	return l, nil
+}
+
+// LeaseOwner returns the kernel's lease while a replica holds it (with
+// its advertised URL), ErrNoLease otherwise.
+func (p *Postgres) LeaseOwner(ctx context.Context, kernel string) (Lease, error) {
+	l := Lease{Kernel: kernel}
+	err := p.pool.QueryRow(ctx, `SELECT l.owner, coalesce(r.url, ''), l.epoch, l.expires_at
+		FROM leases l LEFT JOIN replicas r ON r.id = l.owner
+		WHERE l.kernel_id = $1 AND l.owner <> '' AND l.expires_at > now()`, kernel).Scan(&l.Owner, &l.OwnerURL, &l.Epoch, &l.Expires)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Lease{}, fmt.Errorf("%w: kernel %s", ErrNoLease, kernel)
+	}
+	if err != nil {
+		return Lease{}, p.replicaCall(err)
+	}
+	return l, nil
+}
