@@ -293,7 +293,13 @@ func (s *Server) routes() {
 	// E2B's SDK: its own headers, checked by the handler.
 	s.e2b = s.e2bHandler()
 	e2bPrefix := strings.TrimSuffix(s.cfg.BaseURL, "/") + "/e2b"
-	e2bH := echo.WrapHandler(http.StripPrefix(e2bPrefix, s.e2b))
+	// The E2B handler writes through download, so that a file it sends
+	// goes out with sendfile as the files API's do.
+	e2bStrip := http.StripPrefix(e2bPrefix, s.e2b)
+	e2bH := func(c echo.Context) error {
+		e2bStrip.ServeHTTP(download{c.Response()}, c.Request())
+		return nil
+	}
 	base.Any("/e2b/*", e2bH, tag(apiSurface))
 
 	if s.cfg.Web != nil {
