@@ -4,13 +4,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"kernelgate/gateway"
 	"kernelgate/jupyter"
+	"kernelgate/sessions"
 	"kernelgate/state"
 )
 
@@ -137,9 +141,39 @@ func (l listFlag) Set(s string) error {
 	return nil
 }
 
+// sizeString is n bytes as a size flag takes it: in the largest binary
+// unit that divides it.
+func sizeString(n int64) string {
+	for _, u := range []struct {
+		unit string
+		mult int64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.mult && n%u.mult == 0 {
+			return strconv.FormatInt(n/u.mult, 10) + u.unit
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// languageTable is the default --language table, as --help shows it.
+func languageTable(d sessions.Config) string {
+	var out []string
+	for _, lang := range slices.Sorted(maps.Keys(d.Languages)) {
+		out = append(out, lang+"="+d.Languages[lang])
+	}
+	s := strings.Join(out, ", ")
+	for _, lang := range d.OptionalLanguages {
+		s += ", " + lang + " served only where its kernelspec is installed"
+	}
+	return s
+}
+
 // parseConfig reads the serve flags from args and the environment.
 func parseConfig(args []string, getenv func(string) string, out io.Writer) (*config, error) {
 	c := &config{}
+	// The defaults are the packages' own: what they fill in for a value
+	// left zero.
+	sd, gd := sessions.DefaultConfig(), gateway.DefaultConfig()
 	fs := flag.NewFlagSet("kernelgate serve", flag.ContinueOnError)
 	fs.SetOutput(out)
 	type entry struct{ flag, env string }
@@ -176,11 +210,11 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("kernel-pids")
 	fs.Uint64Var(&c.KernelNoFile, "kernel-nofile", 4096, "open files per kernel process (RLIMIT_NOFILE); 0 leaves it as inherited")
 	add("kernel-nofile")
-	fs.StringVar(&c.MaxKernelFrame, "max-kernel-message", "256MiB", "largest message a kernel may send, all its frames together; larger output is cut to the run's limits, a kernel sending any other larger message is stopped")
+	fs.StringVar(&c.MaxKernelFrame, "max-kernel-message", sizeString(jupyter.DefaultMaxFrame), "largest message a kernel may send, all its frames together; larger output is cut to the run's limits, a kernel sending any other larger message is stopped")
 	add("max-kernel-message")
 	fs.StringVar(&c.WorkspaceRoot, "workspace-root", "", "directory holding each context's workspace (its kernel's working directory, its files and packages) and every working directory a Jupyter client chooses; empty: a temporary directory removed at exit")
 	add("workspace-root")
-	fs.StringVar(&c.MaxUpload, "max-upload", "1GiB", "largest file uploaded into a context's workspace, e.g. 512MiB")
+	fs.StringVar(&c.MaxUpload, "max-upload", sizeString(gd.MaxUploadBytes), "largest file uploaded into a context's workspace, e.g. 512MiB")
 	add("max-upload")
 	fs.StringVar(&c.PipIndexURL, "pip-index-url", "", "package index pip installs contexts' packages from (PIP_INDEX_URL; default pip's)")
 	add("pip-index-url")
@@ -194,13 +228,13 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("allow-origin")
 	fs.Var(listFlag{&c.KernelspecDirs}, "kernelspec-dir", "directory of kernelspecs searched before the Jupyter path (repeatable)")
 	entries = append(entries, entry{"kernelspec-dir", "KERNELGATE_KERNELSPEC_DIRS"})
-	fs.StringVar(&c.DefaultKernel, "default-kernel", "python3", "kernelspec used when a request names none")
+	fs.StringVar(&c.DefaultKernel, "default-kernel", sd.DefaultKernel, "kernelspec used when a request names none")
 	add("default-kernel")
 	fs.IntVar(&c.MaxKernels, "max-kernels", 0, "most kernel processes at once, starting, running, pooled or stopping (0: no limit); a pooled kernel gives way to a user's")
 	add("max-kernels")
 	fs.DurationVar(&c.CullIdle, "cull-idle-timeout", 0, "shut down kernels idle this long (0: never)")
 	add("cull-idle-timeout")
-	fs.DurationVar(&c.CullInterval, "cull-interval", 5*time.Minute, "how often idle kernels are looked for")
+	fs.DurationVar(&c.CullInterval, "cull-interval", sd.CullInterval, "how often idle kernels are looked for")
 	add("cull-interval")
 	fs.BoolVar(&c.CullConnected, "cull-connected", false, "cull idle kernels even with clients connected")
 	add("cull-connected")
@@ -208,7 +242,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("cull-busy")
 	fs.Var(listFlag{&c.EnvAllow}, "env-allow", "environment variable a kernel-create request may set besides KERNEL_* (repeatable)")
 	add("env-allow")
-	fs.StringVar(&c.BaseURL, "base-url", "/", "path prefix kernelgate is served under")
+	fs.StringVar(&c.BaseURL, "base-url", gd.BaseURL, "path prefix kernelgate is served under")
 	add("base-url")
 	fs.Var(optionalString{&c.StateDir, &c.StateDirSet}, "state-dir", "directory of the state store, which keeps kernels, contexts, sessions and runs across restarts (default $XDG_STATE_HOME/kernelgate, else ~/.local/state/kernelgate); an empty value keeps them in memory only")
 	add("state-dir")
@@ -224,41 +258,41 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("log-level")
 	fs.StringVar(&c.LogFormat, "log-format", "text", "text or json")
 	add("log-format")
-	fs.Int64Var(&c.MaxBody, "max-body", 16<<20, "largest request body in bytes")
+	fs.Int64Var(&c.MaxBody, "max-body", gd.MaxBodyBytes, "largest request body in bytes")
 	add("max-body")
-	fs.Int64Var(&c.MaxFrame, "max-frame", 64<<20, "largest websocket message from a client in bytes")
+	fs.Int64Var(&c.MaxFrame, "max-frame", gd.MaxFrameBytes, "largest websocket message from a client in bytes")
 	add("max-frame")
-	fs.DurationVar(&c.StartTimeout, "start-timeout", 60*time.Second, "how long a kernel may take to start")
+	fs.DurationVar(&c.StartTimeout, "start-timeout", sd.StartTimeout, "how long a kernel may take to start")
 	add("start-timeout")
-	fs.DurationVar(&c.HeartbeatTimeout, "heartbeat-timeout", 30*time.Second, "how long a kernel with work in flight (a run, a request awaiting its reply) may leave a heartbeat unanswered before it is taken for dead (hung whole or cut off) and restarted; idle kernels are never pinged (0: off)")
+	fs.DurationVar(&c.HeartbeatTimeout, "heartbeat-timeout", sd.HeartbeatTimeout, "how long a kernel with work in flight (a run, a request awaiting its reply) may leave a heartbeat unanswered before it is taken for dead (hung whole or cut off) and restarted; idle kernels are never pinged (0: off)")
 	add("heartbeat-timeout")
-	fs.DurationVar(&c.HeartbeatPeriod, "heartbeat-period", jupyter.DefaultHeartbeatPeriod, "how often a kernel with work in flight is pinged on its heartbeat channel")
+	fs.DurationVar(&c.HeartbeatPeriod, "heartbeat-period", sd.HeartbeatPeriod, "how often a kernel with work in flight is pinged on its heartbeat channel")
 	add("heartbeat-period")
-	fs.Var(listFlag{&c.Languages}, "language", "language=kernelspec of the code-interpreter API (repeatable; replaces the whole table, default python=python3, javascript=deno, typescript=deno, r=ir, r served only where its kernelspec is installed)")
+	fs.Var(listFlag{&c.Languages}, "language", "language=kernelspec of the code-interpreter API (repeatable; replaces the whole table, default "+languageTable(sd)+")")
 	add("language")
 	fs.StringVar(&c.PythonLauncher, "python-launcher", "fork", "how Python kernels start: fork (from a zygote per kernelspec that has imported ipykernel and its metadata.kernelgate.preload; sandboxed kernels are exec'd) or exec (a new interpreter each)")
 	add("python-launcher")
-	fs.IntVar(&c.PoolSize, "pool-size", 1, "ready kernels kept at least per kernelspec for isolated runs and new contexts, within --max-kernels (0: none)")
+	fs.IntVar(&c.PoolSize, "pool-size", sd.PoolSize, "ready kernels kept at least per kernelspec for isolated runs and new contexts, within --max-kernels (0: none)")
 	add("pool-size")
-	fs.IntVar(&c.PoolMax, "pool-max", 4, "ready kernels a pool may keep per kernelspec when kernels are taken fast (at least --pool-size)")
+	fs.IntVar(&c.PoolMax, "pool-max", sd.PoolMax, "ready kernels a pool may keep per kernelspec when kernels are taken fast (at least --pool-size)")
 	add("pool-max")
-	fs.DurationVar(&c.PoolIdle, "pool-idle", 30*time.Second, "how long after its last take a pool above --pool-size shrinks back to it")
+	fs.DurationVar(&c.PoolIdle, "pool-idle", sd.PoolIdle, "how long after its last take a pool above --pool-size shrinks back to it")
 	add("pool-idle")
 	fs.Var(listFlag{&c.PoolPrewarm}, "pool-prewarm", "languages whose pool fills at start, not at the first isolated run (default python)")
 	add("pool-prewarm")
-	fs.IntVar(&c.QueueLimit, "queue-limit", 64, "runs that may wait per context")
+	fs.IntVar(&c.QueueLimit, "queue-limit", sd.QueueLimit, "runs that may wait per context")
 	add("queue-limit")
-	fs.IntVar(&c.MaxLogBytes, "max-log-bytes", 8<<20, "stdout and stderr a run keeps, in bytes")
+	fs.IntVar(&c.MaxLogBytes, "max-log-bytes", sd.RunLimits.LogBytes, "stdout and stderr a run keeps, in bytes")
 	add("max-log-bytes")
-	fs.IntVar(&c.MaxResultBytes, "max-result-bytes", 32<<20, "result data a run keeps, in bytes")
+	fs.IntVar(&c.MaxResultBytes, "max-result-bytes", sd.RunLimits.ResultBytes, "result data a run keeps, in bytes")
 	add("max-result-bytes")
-	fs.DurationVar(&c.RunRetention, "run-retention", 10*time.Minute, "how long finished runs stay readable")
+	fs.DurationVar(&c.RunRetention, "run-retention", sd.RunRetention, "how long finished runs stay readable")
 	add("run-retention")
-	fs.IntVar(&c.RunsKept, "runs-kept", 1000, "how many finished runs stay readable")
+	fs.IntVar(&c.RunsKept, "runs-kept", sd.RunsKept, "how many finished runs stay readable")
 	add("runs-kept")
-	fs.DurationVar(&c.InterruptGrace, "interrupt-grace", 3*time.Second, "how long an interrupted run may take to stop before its kernel is restarted")
+	fs.DurationVar(&c.InterruptGrace, "interrupt-grace", sd.InterruptGrace, "how long an interrupted run may take to stop before its kernel is restarted")
 	add("interrupt-grace")
-	fs.DurationVar(&c.LateOutputWait, "late-output-wait", 20*time.Millisecond, "quiet period before a Deno run without a result ends, for output Deno publishes after its idle status (negative: none)")
+	fs.DurationVar(&c.LateOutputWait, "late-output-wait", sd.LateOutputWait, "quiet period before a Deno run without a result ends, for output Deno publishes after its idle status (negative: none)")
 	add("late-output-wait")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "at SIGTERM or SIGINT, how long requests in flight may take to finish before the kernels are stopped (their runs end lost); the process exits at most "+shutdownStop.String()+" later whatever the kernels do, and at once on a second signal")
 	add("shutdown-grace")

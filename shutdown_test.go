@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/procfs"
+
 	"kernelgate/internal/leakcheck"
 )
 
@@ -92,13 +94,12 @@ func processAlive(pid int) bool {
 	if syscall.Kill(pid, 0) != nil {
 		return false
 	}
-	st, err := procStat(pid)
-	return err == nil && !strings.Contains(st, ") Z ")
-}
-
-func procStat(pid int) (string, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	return string(b), err
+	p, err := procfs.NewProc(pid)
+	if err != nil {
+		return false
+	}
+	st, err := p.Stat()
+	return err == nil && st.State != "Z"
 }
 
 // A gateway killed with SIGKILL leaves the processes its kernels started,

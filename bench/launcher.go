@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 // launcherPreload is what the python3 kernelspec's zygote imports in the
@@ -331,20 +333,10 @@ func waitNoKernels(ctx context.Context, gateway int) error {
 
 func childrenOf(pid int) []int {
 	var out []int
-	procs, _ := os.ReadDir("/proc")
+	procs, _ := procfs.AllProcs()
 	for _, p := range procs {
-		child, err := strconv.Atoi(p.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + p.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(fields) > 1 && fields[1] == strconv.Itoa(pid) {
-			out = append(out, child)
+		if st, err := p.Stat(); err == nil && st.PPID == pid {
+			out = append(out, p.PID)
 		}
 	}
 	return out

@@ -5,7 +5,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -19,6 +18,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/procfs"
 
 	"kernelgate/internal/tailbuf"
 )
@@ -250,18 +251,15 @@ func cpuTime(pid int) (time.Duration, error) {
 
 // cpuTicks is utime+stime of pid from /proc/<pid>/stat.
 func cpuTicks(pid int) (time.Duration, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return 0, err
 	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0, errors.New("short /proc stat")
+	st, err := p.Stat()
+	if err != nil {
+		return 0, err
 	}
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(u+st) * 10 * time.Millisecond, nil
+	return time.Duration(st.UTime+st.STime) * 10 * time.Millisecond, nil
 }
 
 // memStatus returns VmRSS and VmHWM of pid in bytes.

@@ -129,7 +129,10 @@ func (h *Handler) getFile(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 	w.Header().Set("Content-Type", typ)
 	w.Header().Set("Content-Length", strconv.FormatInt(e.Size, 10))
 	w.WriteHeader(http.StatusOK)
-	workspace.CopyTo(w, f)
+	// The file as it was opened, handed to w's ReadFrom: net/http's has
+	// the kernel send it (sendfile); a file grown since is not sent past
+	// its Content-Length.
+	io.CopyN(w, f, e.Size)
 }
 
 func pathExt(p string) string {

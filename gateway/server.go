@@ -54,9 +54,23 @@ type Config struct {
 	testLogger *slog.Logger // tests capture the logs here
 }
 
+// DefaultConfig returns the defaults fill gives what a Config leaves
+// zero (kernelgate's flags show them).
+func DefaultConfig() Config {
+	return Config{
+		BaseURL:            "/",
+		MaxBodyBytes:       16 << 20,
+		MaxUploadBytes:     1 << 30,
+		MaxFrameBytes:      64 << 20,
+		PingInterval:       30 * time.Second,
+		MaxContextTokenTTL: 24 * time.Hour,
+	}
+}
+
 func (c *Config) fill() {
+	d := DefaultConfig()
 	if c.BaseURL == "" {
-		c.BaseURL = "/"
+		c.BaseURL = d.BaseURL
 	}
 	if !strings.HasPrefix(c.BaseURL, "/") {
 		c.BaseURL = "/" + c.BaseURL
@@ -65,19 +79,19 @@ func (c *Config) fill() {
 		c.BaseURL += "/"
 	}
 	if c.MaxBodyBytes <= 0 {
-		c.MaxBodyBytes = 16 << 20
+		c.MaxBodyBytes = d.MaxBodyBytes
 	}
 	if c.MaxUploadBytes <= 0 {
-		c.MaxUploadBytes = 1 << 30
+		c.MaxUploadBytes = d.MaxUploadBytes
 	}
 	if c.MaxFrameBytes <= 0 {
-		c.MaxFrameBytes = 64 << 20
+		c.MaxFrameBytes = d.MaxFrameBytes
 	}
 	if c.PingInterval <= 0 {
-		c.PingInterval = 30 * time.Second
+		c.PingInterval = d.PingInterval
 	}
 	if c.MaxContextTokenTTL <= 0 {
-		c.MaxContextTokenTTL = 24 * time.Hour
+		c.MaxContextTokenTTL = d.MaxContextTokenTTL
 	}
 }
 
@@ -279,7 +293,13 @@ func (s *Server) routes() {
 	// E2B's SDK: its own headers, checked by the handler.
 	s.e2b = s.e2bHandler()
 	e2bPrefix := strings.TrimSuffix(s.cfg.BaseURL, "/") + "/e2b"
-	e2bH := echo.WrapHandler(http.StripPrefix(e2bPrefix, s.e2b))
+	// The E2B handler writes through download, so that a file it sends
+	// goes out with sendfile as the files API's do.
+	e2bStrip := http.StripPrefix(e2bPrefix, s.e2b)
+	e2bH := func(c echo.Context) error {
+		e2bStrip.ServeHTTP(download{c.Response()}, c.Request())
+		return nil
+	}
 	base.Any("/e2b/*", e2bH, tag(apiSurface))
 
 	if s.cfg.Web != nil {

@@ -3,8 +3,10 @@ package jupyter
 import (
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
+	"sync"
+
+	"github.com/prometheus/procfs"
 )
 
 // LocalAdoption says whether a later gateway can adopt this one's local
@@ -19,31 +21,28 @@ func processStart(pid int) (uint64, error) {
 	return start, err
 }
 
-// procStat reads the process group (field 5) and start time (field 22) of
-// a live process from /proc/<pid>/stat; a zombie is an error.
+// procFS is /proc, opened once: procfs.NewFS checks the mount each time.
+var procFS = sync.OnceValues(procfs.NewDefaultFS)
+
+// procStat reads the process group and start time of a live process
+// from /proc/<pid>/stat; a zombie is an error.
 func procStat(pid int) (pgrp int, start uint64, err error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	fs, err := procFS()
 	if err != nil {
 		return 0, 0, err
 	}
-	// The command (field 2) is in parentheses and may hold anything;
-	// the fields after its last ')' start with field 3.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: no command field", pid)
+	p, err := fs.Proc(pid)
+	if err != nil {
+		return 0, 0, err
 	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
+	st, err := p.Stat()
+	if err != nil {
+		return 0, 0, err
 	}
-	if f[0] == "Z" || f[0] == "X" {
+	if st.State == "Z" || st.State == "X" {
 		return 0, 0, fmt.Errorf("process %d has ended", pid)
 	}
-	if pgrp, err = strconv.Atoi(f[2]); err != nil {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: process group: %w", pid, err)
-	}
-	start, err = strconv.ParseUint(f[19], 10, 64)
-	return pgrp, start, err
+	return st.PGRP, st.Starttime, nil
 }
 
 // bootID names this boot of the machine.

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 // SandboxConfig runs kernels inside bubblewrap: the host's file system
@@ -233,14 +235,10 @@ func readSandboxPid(r *os.File, wait time.Duration) (int, error) {
 
 // parentOf reads the parent pid of pid from /proc.
 func parentOf(pid int) (int, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return 0, err
 	}
-	s := string(b)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(fields) < 2 {
-		return 0, fmt.Errorf("malformed /proc/%d/stat", pid)
-	}
-	return strconv.Atoi(fields[1])
+	st, err := p.Stat()
+	return st.PPID, err
 }

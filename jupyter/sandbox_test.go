@@ -461,3 +461,64 @@ func TestSandboxedProgramBelowTmp(t *testing.T) {
 		t.Errorf("program below /tmp not bound: %v", args)
 	}
 }
+
+// procStat reads a process whose command holds spaces and parentheses
+// (the fields after it still line up), and refuses it once it has ended:
+// a zombie, then a reaped pid. parentOf reads its parent, zombie or not.
+func TestProcStatOddCommandAndZombie(t *testing.T) {
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(sleep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	odd := filepath.Join(t.TempDir(), "a) Z 1 (b")
+	if err := os.WriteFile(odd, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(odd, "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+
+	ownGroup, ownStart, err := procStat(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgrp, start, err := procStat(pid)
+	if err != nil {
+		t.Fatalf("procStat(%d): %v", pid, err)
+	}
+	if pgrp != ownGroup || start < ownStart {
+		t.Errorf("procStat(%d) = group %d, start %d; want this process's group %d, a start from %d on", pid, pgrp, start, ownGroup, ownStart)
+	}
+	if ppid, err := parentOf(pid); err != nil || ppid != os.Getpid() {
+		t.Errorf("parentOf(%d) = %d, %v; want %d", pid, ppid, err, os.Getpid())
+	}
+
+	// Killed and not reaped (nothing waits for it yet): a zombie.
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(10 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for _, _, err := procStat(pid); err == nil; _, _, err = procStat(pid) {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			t.Fatalf("procStat of a killed process still answers")
+		}
+	}
+	if ppid, err := parentOf(pid); err != nil || ppid != os.Getpid() {
+		t.Errorf("parentOf(%d) of the zombie = %d, %v; want %d", pid, ppid, err, os.Getpid())
+	}
+	cmd.Wait()
+	if _, _, err := procStat(pid); err == nil {
+		t.Errorf("procStat of a reaped process: no error")
+	}
+}

@@ -6,46 +6,38 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"kernelgate/internal/seconds"
 	"kernelgate/sessions"
 )
 
 // addCommandTools adds run_command.
 func (h *Handler) addCommandTools(srv *sdk.Server) {
-	srv.AddTool(&sdk.Tool{
+	addTool(h, srv, &sdk.Tool{
 		Name:  "run_command",
 		Title: "Run a shell command",
 		Description: `Run a shell command (/bin/sh -c) beside a context's kernel and return its output and exit code: install a package (pip install polars), list or move files, run a script.
 It runs in the context's workspace (the folder run_code's code works in and the file tools read and write), with the kernel's environment: a file it writes is read by code, and a package pip installs is imported by the context's Python code. Without context, it runs beside the shared Python kernel (code-python).
 It does not wait behind code the context is running. timeout is in seconds (0 or absent: none); when it runs out the command and what it started are killed. Its input is empty: a command that asks a question gets no answer (pass -y and the like). Output past the gateway's per-run limit is cut, with truncated: true. The whole execution (logs, process.exitCode, process.reason) is in the structured content.`,
-		InputSchema: schema(`{"type":"object","properties":{
-"command":{"type":"string","description":"The command line, run with /bin/sh -c."},
-"context":{"type":"string","description":"The id of a context from create_context or list_contexts. Omitted: the shared Python kernel's context, code-python."},
-"timeout":{"type":"number","minimum":0,"description":"Seconds before the command is killed; 0 or absent: no limit."}},
-"required":["command"],"additionalProperties":false}`),
+		InputSchema: inputSchema[commandArgs](func(p map[string]*jsonschema.Schema) {
+			p["timeout"].Minimum = new(0.0)
+		}),
 		Annotations: &sdk.ToolAnnotations{Title: "Run a shell command", DestructiveHint: boolPtr(true), OpenWorldHint: boolPtr(true)},
 	}, h.runCommand)
 }
 
 // commandArgs are run_command's arguments.
 type commandArgs struct {
-	Command *string  `json:"command"`
-	Context string   `json:"context"`
-	Timeout *float64 `json:"timeout"`
+	Command string  `json:"command" jsonschema:"The command line, run with /bin/sh -c."`
+	Context string  `json:"context,omitempty" jsonschema:"The id of a context from create_context or list_contexts. Omitted: the shared Python kernel's context, code-python."`
+	Timeout float64 `json:"timeout,omitempty" jsonschema:"Seconds before the command is killed; 0 or absent: no limit."`
 }
 
-func (h *Handler) runCommand(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-	var args commandArgs
-	if err := decodeArgs(req.Params.Arguments, &args); err != nil {
-		return h.toolError(err), nil
-	}
-	if args.Command == nil || strings.TrimSpace(*args.Command) == "" {
-		return h.toolError(&badArgs{"command is required"}), nil
-	}
-	a, err := h.access(req)
-	if err != nil {
-		return h.toolError(err), nil
+func (h *Handler) runCommand(ctx context.Context, a Access, args commandArgs) (*sdk.CallToolResult, error) {
+	if strings.TrimSpace(args.Command) == "" {
+		return nil, &badArgs{"command is required"}
 	}
 	if args.Context == "" {
 		args.Context = a.Context // a context token runs in its context
@@ -54,17 +46,17 @@ func (h *Handler) runCommand(ctx context.Context, req *sdk.CallToolRequest) (*sd
 		args.Context = "code-python"
 	}
 	if err := h.check(a, true, args.Context); err != nil {
-		return h.toolError(err), nil
+		return nil, err
 	}
-	timeout, ok := timeoutArg(args.Timeout)
+	timeout, ok := seconds.Of(args.Timeout, sessions.MaxRunTimeout)
 	if !ok {
-		return h.toolError(&badArgs{sessions.TimeoutRange}), nil
+		return nil, &badArgs{sessions.TimeoutRange}
 	}
 	run, err := h.mgr.RunCommand(ctx, sessions.CommandRequest{
-		Context: args.Context, Argv: sessions.ShellCommand(*args.Command), Timeout: timeout,
+		Context: args.Context, Argv: sessions.ShellCommand(args.Command), Timeout: timeout,
 	})
 	if err != nil {
-		return h.toolError(err), nil
+		return nil, err
 	}
 	select {
 	case <-run.Done():

@@ -40,22 +40,26 @@ func answerBound(r io.Reader, p string, size int64) (int64, error) {
 	return max(c.n, b64), nil
 }
 
-// jsonCounter counts what the bytes written to it take as a JSON string,
-// or more: a byte 0xE2 counts four, for U+2028 and U+2029 (three bytes,
-// six in JSON). Bytes of invalid UTF-8 count one (such data goes as
-// base64).
-type jsonCounter struct{ n int64 }
+// jsonCounter counts what the bytes written to it take as a JSON string:
+// ASCII as jsonASCII says, U+2028 and U+2029 six bytes each (\u2028),
+// every other byte one. Bytes of invalid UTF-8 count one (such data goes
+// as base64).
+type jsonCounter struct {
+	n    int64
+	last [2]byte // the two bytes before the next one
+}
 
 func (c *jsonCounter) Write(p []byte) (int, error) {
 	for _, b := range p {
 		switch {
-		case b == 0xE2:
-			c.n += 4
-		case b >= utf8.RuneSelf:
-			c.n++
-		default:
+		case b < utf8.RuneSelf:
 			c.n += int64(jsonASCII[b])
+		case (b == 0xA8 || b == 0xA9) && c.last == [2]byte{0xE2, 0x80}:
+			c.n += 4 // with the two before it, counted one each: six
+		default:
+			c.n++
 		}
+		c.last = [2]byte{c.last[1], b}
 	}
 	return len(p), nil
 }

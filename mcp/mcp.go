@@ -20,8 +20,10 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"kernelgate/sessions"
@@ -94,10 +96,12 @@ type Config struct {
 
 // Handler serves MCP.
 type Handler struct {
-	cfg   Config
-	mgr   *sessions.Manager
-	http  http.Handler
-	reads *readBudget
+	cfg     Config
+	mgr     *sessions.Manager
+	server  *sdk.Server
+	schemas map[string]*jsonschema.Schema // by tool name
+	http    http.Handler
+	reads   *readBudget
 }
 
 // New builds the MCP handler over mgr.
@@ -117,9 +121,11 @@ func New(cfg Config, mgr *sessions.Manager) *Handler {
 	if cfg.Authorize == nil {
 		cfg.Authorize = func(http.Header) (Access, error) { return Access{Read: true, Exec: true}, nil }
 	}
-	h := &Handler{cfg: cfg, mgr: mgr, reads: newReadBudget(cfg.ReadBudgetBytes)}
+	h := &Handler{cfg: cfg, mgr: mgr, reads: newReadBudget(cfg.ReadBudgetBytes), schemas: map[string]*jsonschema.Schema{}}
 	srv := sdk.NewServer(&sdk.Implementation{Name: "kernelgate", Title: "kernelgate code interpreter", Version: cfg.Version},
 		&sdk.ServerOptions{Instructions: instructions})
+	h.server = srv
+	srv.AddReceivingMiddleware(h.badArgsCode)
 	h.addTools(srv)
 	h.http = sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, &sdk.StreamableHTTPOptions{
 		Stateless:           true,
@@ -189,23 +195,101 @@ func (h *Handler) toolError(err error) *sdk.CallToolResult {
 	}
 }
 
-// badArgs is the error of arguments that do not decode.
+// badArgs is the error of arguments a tool refuses.
 type badArgs struct{ msg string }
 
 func (e *badArgs) Error() string { return e.msg }
 
-// decodeArgs decodes a tool's arguments strictly.
-func decodeArgs(raw json.RawMessage, v any) error {
-	if len(raw) == 0 || string(raw) == "null" {
-		raw = json.RawMessage("{}")
+// toolFunc does a tool's work for a caller of access a, with its
+// arguments (decoded and checked against the tool's schema by the SDK);
+// the error it returns is the call's answer, named by toolError.
+type toolFunc[In any] func(ctx context.Context, a Access, args In) (*sdk.CallToolResult, error)
+
+// addTool adds a tool whose arguments decode into In: it finds the
+// caller's access, runs f and answers its error.
+func addTool[In any](h *Handler, srv *sdk.Server, t *sdk.Tool, f toolFunc[In]) {
+	if s, ok := t.InputSchema.(*jsonschema.Schema); ok {
+		h.schemas[t.Name] = s
 	}
-	d := json.NewDecoder(bytesReader(raw))
-	d.DisallowUnknownFields()
-	if err := d.Decode(v); err != nil {
-		return &badArgs{"arguments: " + err.Error()}
-	}
-	return nil
+	sdk.AddTool(srv, t, func(ctx context.Context, req *sdk.CallToolRequest, args In) (*sdk.CallToolResult, any, error) {
+		if ran, ok := ctx.Value(toolRanKey{}).(*bool); ok {
+			*ran = true
+		}
+		a, err := h.access(req)
+		var res *sdk.CallToolResult
+		if err == nil {
+			res, err = f(ctx, a, args)
+		}
+		if err != nil {
+			return h.toolError(err), nil, nil
+		}
+		return res, nil, nil
+	})
 }
+
+// inputSchema is the schema of a tool's arguments, inferred from In: its
+// fields' json names (omitempty for an optional one) and their
+// descriptions (jsonschema tags). edit adds what tags do not say (enums,
+// patterns, bounds).
+func inputSchema[In any](edit func(props map[string]*jsonschema.Schema)) *jsonschema.Schema {
+	s, err := jsonschema.For[In](nil)
+	if err != nil {
+		panic(err)
+	}
+	if s.Properties == nil {
+		s.Properties = map[string]*jsonschema.Schema{} // listed as {}, as clients expect
+	}
+	for _, p := range s.Properties {
+		// Pointers and slices are inferred nullable; no argument takes null.
+		if len(p.Types) == 2 && p.Types[0] == "null" {
+			p.Type, p.Types = p.Types[1], nil
+		}
+	}
+	if edit != nil {
+		edit(s.Properties)
+	}
+	return s
+}
+
+// toolRanKey marks, in a tools/call's context, whether the tool's own
+// handler ran.
+type toolRanKey struct{}
+
+// badArgsCode gives the SDK's answer to arguments that fail their schema
+// (the tool's handler never ran) the code of bad input, as the tools'
+// own answers to bad arguments have, and adds what the argument it names
+// is.
+func (h *Handler) badArgsCode(next sdk.MethodHandler) sdk.MethodHandler {
+	return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+		if method != "tools/call" {
+			return next(ctx, method, req)
+		}
+		ran := new(bool)
+		res, err := next(context.WithValue(ctx, toolRanKey{}, ran), method, req)
+		r, ok := res.(*sdk.CallToolResult)
+		if !ok || !r.IsError || *ran {
+			return res, err
+		}
+		var props map[string]*jsonschema.Schema
+		if call, ok := req.(*sdk.CallToolRequest); ok && h.schemas[call.Params.Name] != nil {
+			props = h.schemas[call.Params.Name].Properties
+		}
+		for _, c := range r.Content {
+			t, ok := c.(*sdk.TextContent)
+			if !ok {
+				continue
+			}
+			t.Text = "BAD_REQUEST: " + t.Text
+			if m := namedProperty.FindStringSubmatch(t.Text); m != nil && props[m[1]] != nil && props[m[1]].Description != "" {
+				t.Text += " (" + m[1] + ": " + props[m[1]].Description + ")"
+			}
+		}
+		return res, err
+	}
+}
+
+// namedProperty finds the argument a schema error names.
+var namedProperty = regexp.MustCompile(`/properties/([A-Za-z0-9_]+)`)
 
 // jsonResult is a tool result with v as structured content and as text.
 func jsonResult(text string, v any) (*sdk.CallToolResult, error) {

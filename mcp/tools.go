@@ -7,8 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"kernelgate/internal/seconds"
@@ -19,23 +19,16 @@ func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
 
 func boolPtr(b bool) *bool { return &b }
 
-// schema is a tool's JSON Schema, written out.
-func schema(s string) json.RawMessage { return json.RawMessage(s) }
-
-// languageEnum is the "enum" member of the language argument's schema:
-// the languages the gateway serves (none when it serves none).
-func (h *Handler) languageEnum() string {
-	langs := h.mgr.Languages()
-	if len(langs) == 0 {
-		return ""
+// languageEnum limits a language argument to the languages the gateway
+// serves (no limit when it serves none).
+func (h *Handler) languageEnum(p *jsonschema.Schema) {
+	for _, lang := range h.mgr.Languages() {
+		p.Enum = append(p.Enum, lang)
 	}
-	js, _ := json.Marshal(langs)
-	return `"enum":` + string(js) + `,`
 }
 
 func (h *Handler) addTools(srv *sdk.Server) {
-	langs := h.languageEnum()
-	srv.AddTool(&sdk.Tool{
+	addTool(h, srv, &sdk.Tool{
 		Name:  "run_code",
 		Title: "Run code",
 		Description: `Run code in a Jupyter kernel and return its output.
@@ -44,51 +37,46 @@ State persists: variables, imports, functions and files made by one call are the
 Languages: python (default; ipykernel with numpy, pandas and matplotlib), javascript and typescript (Deno: top-level await, npm: and jsr: imports), r (R with IRkernel; the values of the code as results, plots as images), as this gateway serves them; kernelspec names any other installed kernel.
 Returns stdout, stderr, the value of the last expression and anything displayed as text; matplotlib figures and other PNG or JPEG output as images; an exception as an error naming its type, with the traceback. The whole execution (every output, executionCount, process.reason) is in the structured content.
 timeout is in seconds (0 or absent: none). When it runs out the kernel is interrupted and keeps its state. Runs in one context execute one at a time, in order. Output past the gateway's per-run limit is cut, with truncated: true.`,
-		InputSchema: schema(`{"type":"object","properties":{
-"code":{"type":"string","description":"The code to run."},
-"language":{"type":"string",` + langs + `"description":"The language; python when omitted. With context, it must be the context's language."},
-"kernelspec":{"type":"string","description":"The name of an installed kernelspec to run on, instead of language (GET /api/kernelspecs lists them)."},
-"context":{"type":"string","description":"The id of a context from create_context or list_contexts. Omitted: the shared kernel of the language."},
-"timeout":{"type":"number","minimum":0,"maximum":31536000,"description":"Seconds before the run is interrupted; 0 or absent: no limit; at most 31536000 (365 days)."}},
-"required":["code"],"additionalProperties":false}`),
+		InputSchema: inputSchema[runArgs](func(p map[string]*jsonschema.Schema) {
+			h.languageEnum(p["language"])
+			p["timeout"].Minimum, p["timeout"].Maximum = new(0.0), new(sessions.MaxRunTimeout.Seconds())
+		}),
 		Annotations: &sdk.ToolAnnotations{Title: "Run code", DestructiveHint: boolPtr(true), OpenWorldHint: boolPtr(true)},
 	}, h.runCode)
 
-	srv.AddTool(&sdk.Tool{
+	addTool(h, srv, &sdk.Tool{
 		Name:  "create_context",
 		Title: "Create a context",
 		Description: `Create an interpreter context: a kernel of its own whose state persists across run_code calls until delete_context. Its working directory is its own workspace, where the file tools read and write.
 Returns the context, whose id you pass to run_code, interrupt, delete_context and the file tools. Keep the id: it stays valid for any client and across reconnections.`,
-		InputSchema: schema(`{"type":"object","properties":{
-"language":{"type":"string",` + langs + `"description":"The language; python when omitted."},
-"kernelspec":{"type":"string","description":"The name of an installed kernelspec for the context's kernel, instead of language."},
-"id":{"type":"string","pattern":"^[A-Za-z0-9._-]{1,128}$","description":"An id of your choice; one is generated when omitted. An id in use is refused."},
-"packages":{"type":"array","items":{"type":"string"},"description":"Packages installed into this context only, before it is returned: pip requirements (\"requests==2.31\") for Python; npm:, jsr: or https: specifiers for Deno. A failed install fails the call with pip's message."}},
-"additionalProperties":false}`),
+		InputSchema: inputSchema[createArgs](func(p map[string]*jsonschema.Schema) {
+			h.languageEnum(p["language"])
+			p["id"].Pattern = "^[A-Za-z0-9._-]{1,128}$"
+		}),
 		Annotations: &sdk.ToolAnnotations{Title: "Create a context", DestructiveHint: boolPtr(false), OpenWorldHint: boolPtr(false)},
 	}, h.createContext)
 
-	srv.AddTool(&sdk.Tool{
+	addTool(h, srv, &sdk.Tool{
 		Name:        "list_contexts",
 		Title:       "List contexts",
 		Description: `List the interpreter contexts: id, language, whether its kernel is running (active; an inactive context starts a fresh kernel on its next run, without its earlier state), executionState, and when it was created and last used. The shared kernels appear as code-python, code-javascript, code-typescript and code-r once they have run code.`,
-		InputSchema: schema(`{"type":"object","properties":{},"additionalProperties":false}`),
+		InputSchema: inputSchema[struct{}](nil),
 		Annotations: &sdk.ToolAnnotations{Title: "List contexts", ReadOnlyHint: true, OpenWorldHint: boolPtr(false)},
 	}, h.listContexts)
 
-	srv.AddTool(&sdk.Tool{
+	addTool(h, srv, &sdk.Tool{
 		Name:        "delete_context",
 		Title:       "Delete a context",
 		Description: `Delete a context: its kernel is shut down and its state (variables, imports) is gone for good. A run in progress ends as lost.`,
-		InputSchema: schema(`{"type":"object","properties":{"context":{"type":"string","description":"The context's id."}},"required":["context"],"additionalProperties":false}`),
+		InputSchema: inputSchema[contextArgs](nil),
 		Annotations: &sdk.ToolAnnotations{Title: "Delete a context", DestructiveHint: boolPtr(true), IdempotentHint: true, OpenWorldHint: boolPtr(false)},
 	}, h.deleteContext)
 
-	srv.AddTool(&sdk.Tool{
+	addTool(h, srv, &sdk.Tool{
 		Name:        "interrupt",
 		Title:       "Interrupt a context",
 		Description: `Interrupt the code a context is running (as Ctrl-C would: Python raises KeyboardInterrupt). The kernel and its state stay. Use it to stop a run that takes too long.`,
-		InputSchema: schema(`{"type":"object","properties":{"context":{"type":"string","description":"The context's id."}},"required":["context"],"additionalProperties":false}`),
+		InputSchema: inputSchema[contextArgs](nil),
 		Annotations: &sdk.ToolAnnotations{Title: "Interrupt a context", DestructiveHint: boolPtr(false), IdempotentHint: true, OpenWorldHint: boolPtr(false)},
 	}, h.interrupt)
 
@@ -100,40 +88,29 @@ Returns the context, whose id you pass to run_code, interrupt, delete_context an
 
 // runArgs are run_code's arguments.
 type runArgs struct {
-	Code       *string  `json:"code"`
-	Language   string   `json:"language"`
-	Kernelspec string   `json:"kernelspec"`
-	Context    string   `json:"context"`
-	Timeout    *float64 `json:"timeout"`
+	Code       string  `json:"code" jsonschema:"The code to run."`
+	Language   string  `json:"language,omitempty" jsonschema:"The language; python when omitted. With context, it must be the context's language."`
+	Kernelspec string  `json:"kernelspec,omitempty" jsonschema:"The name of an installed kernelspec to run on, instead of language (GET /api/kernelspecs lists them)."`
+	Context    string  `json:"context,omitempty" jsonschema:"The id of a context from create_context or list_contexts. Omitted: the shared kernel of the language."`
+	Timeout    float64 `json:"timeout,omitempty" jsonschema:"Seconds before the run is interrupted; 0 or absent: no limit; at most 31536000 (365 days)."`
 }
 
-func (h *Handler) runCode(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-	var args runArgs
-	if err := decodeArgs(req.Params.Arguments, &args); err != nil {
-		return h.toolError(err), nil
-	}
-	if args.Code == nil {
-		return h.toolError(&badArgs{"code is required"}), nil
-	}
-	a, err := h.access(req)
-	if err != nil {
-		return h.toolError(err), nil
-	}
+func (h *Handler) runCode(ctx context.Context, a Access, args runArgs) (*sdk.CallToolResult, error) {
 	if a.Context != "" && args.Context == "" {
 		args.Context = a.Context // a context token runs in its context
 	}
 	if err := h.check(a, true, args.Context); err != nil {
-		return h.toolError(err), nil
+		return nil, err
 	}
-	timeout, ok := timeoutArg(args.Timeout)
+	timeout, ok := seconds.Of(args.Timeout, sessions.MaxRunTimeout)
 	if !ok {
-		return h.toolError(&badArgs{sessions.TimeoutRange}), nil
+		return nil, &badArgs{sessions.TimeoutRange}
 	}
 	run, err := h.mgr.Execute(ctx, sessions.ExecuteRequest{
-		Code: *args.Code, Language: args.Language, Kernelspec: args.Kernelspec, Context: args.Context, Timeout: timeout,
+		Code: args.Code, Language: args.Language, Kernelspec: args.Kernelspec, Context: args.Context, Timeout: timeout,
 	})
 	if err != nil {
-		return h.toolError(err), nil
+		return nil, err
 	}
 	select {
 	case <-run.Done():
@@ -143,18 +120,9 @@ func (h *Handler) runCode(ctx context.Context, req *sdk.CallToolRequest) (*sdk.C
 		<-run.Done()
 	}
 	if f := run.Failure(); f != nil {
-		return h.toolError(f), nil
+		return nil, f
 	}
 	return executionResult(run.ExecutionJSON())
-}
-
-// timeoutArg reads a tool's timeout in seconds (nil: none); false when it
-// is out of sessions.TimeoutRange.
-func timeoutArg(t *float64) (time.Duration, bool) {
-	if t == nil {
-		return 0, true
-	}
-	return seconds.Of(*t, sessions.MaxRunTimeout)
 }
 
 // logsContent is an Execution's stdout, then its stderr, as text.
@@ -232,50 +200,34 @@ func executionResult(js []byte) (*sdk.CallToolResult, error) {
 
 // contextArgs are the arguments of the tools that name a context.
 type contextArgs struct {
-	Context string `json:"context"`
+	Context string `json:"context" jsonschema:"The context's id."`
 }
 
 type createArgs struct {
-	Language   string   `json:"language"`
-	Kernelspec string   `json:"kernelspec"`
-	ID         string   `json:"id"`
-	Packages   []string `json:"packages"`
+	Language   string   `json:"language,omitempty" jsonschema:"The language; python when omitted."`
+	Kernelspec string   `json:"kernelspec,omitempty" jsonschema:"The name of an installed kernelspec for the context's kernel, instead of language."`
+	ID         string   `json:"id,omitempty" jsonschema:"An id of your choice; one is generated when omitted. An id in use is refused."`
+	Packages   []string `json:"packages,omitempty" jsonschema:"Packages installed into this context only, before it is returned: pip requirements (\"requests==2.31\") for Python; npm:, jsr: or https: specifiers for Deno. A failed install fails the call with pip's message."`
 }
 
-func (h *Handler) createContext(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-	var args createArgs
-	if err := decodeArgs(req.Params.Arguments, &args); err != nil {
-		return h.toolError(err), nil
-	}
-	a, err := h.access(req)
-	if err != nil {
-		return h.toolError(err), nil
-	}
+func (h *Handler) createContext(ctx context.Context, a Access, args createArgs) (*sdk.CallToolResult, error) {
 	if a.Context != "" {
-		return h.toolError(fmt.Errorf("%w: a context token may only use its context", ErrForbidden)), nil
+		return nil, fmt.Errorf("%w: a context token may only use its context", ErrForbidden)
 	}
 	if err := h.check(a, true, ""); err != nil {
-		return h.toolError(err), nil
+		return nil, err
 	}
 	c, err := h.mgr.CreateContext(ctx, sessions.ContextRequest{ID: args.ID, Language: args.Language, Kernelspec: args.Kernelspec, Packages: args.Packages})
 	if err != nil {
-		return h.toolError(err), nil
+		return nil, err
 	}
 	m := c.Model()
 	return jsonResult(fmt.Sprintf("Created context %s (%s). Pass context: %q to run_code.", m.ID, m.Language, m.ID), m)
 }
 
-func (h *Handler) listContexts(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-	var args struct{}
-	if err := decodeArgs(req.Params.Arguments, &args); err != nil {
-		return h.toolError(err), nil
-	}
-	a, err := h.access(req)
-	if err != nil {
-		return h.toolError(err), nil
-	}
+func (h *Handler) listContexts(ctx context.Context, a Access, _ struct{}) (*sdk.CallToolResult, error) {
 	if err := h.check(Access{Read: a.Read, Exec: a.Exec}, false, ""); err != nil {
-		return h.toolError(err), nil
+		return nil, err
 	}
 	out := []sessions.ContextModel{}
 	for _, c := range h.mgr.Contexts() {
@@ -298,23 +250,15 @@ func (h *Handler) listContexts(ctx context.Context, req *sdk.CallToolRequest) (*
 	return jsonResult(strings.TrimRight(b.String(), "\n"), map[string]any{"contexts": out})
 }
 
-func (h *Handler) deleteContext(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-	var args contextArgs
-	if err := decodeArgs(req.Params.Arguments, &args); err != nil {
-		return h.toolError(err), nil
-	}
-	a, err := h.access(req)
-	if err != nil {
-		return h.toolError(err), nil
-	}
+func (h *Handler) deleteContext(ctx context.Context, a Access, args contextArgs) (*sdk.CallToolResult, error) {
 	if a.Context != "" {
-		return h.toolError(fmt.Errorf("%w: a context token cannot delete its context", ErrForbidden)), nil
+		return nil, fmt.Errorf("%w: a context token cannot delete its context", ErrForbidden)
 	}
 	if err := h.check(a, true, args.Context); err != nil {
-		return h.toolError(err), nil
+		return nil, err
 	}
 	if err := h.mgr.DeleteContext(ctx, args.Context); err != nil {
-		return h.toolError(err), nil
+		return nil, err
 	}
 	if h.cfg.ContextDeleted != nil {
 		h.cfg.ContextDeleted(args.Context)
@@ -322,20 +266,12 @@ func (h *Handler) deleteContext(ctx context.Context, req *sdk.CallToolRequest) (
 	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "Deleted context " + args.Context + "."}}}, nil
 }
 
-func (h *Handler) interrupt(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-	var args contextArgs
-	if err := decodeArgs(req.Params.Arguments, &args); err != nil {
-		return h.toolError(err), nil
-	}
-	a, err := h.access(req)
-	if err != nil {
-		return h.toolError(err), nil
-	}
+func (h *Handler) interrupt(ctx context.Context, a Access, args contextArgs) (*sdk.CallToolResult, error) {
 	if err := h.check(a, true, args.Context); err != nil {
-		return h.toolError(err), nil
+		return nil, err
 	}
 	if err := h.mgr.InterruptContext(ctx, args.Context); err != nil {
-		return h.toolError(err), nil
+		return nil, err
 	}
 	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "Interrupted context " + args.Context + "; its state is kept."}}}, nil
 }

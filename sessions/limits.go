@@ -2,10 +2,14 @@ package sessions
 
 import (
 	"fmt"
+	"math"
 	"path/filepath"
-	"strconv"
+	"regexp"
 	"strings"
 	"time"
+	"unicode"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
@@ -18,29 +22,59 @@ const MaxRunTimeout = 365 * 24 * time.Hour
 // TimeoutRange says which run timeouts are accepted, for messages.
 const TimeoutRange = "timeout is a number of seconds from 0 (no limit) to 31536000 (365 days)"
 
-// ParseBytes reads a size: a number of bytes, or one with a unit (KiB,
-// MiB, GiB, TiB, or KB, MB, GB, TB in powers of 1000).
+// sizeUnits are the units ParseBytes takes: KiB to TiB, and K, M, G, in
+// powers of 1024; KB to TB in powers of 1000; B for bytes.
+var sizeUnits = []struct {
+	unit string
+	mult int64
+}{
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+	{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1},
+}
+
+// sizeNumber is the number before a unit: digits, with a fraction.
+var sizeNumber = regexp.MustCompile(`^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)$`)
+
+// maxSize is the largest size, in bytes.
+var maxSize = resource.NewQuantity(math.MaxInt64, resource.BinarySI)
+
+// ParseBytes reads a size: a number of bytes, or a number (with a
+// fraction) and a unit (KiB, MiB, GiB, TiB, or K, M, G alike; KB, MB,
+// GB, TB in powers of 1000; B), rounded up to a whole byte. Units are
+// case-sensitive: 512m is refused, not read as 512 MiB (nor as a
+// Kubernetes quantity's 0.512). A size past the largest int64 is refused.
 func ParseBytes(s string) (int64, error) {
 	s = strings.TrimSpace(s)
-	units := []struct {
-		suffix string
-		mult   int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
-		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}}
-	for _, u := range units {
-		if num, ok := strings.CutSuffix(s, u.suffix); ok {
-			f, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
-			if err != nil || f < 0 {
-				return 0, fmt.Errorf("bad size %q", s)
-			}
-			return int64(f * float64(u.mult)), nil
+	num, mult := s, int64(1)
+	unit := false
+	for _, u := range sizeUnits {
+		if n, ok := strings.CutSuffix(s, u.unit); ok {
+			num, mult, unit = strings.TrimSpace(n), u.mult, true
+			break
 		}
 	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 0 {
+	if !sizeNumber.MatchString(num) || !unit && strings.Contains(num, ".") {
+		if i := strings.IndexFunc(s, unicode.IsLetter); i > 0 && sizeNumber.MatchString(strings.TrimSpace(s[:i])) {
+			return 0, fmt.Errorf("bad size %q: the unit is one of KiB, MiB, GiB, TiB, KB, MB, GB, TB, K, M, G or B (case-sensitive)", s)
+		}
 		return 0, fmt.Errorf("bad size %q (want bytes or a unit such as 512MiB)", s)
 	}
-	return n, nil
+	// The number alone is a decimal quantity, which ParseQuantity never
+	// caps (it caps binary ones at the largest int64, silently); the unit
+	// multiplies it exactly.
+	q, err := resource.ParseQuantity(num)
+	if err != nil {
+		return 0, fmt.Errorf("bad size %q: %v", s, err)
+	}
+	q.Mul(mult)
+	switch {
+	case q.Sign() < 0:
+		return 0, fmt.Errorf("bad size %q: a size cannot be negative", s)
+	case q.Cmp(*maxSize) > 0:
+		return 0, fmt.Errorf("bad size %q: too large (at most %d bytes)", s, int64(math.MaxInt64))
+	}
+	return q.Value(), nil
 }
 
 // isolation returns the limits and sandbox of a kernel of spec: the

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 // Resources are counts that leaks make grow.
@@ -35,22 +37,13 @@ const ZygoteMarker = "kernelgate-zygote"
 // Children lists the pids whose parent is this process (zombies included),
 // zygotes excepted.
 func Children() []int {
-	self := strconv.Itoa(os.Getpid())
+	self := os.Getpid()
 	var out []int
-	procs, _ := os.ReadDir("/proc")
+	procs, _ := procfs.AllProcs()
 	for _, p := range procs {
-		pid, err := strconv.Atoi(p.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + p.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(fields) > 1 && fields[1] == self && !isZygote(p.Name()) {
-			out = append(out, pid)
+		st, err := p.Stat()
+		if err == nil && st.PPID == self && !isZygote(strconv.Itoa(p.PID)) {
+			out = append(out, p.PID)
 		}
 	}
 	return out
@@ -81,9 +74,12 @@ func Check(t testing.TB, before Resources) {
 	buf = buf[:runtime.Stack(buf, true)]
 	var kids []string
 	for _, pid := range Children() {
-		stat, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		var st procfs.ProcStat
+		if p, err := procfs.NewProc(pid); err == nil {
+			st, _ = p.Stat()
+		}
 		cmd, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-		kids = append(kids, fmt.Sprintf("%d %.40s %.120q", pid, stat, cmd))
+		kids = append(kids, fmt.Sprintf("%d (%s) %s %.120q", pid, st.Comm, st.State, cmd))
 	}
 	t.Errorf("leak: before %+v, after %+v (children %v)\n%s", before, now, kids, buf)
 }
