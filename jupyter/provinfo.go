@@ -17,8 +17,8 @@ type ProvisionerInfo struct {
 	Provisioner string   `json:"provisioner"`
 	Connection  ConnInfo `json:"connection"`
 	// Data is what the provisioner keeps of the kernel (the local one:
-	// its process, directory and cgroups; kubernetes-provisioner: its
-	// pod), in its own format.
+	// its process and directory; kubernetes-provisioner: its pod), in its
+	// own format.
 	Data json.RawMessage `json:"data,omitempty"`
 }
 

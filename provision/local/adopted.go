@@ -1,4 +1,4 @@
-package jupyter
+package local
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"syscall"
 
 	"kernelgate/internal/sysproc"
+
+	"kernelgate/jupyter"
 )
 
 // This file re-adopts a local kernel that is not a child of this process:
@@ -26,34 +28,34 @@ const ExitUnknown = "unknown (not a child)"
 // Adopt takes over the local kernel process info names, if it is still
 // the very process that was launched: same pid, same start time, same
 // boot. Nothing is signalled or changed when it is not.
-func (p *LocalProvisioner) Adopt(ctx context.Context, info ProvisionerInfo) (Process, error) {
-	li := info.Local
+func (p *Provisioner) Adopt(ctx context.Context, info jupyter.ProvisionerInfo) (jupyter.Process, error) {
+	li, err := InfoOf(info)
 	switch {
-	case info.Provisioner != "local" || li == nil:
-		return nil, fmt.Errorf("%w: not a local kernel (provisioner %q)", ErrNotAdoptable, info.Provisioner)
+	case err != nil:
+		return nil, err
 	case li.PID <= 0 || li.StartTime == 0:
-		return nil, fmt.Errorf("%w: no pid and start time", ErrNotAdoptable)
+		return nil, fmt.Errorf("%w: no pid and start time", jupyter.ErrNotAdoptable)
 	case li.Bridged:
-		return nil, fmt.Errorf("%w: its sandbox's network bridge ended with the gateway that ran it", ErrNotAdoptable)
+		return nil, fmt.Errorf("%w: its sandbox's network bridge ended with the gateway that ran it", jupyter.ErrNotAdoptable)
 	case li.BootID != "" && li.BootID != bootID():
-		return nil, fmt.Errorf("%w: the machine has restarted since", ErrNotAdoptable)
+		return nil, fmt.Errorf("%w: the machine has restarted since", jupyter.ErrNotAdoptable)
 	}
 	// The pidfd is taken first: if the start time matches after it, the
 	// pidfd is the kernel's and no later reuse of the pid can fool it.
 	w, err := watchPID(li.PID)
 	if err != nil {
-		return nil, fmt.Errorf("%w: process %d: %v", ErrNotAdoptable, li.PID, err)
+		return nil, fmt.Errorf("%w: process %d: %v", jupyter.ErrNotAdoptable, li.PID, err)
 	}
 	start, err := processStart(li.PID)
 	switch {
 	case err != nil:
 		w.close()
-		return nil, fmt.Errorf("%w: process %d: %v", ErrNotAdoptable, li.PID, err)
+		return nil, fmt.Errorf("%w: process %d: %v", jupyter.ErrNotAdoptable, li.PID, err)
 	case start != li.StartTime:
 		w.close()
-		return nil, fmt.Errorf("%w: pid %d is another process now (started at tick %d, the kernel at %d)", ErrNotAdoptable, li.PID, start, li.StartTime)
+		return nil, fmt.Errorf("%w: pid %d is another process now (started at tick %d, the kernel at %d)", jupyter.ErrNotAdoptable, li.PID, start, li.StartTime)
 	}
-	ap := &adoptedProcess{info: info, w: w, done: make(chan struct{}), watching: make(chan struct{})}
+	ap := &adoptedProcess{info: info, li: li, w: w, done: make(chan struct{}), watching: make(chan struct{})}
 	if len(li.Cgroups) > 0 {
 		ap.cg = &kernelCgroup{}
 		for _, c := range li.Cgroups {
@@ -69,7 +71,7 @@ func (p *LocalProvisioner) Adopt(ctx context.Context, info ProvisionerInfo) (Pro
 		}
 		if ap.guard, err = newGuard(filepath.Dir(li.Lease), timeout, p.logger()); err != nil {
 			w.close()
-			return nil, fmt.Errorf("%w: lease: %v", ErrNotAdoptable, err)
+			return nil, fmt.Errorf("%w: lease: %v", jupyter.ErrNotAdoptable, err)
 		}
 		ap.guard.wdPID, ap.guard.wdStart = li.WatchdogPID, li.WatchdogStart
 	}
@@ -79,7 +81,8 @@ func (p *LocalProvisioner) Adopt(ctx context.Context, info ProvisionerInfo) (Pro
 
 // adoptedProcess is a local kernel that is not our child.
 type adoptedProcess struct {
-	info  ProvisionerInfo
+	info  jupyter.ProvisionerInfo
+	li    *Info // info's Data
 	cg    *kernelCgroup
 	w     *pidWatcher
 	guard *orphanGuard // nil unless the kernel has a lease
@@ -90,9 +93,9 @@ type adoptedProcess struct {
 }
 
 var (
-	_ InfoProcess        = (*adoptedProcess)(nil)
-	_ Releaser           = (*adoptedProcess)(nil)
-	_ messageInterrupter = (*adoptedProcess)(nil)
+	_ jupyter.InfoProcess = (*adoptedProcess)(nil)
+	_ jupyter.Releaser    = (*adoptedProcess)(nil)
+	_ messageInterrupter  = (*adoptedProcess)(nil)
 )
 
 // watch waits for the process to end, then kills what it left in its
@@ -102,14 +105,14 @@ func (ap *adoptedProcess) watch() {
 	if !ap.w.wait() {
 		return // released
 	}
-	sysproc.Kill(-ap.info.Local.PGID, syscall.SIGKILL)
+	sysproc.Kill(-ap.li.PGID, syscall.SIGKILL)
 	ap.cg.kill()
 	close(ap.done)
 }
 
-func (ap *adoptedProcess) ConnInfo() ConnInfo    { return ap.info.Connection }
-func (ap *adoptedProcess) PID() int              { return ap.info.Local.PID }
-func (ap *adoptedProcess) Done() <-chan struct{} { return ap.done }
+func (ap *adoptedProcess) ConnInfo() jupyter.ConnInfo { return ap.info.Connection }
+func (ap *adoptedProcess) PID() int                   { return ap.li.PID }
+func (ap *adoptedProcess) Done() <-chan struct{}      { return ap.done }
 
 func (ap *adoptedProcess) ExitStatus() string {
 	select {
@@ -122,7 +125,7 @@ func (ap *adoptedProcess) ExitStatus() string {
 
 // Output is the end of the kernel's output file, when it has one.
 func (ap *adoptedProcess) Output() string {
-	return fileTail(ap.info.Local.OutputFile, outputTailDefault)
+	return fileTail(ap.li.OutputFile, outputTailDefault)
 }
 
 // Signal signals the kernel's process group while the kernel lives.
@@ -132,7 +135,7 @@ func (ap *adoptedProcess) Signal(sig syscall.Signal) error {
 		return os.ErrProcessDone
 	default:
 	}
-	return sysproc.Kill(-ap.info.Local.PGID, sig)
+	return sysproc.Kill(-ap.li.PGID, sig)
 }
 
 // Release stops watching the process and leaves it running.
@@ -149,13 +152,13 @@ func (ap *adoptedProcess) Release() {
 func (ap *adoptedProcess) Cleanup() error {
 	ap.Release()
 	ap.guard.end()
-	return errors.Join(ap.cg.remove(), os.RemoveAll(ap.info.Local.RuntimeDir))
+	return errors.Join(ap.cg.remove(), os.RemoveAll(ap.li.RuntimeDir))
 }
 
-func (ap *adoptedProcess) ProvisionerInfo() (ProvisionerInfo, error) { return ap.info, nil }
+func (ap *adoptedProcess) ProvisionerInfo() (jupyter.ProvisionerInfo, error) { return ap.info, nil }
 
 // InterruptByMessage implements messageInterrupter.
-func (ap *adoptedProcess) InterruptByMessage() bool { return ap.info.Local.Sandboxed }
+func (ap *adoptedProcess) InterruptByMessage() bool { return ap.li.Sandboxed }
 
 // outputTailDefault is how much of an output file Output returns.
 const outputTailDefault = 8 << 10

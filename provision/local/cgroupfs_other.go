@@ -1,6 +1,6 @@
 //go:build !linux
 
-package jupyter
+package local
 
 // isCgroupFS: there are no cgroups here (detectCgroups says so first).
 func isCgroupFS(string, int64) bool { return false }

@@ -1,9 +1,10 @@
-package jupyter
+package local
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"kernelgate/internal/sysproc"
+
+	"kernelgate/jupyter"
 )
 
 // A command is a process started beside a kernel: with the kernel's
@@ -21,45 +24,15 @@ import (
 // paths hidden, no network unless the kernel has it). It runs in a
 // process group of its own, which Kill ends.
 
-// ErrNoCommands is returned for a kernel whose process cannot start
-// commands beside it (one adopted from an earlier gateway, or one that
-// does not run on this machine).
-var ErrNoCommands = errors.New("jupyter: this kernel cannot run commands beside it")
-
-// ErrNoProgram is returned for a command whose program is not found.
-var ErrNoProgram = errors.New("jupyter: no such program")
-
 // commandDrain is how long a command's output pipes stay open once its
 // process has ended: a child that left its process group may hold them.
 const commandDrain = time.Second
 
-// CommandRequest says what to start beside a kernel.
-type CommandRequest struct {
-	// Argv is the program and its arguments; Argv[0] is looked up in the
-	// kernel's PATH (or Env's).
-	Argv []string
-	// Dir is the working directory: absolute, and inside the kernel's
-	// working directory for a sandboxed kernel. Empty means the kernel's.
-	Dir string
-	// Env is laid over the kernel's environment.
-	Env map[string]string
-	// PathFirst are folders put ahead of the PATH (Env's, else the
-	// kernel's), as a kernel's setup code may have put them.
-	PathFirst []string
-	// Stdin gives the command a pipe for its standard input; without it
-	// the command reads an empty input.
-	Stdin bool
-}
-
-// Command is a process running beside a kernel.
+// Command is a process running beside a local kernel.
 type Command struct {
-	// Stdout and Stderr are the read ends of the command's output: read
-	// them until EOF (which comes at the latest commandDrain after the
-	// process ended), then close them.
-	Stdout, Stderr *os.File
-	// Stdin is the write end of its input, nil unless asked for; its
-	// writes take deadlines (SetWriteDeadline).
-	Stdin *os.File
+	// stdout and stderr are the read ends of the command's output, stdin
+	// the write end of its input (nil unless asked for).
+	stdout, stderr, stdin *os.File
 
 	cmd    *exec.Cmd
 	done   chan struct{}
@@ -67,20 +40,7 @@ type Command struct {
 	kernel <-chan struct{} // closed when the kernel's process has ended
 }
 
-// commander is implemented by a Process that can start commands beside
-// its kernel.
-type commander interface {
-	StartCommand(ctx context.Context, req CommandRequest) (*Command, error)
-}
-
-// StartCommand starts req beside the kernel's current process.
-func (k *Kernel) StartCommand(ctx context.Context, req CommandRequest) (*Command, error) {
-	c, ok := k.proc.(commander)
-	if !ok {
-		return nil, ErrNoCommands
-	}
-	return c.StartCommand(ctx, req)
-}
+var _ jupyter.Command = (*Command)(nil)
 
 // commandPlan is what a launch keeps to start commands beside its kernel.
 type commandPlan struct {
@@ -98,6 +58,29 @@ func (p commandPlan) of(done <-chan struct{}) *commandPlan {
 	p.done = done
 	return &p
 }
+
+// Stdout is the read end of the command's standard output: read it until
+// EOF (which comes at the latest commandDrain after the process ended),
+// then close it.
+func (c *Command) Stdout() io.ReadCloser { return c.stdout }
+
+// Stderr is the read end of its standard error, as Stdout.
+func (c *Command) Stderr() io.ReadCloser { return c.stderr }
+
+// Stdin is the write end of its input, nil unless asked for; its writes
+// take deadlines.
+func (c *Command) Stdin() jupyter.CommandInput {
+	if c.stdin == nil {
+		return nil
+	}
+	return c.stdin
+}
+
+// Interrupt sends SIGINT to the command's process group.
+func (c *Command) Interrupt() error { return c.Signal(syscall.SIGINT) }
+
+// Kill sends SIGKILL to the command's process group.
+func (c *Command) Kill() error { return c.Signal(syscall.SIGKILL) }
 
 // PID is the command's process (its group's leader).
 func (c *Command) PID() int { return c.cmd.Process.Pid }
@@ -139,22 +122,22 @@ func (c *Command) Signal(sig syscall.Signal) error {
 	return sysproc.Kill(-c.cmd.Process.Pid, sig)
 }
 
-// StartCommand implements commander.
-func (lp *localProcess) StartCommand(ctx context.Context, req CommandRequest) (*Command, error) {
+// StartCommand implements jupyter.CommandStarter.
+func (lp *localProcess) StartCommand(ctx context.Context, req jupyter.CommandRequest) (jupyter.Command, error) {
 	return lp.plan.start(ctx, req)
 }
 
-var _ commander = (*localProcess)(nil)
+var _ jupyter.CommandStarter = (*localProcess)(nil)
 
 // start launches req as the kernel was launched: behind the gate, joined
 // to the kernel's cgroup with its rlimits before its first instruction.
-func (p *commandPlan) start(ctx context.Context, req CommandRequest) (*Command, error) {
+func (p *commandPlan) start(ctx context.Context, req jupyter.CommandRequest) (jupyter.Command, error) {
 	if p == nil {
-		return nil, ErrNoCommands
+		return nil, jupyter.ErrNoCommands
 	}
 	select {
 	case <-p.done:
-		return nil, fmt.Errorf("%w: the kernel's process has ended", ErrKernelDied)
+		return nil, fmt.Errorf("%w: the kernel's process has ended", jupyter.ErrKernelDied)
 	default:
 	}
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
@@ -198,7 +181,7 @@ func (p *commandPlan) start(ctx context.Context, req CommandRequest) (*Command, 
 			f.Close()
 		}
 	}
-	fail := func(err error) (*Command, error) {
+	fail := func(err error) (jupyter.Command, error) {
 		gate.Close()
 		closeChildEnds(cmd)
 		closeAll(child)
@@ -217,15 +200,15 @@ func (p *commandPlan) start(ctx context.Context, req CommandRequest) (*Command, 
 		parent, child = append(parent, r), append(child, w)
 		return r, nil
 	}
-	if c.Stdout, err = pipe(false); err != nil {
+	if c.stdout, err = pipe(false); err != nil {
 		return fail(err)
 	}
-	if c.Stderr, err = pipe(false); err != nil {
+	if c.stderr, err = pipe(false); err != nil {
 		return fail(err)
 	}
 	cmd.Stdout, cmd.Stderr = child[0], child[1]
 	if req.Stdin {
-		if c.Stdin, err = pipe(true); err != nil {
+		if c.stdin, err = pipe(true); err != nil {
 			return fail(err)
 		}
 		cmd.Stdin = child[2]
@@ -249,7 +232,7 @@ func (p *commandPlan) start(ctx context.Context, req CommandRequest) (*Command, 
 			// A kernel that ended meanwhile took its cgroup along: the
 			// command never runs outside it.
 			if len(p.cg.snapshot()) == 0 {
-				return fmt.Errorf("%w: the kernel's cgroup is gone", ErrKernelDied)
+				return fmt.Errorf("%w: the kernel's cgroup is gone", jupyter.ErrKernelDied)
 			}
 			if err := p.cg.join(pid); err != nil {
 				return fmt.Errorf("cgroup: %w", err)
@@ -278,7 +261,7 @@ func (p *commandPlan) start(ctx context.Context, req CommandRequest) (*Command, 
 func (p *commandPlan) command(argv []string, path, dir string) ([]string, error) {
 	exe, err := lookPath(argv[0], path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s is not an executable on the kernel's PATH (%v)", ErrNoProgram, argv[0], err)
+		return nil, fmt.Errorf("%w: %s is not an executable on the kernel's PATH (%v)", jupyter.ErrNoProgram, argv[0], err)
 	}
 	argv = append([]string{exe}, argv[1:]...)
 	if p.iso.sandbox == nil {
@@ -303,10 +286,10 @@ func (c *Command) wait() {
 	c.code = exitCode(c.cmd.ProcessState, err)
 	sysproc.Kill(-c.cmd.Process.Pid, syscall.SIGKILL)
 	deadline := time.Now().Add(commandDrain)
-	c.Stdout.SetReadDeadline(deadline)
-	c.Stderr.SetReadDeadline(deadline)
-	if c.Stdin != nil {
-		c.Stdin.Close()
+	c.stdout.SetReadDeadline(deadline)
+	c.stderr.SetReadDeadline(deadline)
+	if c.stdin != nil {
+		c.stdin.Close()
 	}
 	close(c.done)
 }

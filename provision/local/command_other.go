@@ -1,6 +1,8 @@
 //go:build !linux
 
-package jupyter
+package local
+
+import "kernelgate/jupyter"
 
 // planForked does nothing: kernels are forked from zygotes on Linux only.
-func planForked(Process, commandPlan) {}
+func planForked(jupyter.Process, commandPlan) {}

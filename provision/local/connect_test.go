@@ -1,6 +1,6 @@
 //go:build linux
 
-package jupyter
+package local
 
 import (
 	"context"
@@ -19,6 +19,8 @@ import (
 
 	"kernelgate/internal/testkernels"
 	"kernelgate/kernelspecs"
+
+	"kernelgate/jupyter"
 )
 
 // settledSnapshot counts resources once the process-wide launch thread
@@ -29,7 +31,7 @@ func settledSnapshot(t *testing.T) resources {
 }
 
 // resultText runs code and returns the text/plain of its execute_result.
-func resultText(t *testing.T, k *Kernel, code string) string {
+func resultText(t *testing.T, k *jupyter.Kernel, code string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -37,7 +39,7 @@ func resultText(t *testing.T, k *Kernel, code string) string {
 	if _, err := k.Execute(ctx, code, c.handle); err != nil {
 		t.Fatalf("execute %q: %v", code, err)
 	}
-	res := c.ofType(ExecuteResult)
+	res := c.ofType(jupyter.ExecuteResult)
 	if len(res) != 1 {
 		t.Fatalf("execute %q: %d results", code, len(res))
 	}
@@ -73,7 +75,7 @@ func eachLauncher(t *testing.T, f func(t *testing.T, launcher string, spec *kern
 }
 
 // checkLauncher fails unless k was started the way launcher says.
-func checkLauncher(t *testing.T, launcher string, k *Kernel) {
+func checkLauncher(t *testing.T, launcher string, k *jupyter.Kernel) {
 	t.Helper()
 	if _, forked := k.proc.(*forkedProcess); forked != (launcher == LauncherFork) {
 		t.Fatalf("a %s kernel started as %T", launcher, k.proc)
@@ -90,10 +92,10 @@ func TestReconnect(t *testing.T) { eachLauncher(t, testReconnect) }
 
 func testReconnect(t *testing.T, launcher string, spec *kernelspecs.Spec) {
 	before := settledSnapshot(t)
-	p := &LocalProvisioner{RuntimeDir: t.TempDir(), Detached: true}
+	p := &Provisioner{RuntimeDir: t.TempDir(), Detached: true}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	k1, err := Start(ctx, p, Config{Spec: spec})
+	k1, err := jupyter.Start(ctx, p, jupyter.Config{Spec: spec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,14 +121,14 @@ func testReconnect(t *testing.T, launcher string, spec *kernelspecs.Spec) {
 		t.Errorf("kernel session %d, want its own (%d)", sid, pid)
 	}
 	k1.Detach()
-	if !errors.Is(k1.Err(), ErrKernelDetached) {
+	if !errors.Is(k1.Err(), jupyter.ErrKernelDetached) {
 		t.Errorf("the dropped client ended with %v", k1.Err())
 	}
 	if syscall.Kill(pid, 0) != nil {
 		t.Fatal("dropping the client ended the kernel")
 	}
 
-	loaded, err := UnmarshalProvisionerInfo(saved)
+	loaded, err := jupyter.UnmarshalProvisionerInfo(saved)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,23 +137,23 @@ func testReconnect(t *testing.T, launcher string, spec *kernelspecs.Spec) {
 	wrongLocal := *loaded.Local
 	wrongLocal.StartTime++
 	wrong.Local = &wrongLocal
-	if _, err := Reconnect(ctx, p, wrong, Config{ID: k1.ID(), Spec: spec}); !errors.Is(err, ErrNotAdoptable) {
+	if _, err := jupyter.Reconnect(ctx, p, wrong, jupyter.Config{ID: k1.ID(), Spec: spec}); !errors.Is(err, jupyter.ErrNotAdoptable) {
 		t.Errorf("another start time: %v, want ErrNotAdoptable", err)
 	}
 	// A kernel that does not sign with the stored key never answers.
 	badKey := loaded
-	badKey.Connection.Key = NewKey()
+	badKey.Connection.Key = jupyter.NewKey()
 	short, cancelShort := context.WithTimeout(ctx, 3*time.Second)
-	_, err = Reconnect(short, p, badKey, Config{ID: k1.ID(), Spec: spec})
+	_, err = jupyter.Reconnect(short, p, badKey, jupyter.Config{ID: k1.ID(), Spec: spec})
 	cancelShort()
-	if !errors.Is(err, ErrConnectFailed) {
+	if !errors.Is(err, jupyter.ErrConnectFailed) {
 		t.Errorf("another key: %v, want ErrConnectFailed", err)
 	}
 	if syscall.Kill(pid, 0) != nil {
 		t.Fatal("a refused adoption ended the kernel")
 	}
 
-	k2, err := Reconnect(ctx, p, loaded, Config{ID: k1.ID(), Spec: spec})
+	k2, err := jupyter.Reconnect(ctx, p, loaded, jupyter.Config{ID: k1.ID(), Spec: spec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +173,7 @@ func testReconnect(t *testing.T, launcher string, spec *kernelspecs.Spec) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the adopted kernel's death went unnoticed")
 	}
-	var died *DiedError
+	var died *jupyter.DiedError
 	if !errors.As(k2.Err(), &died) || died.Status != ExitUnknown {
 		t.Errorf("died with %v, want a DiedError of status %q", k2.Err(), ExitUnknown)
 	}
@@ -189,19 +191,19 @@ func TestAdoptRefusesReusedPid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &LocalProvisioner{}
-	info := ProvisionerInfo{Provisioner: "local", Local: &LocalInfo{PID: os.Getpid(), PGID: os.Getpid(), StartTime: self + 1, BootID: bootID()}}
-	if _, err := p.Adopt(context.Background(), info); !errors.Is(err, ErrNotAdoptable) {
+	p := &Provisioner{}
+	info := jupyter.ProvisionerInfo{Provisioner: "local", Local: &Info{PID: os.Getpid(), PGID: os.Getpid(), StartTime: self + 1, BootID: bootID()}}
+	if _, err := p.Adopt(context.Background(), info); !errors.Is(err, jupyter.ErrNotAdoptable) {
 		t.Errorf("a mismatching start time: %v, want ErrNotAdoptable", err)
 	}
 	info.Local.StartTime = self
 	info.Local.BootID = "another-boot"
-	if _, err := p.Adopt(context.Background(), info); !errors.Is(err, ErrNotAdoptable) {
+	if _, err := p.Adopt(context.Background(), info); !errors.Is(err, jupyter.ErrNotAdoptable) {
 		t.Errorf("another boot: %v, want ErrNotAdoptable", err)
 	}
 	info.Local.PID = 1 << 22 // above pid_max
 	info.Local.BootID = ""
-	if _, err := p.Adopt(context.Background(), info); !errors.Is(err, ErrNotAdoptable) {
+	if _, err := p.Adopt(context.Background(), info); !errors.Is(err, jupyter.ErrNotAdoptable) {
 		t.Errorf("no such process: %v, want ErrNotAdoptable", err)
 	}
 }
@@ -231,7 +233,7 @@ func poll(within time.Duration, cond func() bool) bool {
 	return true
 }
 
-func leaseUntil(t *testing.T, info ProvisionerInfo) int64 {
+func leaseUntil(t *testing.T, info jupyter.ProvisionerInfo) int64 {
 	b, err := os.ReadFile(info.Local.Lease)
 	if err != nil {
 		return 0
@@ -252,12 +254,12 @@ func testOrphanWatchdog(t *testing.T, launcher string, spec *kernelspecs.Spec) {
 	// seconds. With 2 s, a kernel still starting on a loaded machine was
 	// once stopped by SIGTERM 2-3 s after its launch, the window of a
 	// renewal more than 1.3 s late. The gateway takes no less than 10 s.
-	p := &LocalProvisioner{RuntimeDir: t.TempDir(), Detached: true, OrphanTimeout: 5 * time.Second}
+	p := &Provisioner{RuntimeDir: t.TempDir(), Detached: true, OrphanTimeout: 5 * time.Second}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 
-	start := func() (*Kernel, ProvisionerInfo) {
-		k, err := Start(ctx, p, Config{Spec: spec})
+	start := func() (*jupyter.Kernel, jupyter.ProvisionerInfo) {
+		k, err := jupyter.Start(ctx, p, jupyter.Config{Spec: spec})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -276,7 +278,7 @@ func testOrphanWatchdog(t *testing.T, launcher string, spec *kernelspecs.Spec) {
 	kept, keptInfo := start()
 	firstLease := leaseUntil(t, keptInfo)
 	kept.Detach()
-	k2, err := Reconnect(ctx, p, keptInfo, Config{ID: kept.ID(), Spec: spec})
+	k2, err := jupyter.Reconnect(ctx, p, keptInfo, jupyter.Config{ID: kept.ID(), Spec: spec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,8 +323,8 @@ func TestReconnectSandboxed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 
-	p := &LocalProvisioner{RuntimeDir: sandboxRuntime(t), Transport: "ipc", Sandbox: &SandboxConfig{}, Detached: true}
-	k1, err := Start(ctx, p, Config{Spec: spec})
+	p := &Provisioner{RuntimeDir: sandboxRuntime(t), Transport: "ipc", Sandbox: &SandboxConfig{}, Detached: true}
+	k1, err := jupyter.Start(ctx, p, jupyter.Config{Spec: spec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +340,7 @@ func TestReconnectSandboxed(t *testing.T) {
 		t.Fatal(err)
 	}
 	k1.Detach()
-	k2, err := Reconnect(ctx, p, info, Config{ID: k1.ID(), Spec: spec})
+	k2, err := jupyter.Reconnect(ctx, p, info, jupyter.Config{ID: k1.ID(), Spec: spec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,8 +352,8 @@ func TestReconnectSandboxed(t *testing.T) {
 	}
 	k2.Shutdown(context.Background())
 
-	bridged := &LocalProvisioner{RuntimeDir: sandboxRuntime(t), Sandbox: &SandboxConfig{}, Detached: true}
-	k3, err := Start(ctx, bridged, Config{Spec: spec})
+	bridged := &Provisioner{RuntimeDir: sandboxRuntime(t), Sandbox: &SandboxConfig{}, Detached: true}
+	k3, err := jupyter.Start(ctx, bridged, jupyter.Config{Spec: spec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +362,7 @@ func TestReconnectSandboxed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bridged.Adopt(ctx, info3); !errors.Is(err, ErrNotAdoptable) {
+	if _, err := bridged.Adopt(ctx, info3); !errors.Is(err, jupyter.ErrNotAdoptable) {
 		t.Errorf("a bridged sandbox: %v, want ErrNotAdoptable", err)
 	}
 	if got := resultText(t, k3, "1 + 2"); got != "3" {
@@ -387,8 +389,8 @@ func TestHelperGateway(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	launcher := os.Getenv(gatewayLauncherEnv)
-	p := &LocalProvisioner{RuntimeDir: dir, Detached: true}
-	k, err := Start(ctx, p, Config{Spec: launcherSpec(t, launcher)})
+	p := &Provisioner{RuntimeDir: dir, Detached: true}
+	k, err := jupyter.Start(ctx, p, jupyter.Config{Spec: launcherSpec(t, launcher)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -426,7 +428,7 @@ func testReconnectAfterGatewayDied(t *testing.T, launcher string, spec *kernelsp
 	if saved == "" {
 		t.Fatalf("the gateway printed no provisioner info:\n%s", out)
 	}
-	info, err := UnmarshalProvisionerInfo([]byte(saved))
+	info, err := jupyter.UnmarshalProvisionerInfo([]byte(saved))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -437,8 +439,8 @@ func testReconnectAfterGatewayDied(t *testing.T, launcher string, spec *kernelsp
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	p := &LocalProvisioner{RuntimeDir: runtime, Detached: true}
-	k, err := Reconnect(ctx, p, info, Config{Spec: spec})
+	p := &Provisioner{RuntimeDir: runtime, Detached: true}
+	k, err := jupyter.Reconnect(ctx, p, info, jupyter.Config{Spec: spec})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -460,7 +462,7 @@ func testReconnectAfterGatewayDied(t *testing.T, launcher string, spec *kernelsp
 	case <-time.After(10 * time.Second):
 		t.Fatal("the death of a kernel that is not our child went unnoticed")
 	}
-	var died *DiedError
+	var died *jupyter.DiedError
 	if !errors.As(k.Err(), &died) || died.Status != ExitUnknown {
 		t.Errorf("died with %v, want status %q", k.Err(), ExitUnknown)
 	}
@@ -482,14 +484,14 @@ func testReconnectAfterGatewayDied(t *testing.T, launcher string, spec *kernelsp
 // once, not when the wait ends.
 func TestReconnectBusyKernel(t *testing.T) {
 	before := settledSnapshot(t)
-	p := &LocalProvisioner{RuntimeDir: t.TempDir(), Detached: true}
+	p := &Provisioner{RuntimeDir: t.TempDir(), Detached: true}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	// busy starts a kernel of spec, sends it code and drops the client:
 	// the kernel goes on running it. It returns the kernel's info.
-	busy := func(spec, code string) ProvisionerInfo {
+	busy := func(spec, code string) jupyter.ProvisionerInfo {
 		t.Helper()
-		k, err := Start(ctx, p, Config{Spec: testkernels.Spec(t, spec)})
+		k, err := jupyter.Start(ctx, p, jupyter.Config{Spec: testkernels.Spec(t, spec)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -498,18 +500,18 @@ func TestReconnectBusyKernel(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := newCollector()
-		if _, err := k.StartExecute(NewExecute(code), c.handle); err != nil {
+		if _, err := k.StartExecute(jupyter.NewExecute(code), c.handle); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 30*time.Second, "the code to start", func() bool { return len(c.ofType(StreamMsg)) > 0 })
+		waitFor(t, 30*time.Second, "the code to start", func() bool { return len(c.ofType(jupyter.StreamMsg)) > 0 })
 		k.Detach()
-		t.Cleanup(func() { Stop(context.Background(), p, info, time.Second) })
+		t.Cleanup(func() { jupyter.Stop(context.Background(), p, info, time.Second) })
 		return info
 	}
 
 	gate := filepath.Join(t.TempDir(), "gate")
 	deno := busy("deno", fmt.Sprintf("console.log('started');\nwhile (!(await Deno.stat(%q).then(() => true, () => false))) await new Promise((r) => setTimeout(r, 50));\n42", gate))
-	k, err := Reconnect(ctx, p, deno, Config{Spec: testkernels.Spec(t, "deno")})
+	k, err := jupyter.Reconnect(ctx, p, deno, jupyter.Config{Spec: testkernels.Spec(t, "deno")})
 	if err != nil {
 		t.Fatalf("connecting to a busy Deno kernel: %v", err)
 	}
@@ -520,14 +522,14 @@ func TestReconnectBusyKernel(t *testing.T) {
 	k.Shutdown(context.Background())
 
 	python := busy("python3", "import time\nwhile True:\n    print('tick', flush=True)\n    time.sleep(0.05)")
-	python.Connection.Key = NewKey()
-	_, err = Reconnect(ctx, p, python, Config{Spec: testkernels.Spec(t, "python3")})
-	if !errors.Is(err, ErrWrongKey) || ctx.Err() != nil {
+	python.Connection.Key = jupyter.NewKey()
+	_, err = jupyter.Reconnect(ctx, p, python, jupyter.Config{Spec: testkernels.Spec(t, "python3")})
+	if !errors.Is(err, jupyter.ErrWrongKey) || ctx.Err() != nil {
 		t.Errorf("a kernel signing with another key: %v, want ErrWrongKey", err)
 	}
 	if syscall.Kill(python.Local.PID, 0) != nil {
 		t.Error("a refused adoption ended the kernel")
 	}
-	Stop(context.Background(), p, python, time.Second)
+	jupyter.Stop(context.Background(), p, python, time.Second)
 	checkNoLeaks(t, before)
 }

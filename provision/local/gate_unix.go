@@ -1,6 +1,6 @@
 //go:build unix
 
-package jupyter
+package local
 
 import (
 	"os"

@@ -1,4 +1,4 @@
-package jupyter
+package local
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"kernelgate/jupyter"
 )
 
 // DefaultKernelPath is a kernel's PATH unless the provisioner's BaseEnv
@@ -100,7 +102,7 @@ func (e *EnvError) Error() string {
 	return fmt.Sprintf("jupyter: environment variable %q not allowed: %s", e.Name, e.Reason)
 }
 
-func (e *EnvError) Unwrap() error { return ErrEnvNotAllowed }
+func (e *EnvError) Unwrap() error { return jupyter.ErrEnvNotAllowed }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 

@@ -1,6 +1,6 @@
 //go:build linux
 
-package jupyter
+package local
 
 import (
 	"context"
@@ -13,15 +13,17 @@ import (
 	"time"
 
 	"kernelgate/internal/testkernels"
+
+	"kernelgate/jupyter"
 )
 
 // startWith starts a kernel with prov and cfg and shuts it down when the
 // test ends.
-func startWith(t *testing.T, prov Provisioner, cfg Config) *Kernel {
+func startWith(t *testing.T, prov jupyter.Provisioner, cfg jupyter.Config) *jupyter.Kernel {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	k, err := Start(ctx, prov, cfg)
+	k, err := jupyter.Start(ctx, prov, cfg)
 	if err != nil {
 		t.Fatalf("start %s: %v", cfg.Spec.Name, err)
 	}
@@ -30,7 +32,7 @@ func startWith(t *testing.T, prov Provisioner, cfg Config) *Kernel {
 }
 
 // stdout runs Python code that must succeed and returns what it printed.
-func stdout(t *testing.T, k *Kernel, code string) string {
+func stdout(t *testing.T, k *jupyter.Kernel, code string) string {
 	t.Helper()
 	reply, c := execute(t, k, code)
 	if r := replyOf(t, reply); r.Status != "ok" {
@@ -41,7 +43,7 @@ func stdout(t *testing.T, k *Kernel, code string) string {
 
 func streams(c *collector) string {
 	var b strings.Builder
-	for _, m := range c.ofType(StreamMsg) {
+	for _, m := range c.ofType(jupyter.StreamMsg) {
 		var s bundle
 		if m.DecodeContent(&s) == nil {
 			b.WriteString(s.Text)
@@ -51,7 +53,7 @@ func streams(c *collector) string {
 }
 
 // kernelEnv returns a Python kernel's os.environ.
-func kernelEnv(t *testing.T, k *Kernel) map[string]string {
+func kernelEnv(t *testing.T, k *jupyter.Kernel) map[string]string {
 	t.Helper()
 	out := stdout(t, k, "import os, json; print(json.dumps(dict(os.environ)))")
 	var env map[string]string
@@ -65,8 +67,8 @@ func TestKernelEnvironmentIsClean(t *testing.T) {
 	t.Setenv("KERNELGATE_TOKEN", "secret")
 	t.Setenv("SOME_GATEWAY_VAR", "x")
 	spec := testkernels.Spec(t, "python3")
-	prov := &LocalProvisioner{RuntimeDir: t.TempDir()}
-	k := startWith(t, prov, Config{Spec: spec, Env: map[string]string{"KERNEL_USERNAME": "ada"}})
+	prov := &Provisioner{RuntimeDir: t.TempDir()}
+	k := startWith(t, prov, jupyter.Config{Spec: spec, Env: map[string]string{"KERNEL_USERNAME": "ada"}})
 	env := kernelEnv(t, k)
 
 	allowed := CleanEnv(KernelDirs{})
@@ -118,7 +120,7 @@ func TestKernelEnvironmentIsClean(t *testing.T) {
 // cwd config; the next kernel of the same provisioner obeys none of them.
 func TestKernelStateDirsAreFresh(t *testing.T) {
 	spec := testkernels.Spec(t, "python3")
-	prov := &LocalProvisioner{RuntimeDir: t.TempDir()}
+	prov := &Provisioner{RuntimeDir: t.TempDir()}
 	plant := `
 import os, site, subprocess, sys
 prof = os.path.join(os.environ["IPYTHONDIR"], "profile_default")
@@ -133,13 +135,13 @@ open(os.path.join(site.getusersitepackages(), "pwn.pth"), "w").write("import bui
 print(subprocess.run([sys.executable, "-c", "import builtins; print(getattr(builtins, 'pwned', None))"], capture_output=True, text=True).stdout.strip())
 print(subprocess.run([sys.executable, "-c", "from IPython import start_ipython; start_ipython(argv=['-c', 'print(pwned)'])"], capture_output=True, text=True).stdout.strip())
 `
-	first := startWith(t, prov, Config{Spec: spec})
+	first := startWith(t, prov, jupyter.Config{Spec: spec})
 	if got := strings.SplitN(stdout(t, first, plant), "\n", 2); len(got) != 2 || got[0] != "pth" || !strings.Contains(got[1], "config") {
 		t.Fatalf("control: planted files not obeyed by a new interpreter in the same dirs: %q", got)
 	}
 	first.Shutdown(context.Background())
 
-	second := startWith(t, prov, Config{Spec: spec})
+	second := startWith(t, prov, jupyter.Config{Spec: spec})
 	got := stdout(t, second, "import builtins; print(repr(globals().get('pwned', getattr(builtins, 'pwned', None))))")
 	if strings.TrimSpace(got) != "None" {
 		t.Errorf("the next kernel ran planted code: pwned = %s", got)
@@ -147,13 +149,13 @@ print(subprocess.run([sys.executable, "-c", "from IPython import start_ipython; 
 }
 
 func TestLaunchRefusesReservedEnv(t *testing.T) {
-	prov := &LocalProvisioner{RuntimeDir: t.TempDir()}
+	prov := &Provisioner{RuntimeDir: t.TempDir()}
 	before := len(children())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := Start(ctx, prov, Config{Spec: testkernels.Spec(t, "python3"), Env: map[string]string{"LD_PRELOAD": "/tmp/evil.so"}})
+	_, err := jupyter.Start(ctx, prov, jupyter.Config{Spec: testkernels.Spec(t, "python3"), Env: map[string]string{"LD_PRELOAD": "/tmp/evil.so"}})
 	var envErr *EnvError
-	if !errors.Is(err, ErrEnvNotAllowed) || !errors.Is(err, ErrStartFailed) || !errors.As(err, &envErr) || envErr.Name != "LD_PRELOAD" {
+	if !errors.Is(err, jupyter.ErrEnvNotAllowed) || !errors.Is(err, jupyter.ErrStartFailed) || !errors.As(err, &envErr) || envErr.Name != "LD_PRELOAD" {
 		t.Fatalf("err = %v, want an EnvError for LD_PRELOAD", err)
 	}
 	if strings.Contains(err.Error(), "evil") {
@@ -183,7 +185,7 @@ func TestValidateEnv(t *testing.T) {
 		t.Run("denied "+name, func(t *testing.T) {
 			err := ValidateEnv(map[string]string{"OK": "1", name: "x"})
 			var e *EnvError
-			if !errors.Is(err, ErrEnvNotAllowed) || !errors.As(err, &e) || e.Name != name {
+			if !errors.Is(err, jupyter.ErrEnvNotAllowed) || !errors.As(err, &e) || e.Name != name {
 				t.Errorf("ValidateEnv(%s) = %v, want an EnvError naming it", name, err)
 			}
 		})
@@ -214,7 +216,7 @@ func TestValidateEnv(t *testing.T) {
 	}
 	for _, c := range bad {
 		t.Run(c.name, func(t *testing.T) {
-			if err := ValidateEnv(c.env); !errors.Is(err, ErrEnvNotAllowed) {
+			if err := ValidateEnv(c.env); !errors.Is(err, jupyter.ErrEnvNotAllowed) {
 				t.Errorf("ValidateEnv = %v, want ErrEnvNotAllowed", err)
 			}
 		})

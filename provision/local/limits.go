@@ -1,10 +1,12 @@
-package jupyter
+package local
 
 import (
 	"errors"
 	"fmt"
 	"os"
 	"syscall"
+
+	"kernelgate/jupyter"
 )
 
 // Limits bound the resources of one kernel and of every process it starts.
@@ -55,7 +57,7 @@ type exitReasoner interface {
 }
 
 // exitReason asks p why it ended when it can say.
-func exitReason(p Process) string {
+func exitReason(p jupyter.Process) string {
 	if r, ok := p.(exitReasoner); ok {
 		return r.ExitReason()
 	}

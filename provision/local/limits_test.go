@@ -1,6 +1,6 @@
 //go:build linux
 
-package jupyter
+package local
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 
 	"kernelgate/internal/needs"
 	"kernelgate/internal/testkernels"
+
+	"kernelgate/jupyter"
 )
 
 // needCgroups skips the test when the machine offers no writable cgroup
@@ -49,15 +51,15 @@ func TestMemoryLimitKillsKernel(t *testing.T) {
 			if c.forked {
 				spec = forkSpec(t)
 			}
-			prov := &LocalProvisioner{RuntimeDir: sandboxRuntime(t), Sandbox: c.sandbox}
-			small := startWith(t, prov, Config{Spec: spec, Limits: &Limits{MemoryBytes: 512 << 20}})
-			big := startWith(t, prov, Config{Spec: spec})
+			prov := &Provisioner{RuntimeDir: sandboxRuntime(t), Sandbox: c.sandbox}
+			small := startWith(t, prov, jupyter.Config{Spec: spec, Limits: &Limits{MemoryBytes: 512 << 20}})
+			big := startWith(t, prov, jupyter.Config{Spec: spec})
 			checkForked(t, c.forked, small, big)
 
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			_, err := small.Execute(ctx, "x = bytearray(2*1024**3)", nil)
-			var died *DiedError
+			var died *jupyter.DiedError
 			if !errors.As(err, &died) {
 				t.Fatalf("execute: err = %v, want a DiedError", err)
 			}
@@ -69,7 +71,7 @@ func TestMemoryLimitKillsKernel(t *testing.T) {
 				t.Errorf("Kernel.Err() = %v, want a DiedError saying out of memory", small.Err())
 			}
 			_, col := execute(t, big, "1+1")
-			if got := plainText(t, contentOf(t, col.await(t, ExecuteResult, 2*time.Second))); got != "2" {
+			if got := plainText(t, contentOf(t, col.await(t, jupyter.ExecuteResult, 2*time.Second))); got != "2" {
 				t.Errorf("other kernel: 1+1 = %q", got)
 			}
 		})
@@ -116,8 +118,8 @@ func TestPidsLimitStopsForkBomb(t *testing.T) {
 			if c.forked {
 				spec = forkSpec(t)
 			}
-			prov := &LocalProvisioner{RuntimeDir: sandboxRuntime(t), Sandbox: c.sandbox, Limits: Limits{Pids: 64}}
-			k := startWith(t, prov, Config{Spec: spec})
+			prov := &Provisioner{RuntimeDir: sandboxRuntime(t), Sandbox: c.sandbox, Limits: Limits{Pids: 64}}
+			k := startWith(t, prov, jupyter.Config{Spec: spec})
 			checkForked(t, c.forked, k)
 			col := newCollector()
 			call, err := k.StartExecute(keepGoing(forkBomb), col.handle)
@@ -134,7 +136,7 @@ func TestPidsLimitStopsForkBomb(t *testing.T) {
 			if r.Status != "error" || r.EName != "BlockingIOError" {
 				t.Fatalf("fork bomb reply = %+v, want error BlockingIOError", r)
 			}
-			if e := contentOf(t, col.await(t, ErrorMsg, time.Second)); e.EName != "BlockingIOError" {
+			if e := contentOf(t, col.await(t, jupyter.ErrorMsg, time.Second)); e.EName != "BlockingIOError" {
 				t.Errorf("iopub error %q", e.EName)
 			}
 			n := strings.TrimSpace(stdout(t, k, "print(len(forked))"))
@@ -146,7 +148,7 @@ func TestPidsLimitStopsForkBomb(t *testing.T) {
 				t.Errorf("kernel died: %v", err)
 			}
 			_, after := execute(t, k, "1+1")
-			if got := plainText(t, contentOf(t, after.await(t, ExecuteResult, 2*time.Second))); got != "2" {
+			if got := plainText(t, contentOf(t, after.await(t, jupyter.ExecuteResult, 2*time.Second))); got != "2" {
 				t.Errorf("after the fork bomb 1+1 = %q", got)
 			}
 		})
@@ -171,8 +173,8 @@ func TestRlimits(t *testing.T) {
 			if c.forked {
 				spec = forkSpec(t)
 			}
-			prov := &LocalProvisioner{RuntimeDir: t.TempDir(), Limits: c.prov}
-			k := startWith(t, prov, Config{Spec: spec, Limits: c.launch})
+			prov := &Provisioner{RuntimeDir: t.TempDir(), Limits: c.prov}
+			k := startWith(t, prov, jupyter.Config{Spec: spec, Limits: c.launch})
 			checkForked(t, c.forked, k)
 			got := strings.TrimSpace(stdout(t, k, "import resource as r; print(r.getrlimit(r.RLIMIT_NOFILE), r.getrlimit(r.RLIMIT_CORE))"))
 			want := fmt.Sprintf("(%d, %d) (0, 0)", c.wantFiles, c.wantFiles)
@@ -184,11 +186,11 @@ func TestRlimits(t *testing.T) {
 }
 
 func TestLimitsAreValidated(t *testing.T) {
-	prov := &LocalProvisioner{RuntimeDir: t.TempDir()}
+	prov := &Provisioner{RuntimeDir: t.TempDir()}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, l := range []Limits{{MemoryBytes: -1}, {Pids: -5}} {
-		if _, err := Start(ctx, prov, Config{Spec: testkernels.Spec(t, "python3"), Limits: &l}); !errors.Is(err, ErrStartFailed) {
+		if _, err := jupyter.Start(ctx, prov, jupyter.Config{Spec: testkernels.Spec(t, "python3"), Limits: &l}); !errors.Is(err, jupyter.ErrStartFailed) {
 			t.Errorf("limits %+v: err = %v, want ErrStartFailed", l, err)
 		}
 	}
@@ -196,13 +198,13 @@ func TestLimitsAreValidated(t *testing.T) {
 
 func TestDiedErrorMessage(t *testing.T) {
 	cases := []struct {
-		e    DiedError
+		e    jupyter.DiedError
 		want string
 	}{
-		{DiedError{}, "jupyter: kernel died"},
-		{DiedError{Status: "signal: killed", During: "request"}, "jupyter: kernel died during request (signal: killed)"},
-		{DiedError{Status: "exit status 137", Reason: ReasonOutOfMemory}, "jupyter: kernel died (out of memory: exit status 137)"},
-		{DiedError{Reason: ReasonOutOfMemory, Output: "bye\n"}, "jupyter: kernel died (out of memory): bye"},
+		{jupyter.DiedError{}, "jupyter: kernel died"},
+		{jupyter.DiedError{Status: "signal: killed", During: "request"}, "jupyter: kernel died during request (signal: killed)"},
+		{jupyter.DiedError{Status: "exit status 137", Reason: ReasonOutOfMemory}, "jupyter: kernel died (out of memory: exit status 137)"},
+		{jupyter.DiedError{Reason: ReasonOutOfMemory, Output: "bye\n"}, "jupyter: kernel died (out of memory): bye"},
 	}
 	for _, c := range cases {
 		if got := c.e.Error(); got != c.want {

@@ -1,4 +1,4 @@
-package jupyter
+package local
 
 import (
 	"context"
@@ -17,11 +17,13 @@ import (
 	"kernelgate/internal/sysproc"
 	"kernelgate/internal/tailbuf"
 	"kernelgate/kernelspecs"
+
+	"kernelgate/jupyter"
 )
 
-// LocalProvisioner runs kernels as child processes of the gateway, each in
+// Provisioner runs kernels as child processes of the gateway, each in
 // its own process group, with its connection file in a private directory.
-type LocalProvisioner struct {
+type Provisioner struct {
 	// RuntimeDir holds one private directory per kernel; empty means
 	// $TMPDIR/kernelgate-<uid>. For kernels sandboxed as another user
 	// (SandboxConfig.UID) the directories above it must be searchable by
@@ -71,14 +73,14 @@ type LocalProvisioner struct {
 	PythonLauncher string
 }
 
-var _ Provisioner = (*LocalProvisioner)(nil)
+var _ jupyter.Provisioner = (*Provisioner)(nil)
 
 // Capabilities: local kernels take signals (a sandboxed one is
 // interrupted by message all the same, as bwrap would get the signal),
 // get limits and sandboxes, are adopted again after a restart and are
 // local processes.
-func (p *LocalProvisioner) Capabilities(*kernelspecs.Spec) Capabilities {
-	return Capabilities{SignalInterrupts: true, Limits: true, Sandbox: true, Reconnect: true, LocalProcess: true}
+func (p *Provisioner) Capabilities(*kernelspecs.Spec) jupyter.Capabilities {
+	return jupyter.Capabilities{SignalInterrupts: true, Limits: true, Sandbox: true, Reconnect: true, LocalProcess: true}
 }
 
 // DefaultRuntimeDir is where kernels' directories go when none is set.
@@ -86,7 +88,7 @@ func DefaultRuntimeDir() string {
 	return filepath.Join(os.TempDir(), "kernelgate-"+strconv.Itoa(os.Getuid()))
 }
 
-func (p *LocalProvisioner) runtimeDir() (string, error) {
+func (p *Provisioner) runtimeDir() (string, error) {
 	dir := p.RuntimeDir
 	if dir == "" {
 		dir = DefaultRuntimeDir()
@@ -98,7 +100,7 @@ func (p *LocalProvisioner) runtimeDir() (string, error) {
 }
 
 // baseEnv returns the starting environment of a kernel with directories d.
-func (p *LocalProvisioner) baseEnv(d KernelDirs) map[string]string {
+func (p *Provisioner) baseEnv(d KernelDirs) map[string]string {
 	env := CleanEnv(d)
 	for _, kv := range p.BaseEnv {
 		if k, v, ok := strings.Cut(kv, "="); ok {
@@ -109,24 +111,24 @@ func (p *LocalProvisioner) baseEnv(d KernelDirs) map[string]string {
 }
 
 // Launch writes a connection file and starts the spec's argv.
-func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Process, error) {
+func (p *Provisioner) Launch(ctx context.Context, req jupyter.LaunchRequest) (jupyter.Process, error) {
 	if req.Spec == nil || len(req.Spec.Argv) == 0 {
-		return nil, fmt.Errorf("%w: no kernelspec argv", ErrStartFailed)
+		return nil, fmt.Errorf("%w: no kernelspec argv", jupyter.ErrStartFailed)
 	}
 	iso, err := p.isolationFor(req)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrStartFailed, err)
+		return nil, fmt.Errorf("%w: %w", jupyter.ErrStartFailed, err)
 	}
 	root, err := p.runtimeDir()
 	if err != nil {
-		return nil, fmt.Errorf("%w: runtime dir: %v", ErrStartFailed, err)
+		return nil, fmt.Errorf("%w: runtime dir: %v", jupyter.ErrStartFailed, err)
 	}
 	dir, err := os.MkdirTemp(root, "kernel-")
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrStartFailed, err)
+		return nil, fmt.Errorf("%w: %v", jupyter.ErrStartFailed, err)
 	}
 	lp := &localProcess{dir: dir, done: make(chan struct{}), tail: tailbuf.New(p.OutputTail), sandboxed: iso.sandbox != nil}
-	fail := func(err error) (Process, error) {
+	fail := func(err error) (jupyter.Process, error) {
 		lp.closeOutput()
 		lp.cg.remove()
 		os.RemoveAll(dir)
@@ -135,16 +137,16 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	// The directory says which gateway process made it, so that the next
 	// gateway removes it should this one die without doing so (sweep.go).
 	if err := writeOwner(dir, req.KernelID, 0, nil, p.StateID); err != nil {
-		return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
+		return fail(fmt.Errorf("%w: %v", jupyter.ErrStartFailed, err))
 	}
 	// The kernel's own directories (its sandbox user's, sandboxuser.go);
 	// dir itself stays the gateway's.
 	kd, err := newKernelDirs(filepath.Join(dir, "kernel"))
 	if err != nil {
-		return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
+		return fail(fmt.Errorf("%w: %v", jupyter.ErrStartFailed, err))
 	}
 	if err := copySeed(p.HomeSeed, kd.Home); err != nil {
-		return fail(fmt.Errorf("%w: home seed: %v", ErrStartFailed, err))
+		return fail(fmt.Errorf("%w: home seed: %v", jupyter.ErrStartFailed, err))
 	}
 	transport, ip := p.Transport, p.IP
 	if transport == "" {
@@ -155,22 +157,22 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	} else if ip == "" {
 		ip = "127.0.0.1"
 	}
-	if lp.ci, err = NewConnInfo(transport, ip, req.Spec.Name); err != nil {
-		return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
+	if lp.ci, err = jupyter.NewConnInfo(transport, ip, req.Spec.Name); err != nil {
+		return fail(fmt.Errorf("%w: %v", jupyter.ErrStartFailed, err))
 	}
 	kernelCI := lp.ci
 	if iso.bridged(transport) {
 		if kernelCI, lp.ci, err = bridgedConnInfo(lp.ci, dir); err != nil {
-			return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
+			return fail(fmt.Errorf("%w: %v", jupyter.ErrStartFailed, err))
 		}
 	}
 	connFile := filepath.Join(kd.Root, "kernel-"+req.KernelID+".json")
 	if err := kernelCI.WriteFile(connFile); err != nil {
-		return fail(fmt.Errorf("%w: connection file: %v", ErrStartFailed, err))
+		return fail(fmt.Errorf("%w: connection file: %v", jupyter.ErrStartFailed, err))
 	}
 	if iso.sandbox != nil {
 		if err := iso.user.handOver(root, kd); err != nil {
-			return fail(fmt.Errorf("%w: sandbox user %s: %v", ErrStartFailed, iso.user, err))
+			return fail(fmt.Errorf("%w: sandbox user %s: %v", jupyter.ErrStartFailed, iso.user, err))
 		}
 	}
 
@@ -198,24 +200,24 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 		startDir = kd.Work
 	}
 	if lp.cg, err = iso.cgroup(p.logger(), req.KernelID); err != nil {
-		return fail(fmt.Errorf("%w: cgroup: %v", ErrStartFailed, err))
+		return fail(fmt.Errorf("%w: cgroup: %v", jupyter.ErrStartFailed, err))
 	}
 	plan := commandPlan{env: env, cwd: cwd, iso: iso, runtime: root, kd: kd, cg: lp.cg}
 	// A Python kernel is forked from its kernelspec's zygote where it can
 	// be (zygote.go); any other starts below.
 	if fp, err := p.launchForked(ctx, req, iso, lp, argv, env, startDir); fp != nil || err != nil {
 		if err != nil {
-			return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
+			return fail(fmt.Errorf("%w: %v", jupyter.ErrStartFailed, err))
 		}
 		planForked(fp, plan)
 		return fp, nil
 	}
 	if argv, err = iso.command(argv, env["PATH"], root, kd, cwd, startDir, transport); err != nil {
-		return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
+		return fail(fmt.Errorf("%w: %v", jupyter.ErrStartFailed, err))
 	}
 	cmd, gate, err := gatedCommand(argv)
 	if err != nil {
-		return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
+		return fail(fmt.Errorf("%w: %v", jupyter.ErrStartFailed, err))
 	}
 	cmd.Env = envList(env)
 	cmd.Dir = startDir
@@ -224,7 +226,7 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	if p.Detached {
 		if err := lp.detach(cmd, iso.sandbox != nil); err != nil {
 			gate.Close()
-			return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
+			return fail(fmt.Errorf("%w: %v", jupyter.ErrStartFailed, err))
 		}
 	}
 	if iso.sandbox != nil {
@@ -235,7 +237,7 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	info, err := iso.infoPipe(cmd, transport)
 	if err != nil {
 		gate.Close()
-		return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
+		return fail(fmt.Errorf("%w: %v", jupyter.ErrStartFailed, err))
 	}
 	err = startOnParentThread(cmd) // its Pdeathsig follows that thread (zygote.go)
 	closeChildEnds(cmd)
@@ -243,17 +245,17 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 	if err != nil {
 		gate.Close()
 		info.Close()
-		return fail(fmt.Errorf("%w: %v", ErrStartFailed, err))
+		return fail(fmt.Errorf("%w: %v", jupyter.ErrStartFailed, err))
 	}
 	lp.cmd = cmd
 	if err := lp.setup(iso, gate, info, kernelCI); err != nil {
 		lp.killGroup()
-		return fail(fmt.Errorf("%w: %v%s", ErrStartFailed, err, outputSuffix(lp.Output())))
+		return fail(fmt.Errorf("%w: %v%s", jupyter.ErrStartFailed, err, outputSuffix(lp.Output())))
 	}
 	if lp.detached {
 		if lp.guard, err = guardOrphan(cmd.Process.Pid, dir, lp.cg, p.guardTimeout(), p.logger()); err != nil {
 			lp.killGroup()
-			return fail(fmt.Errorf("%w: orphan watchdog: %v", ErrStartFailed, err))
+			return fail(fmt.Errorf("%w: orphan watchdog: %v", jupyter.ErrStartFailed, err))
 		}
 	}
 	p.recordOwner(dir, req.KernelID, cmd.Process.Pid, lp.cg)
@@ -265,7 +267,7 @@ func (p *LocalProvisioner) Launch(ctx context.Context, req LaunchRequest) (Proce
 // recordOwner adds the kernel's process and cgroups to its directory's
 // owner record; without them a sweep still removes the directory and the
 // cgroups, but cannot find the processes of a kernel without cgroups.
-func (p *LocalProvisioner) recordOwner(dir, id string, pid int, cg *kernelCgroup) {
+func (p *Provisioner) recordOwner(dir, id string, pid int, cg *kernelCgroup) {
 	if err := writeOwner(dir, id, pid, cg, p.StateID); err != nil {
 		p.logger().Warn("kernel directory: owner record not updated", "kernel", id, "err", err)
 	}
@@ -282,7 +284,7 @@ func envList(env map[string]string) []string {
 
 // localProcess is a kernel running as a child process.
 type localProcess struct {
-	ci   ConnInfo
+	ci   jupyter.ConnInfo
 	dir  string
 	cmd  *exec.Cmd
 	tail *tailbuf.Buffer
@@ -305,9 +307,9 @@ type localProcess struct {
 	reason string // set before done is closed
 }
 
-func (lp *localProcess) ConnInfo() ConnInfo    { return lp.ci }
-func (lp *localProcess) PID() int              { return lp.cmd.Process.Pid }
-func (lp *localProcess) Done() <-chan struct{} { return lp.done }
+func (lp *localProcess) ConnInfo() jupyter.ConnInfo { return lp.ci }
+func (lp *localProcess) PID() int                   { return lp.cmd.Process.Pid }
+func (lp *localProcess) Done() <-chan struct{}      { return lp.done }
 func (lp *localProcess) Output() string {
 	if lp.outFile != "" {
 		return fileTail(lp.outFile, outputTailDefault)

@@ -1,4 +1,4 @@
-package jupyter
+package local
 
 import (
 	"fmt"
@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"kernelgate/internal/sysproc"
+
+	"kernelgate/jupyter"
 )
 
-// Detached kernels: LocalProvisioner.Detached launches a kernel that does
+// Detached kernels: Provisioner.Detached launches a kernel that does
 // not end with the gateway, so that a gateway started again on the same
 // state directory adopts it (Adopt) and connects to it (Connect):
 //   - no Pdeathsig and no JPY_PARENT_PID (ipykernel's parent poller), and
@@ -50,8 +52,8 @@ func (lp *localProcess) detach(cmd *exec.Cmd, sandboxed bool) error {
 }
 
 // ProvisionerInfo says how to find and control the kernel again.
-func (lp *localProcess) ProvisionerInfo() (ProvisionerInfo, error) {
-	li := &LocalInfo{RuntimeDir: lp.dir, OutputFile: lp.outFile, Sandboxed: lp.sandboxed,
+func (lp *localProcess) ProvisionerInfo() (jupyter.ProvisionerInfo, error) {
+	li := &Info{RuntimeDir: lp.dir, OutputFile: lp.outFile, Sandboxed: lp.sandboxed,
 		Bridged: lp.bridge != nil, Detached: lp.detached}
 	return localInfo(lp.ci, lp.cmd.Process.Pid, lp.done, lp.guard, lp.cg, li)
 }
@@ -59,15 +61,15 @@ func (lp *localProcess) ProvisionerInfo() (ProvisionerInfo, error) {
 // localInfo completes li with what identifies the running process pid (a
 // child of this process, reaped once done is closed), its lease and its
 // cgroups.
-func localInfo(ci ConnInfo, pid int, done <-chan struct{}, g *orphanGuard, cg *kernelCgroup, li *LocalInfo) (ProvisionerInfo, error) {
+func localInfo(ci jupyter.ConnInfo, pid int, done <-chan struct{}, g *orphanGuard, cg *kernelCgroup, li *Info) (jupyter.ProvisionerInfo, error) {
 	if closed(done) {
-		return ProvisionerInfo{}, fmt.Errorf("%w: the process has ended", ErrNotAdoptable)
+		return jupyter.ProvisionerInfo{}, fmt.Errorf("%w: the process has ended", jupyter.ErrNotAdoptable)
 	}
 	start, err := processStart(pid)
 	// Until it is reaped the pid is the kernel's: if it has not ended
 	// after the read, the start time read was its own.
 	if err != nil || closed(done) {
-		return ProvisionerInfo{}, fmt.Errorf("%w: process %d: %v", ErrNotAdoptable, pid, err)
+		return jupyter.ProvisionerInfo{}, fmt.Errorf("%w: process %d: %v", jupyter.ErrNotAdoptable, pid, err)
 	}
 	li.PID, li.StartTime, li.BootID, li.PGID = pid, start, bootID(), pid
 	if g != nil {
@@ -78,7 +80,7 @@ func localInfo(ci ConnInfo, pid int, done <-chan struct{}, g *orphanGuard, cg *k
 			li.Cgroups = append(li.Cgroups, CgroupInfo{Dir: l.dir, V2: l.v2, Controllers: l.controllers})
 		}
 	}
-	return ProvisionerInfo{Provisioner: "local", Connection: ci, Local: li}, nil
+	return li.provisionerInfo(ci)
 }
 
 func closed(done <-chan struct{}) bool {
@@ -127,6 +129,6 @@ func (lp *localProcess) closeOutput() {
 }
 
 var (
-	_ InfoProcess = (*localProcess)(nil)
-	_ Releaser    = (*localProcess)(nil)
+	_ jupyter.InfoProcess = (*localProcess)(nil)
+	_ jupyter.Releaser    = (*localProcess)(nil)
 )

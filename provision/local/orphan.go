@@ -1,4 +1,4 @@
-package jupyter
+package local
 
 import (
 	"log/slog"
@@ -81,7 +81,7 @@ type orphanGuard struct {
 }
 
 // guardTimeout is the orphan timeout of p.
-func (p *LocalProvisioner) guardTimeout() time.Duration {
+func (p *Provisioner) guardTimeout() time.Duration {
 	if p.OrphanTimeout > 0 {
 		return p.OrphanTimeout
 	}

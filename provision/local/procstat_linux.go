@@ -1,4 +1,4 @@
-package jupyter
+package local
 
 import (
 	"fmt"
@@ -8,7 +8,7 @@ import (
 )
 
 // LocalAdoption says whether a later gateway can adopt this one's local
-// kernels (LocalProvisioner.Adopt), which takes /proc's start times and
+// kernels (Provisioner.Adopt), which takes /proc's start times and
 // pidfds.
 const LocalAdoption = true
 

@@ -1,4 +1,4 @@
-package jupyter
+package local
 
 import (
 	"encoding/json"
@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"kernelgate/jupyter"
 )
 
 // SandboxConfig runs kernels inside bubblewrap: the host's file system
@@ -45,7 +47,7 @@ type SandboxConfig struct {
 	// PATH, then /usr/bin/bwrap.
 	Bwrap string
 	// Network shares the host's network with the kernel. Without it a
-	// kernel on the ipc transport (LocalProvisioner.Transport "ipc") is
+	// kernel on the ipc transport (Provisioner.Transport "ipc") is
 	// reached through its sockets, and any other through a bridge from
 	// unix sockets of the gateway to the kernel's TCP ports inside its
 	// network namespace, which needs CAP_SYS_ADMIN (root).
@@ -81,7 +83,7 @@ type messageInterrupter interface {
 }
 
 // interruptsByMessage says whether p asks for message interrupts.
-func interruptsByMessage(p Process) bool {
+func interruptsByMessage(p jupyter.Process) bool {
 	m, ok := p.(messageInterrupter)
 	return ok && m.InterruptByMessage()
 }

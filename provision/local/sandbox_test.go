@@ -1,6 +1,6 @@
 //go:build linux
 
-package jupyter
+package local
 
 import (
 	"context"
@@ -18,6 +18,8 @@ import (
 
 	"kernelgate/internal/needs"
 	"kernelgate/internal/testkernels"
+
+	"kernelgate/jupyter"
 )
 
 // needSandbox skips the test when bubblewrap is missing or cannot make
@@ -74,15 +76,15 @@ func loopbackListener(t *testing.T) int {
 // keepGoing is an execute_request of code that fails without making the
 // kernel abort the requests queued behind it (stop_on_error does, for a
 // moment, also to requests sent right after the error reply).
-func keepGoing(code string) ExecuteContent {
-	c := NewExecute(code)
+func keepGoing(code string) jupyter.ExecuteContent {
+	c := jupyter.NewExecute(code)
 	c.StopOnError = false
 	return c
 }
 
 // interruptKeepsState sets kept, runs block until it has printed, then
 // interrupts it and checks that the reply is an error and kept survived.
-func interruptKeepsState(t *testing.T, k *Kernel, setup, block, check, want string) {
+func interruptKeepsState(t *testing.T, k *jupyter.Kernel, setup, block, check, want string) {
 	t.Helper()
 	execute(t, k, setup)
 	col := newCollector()
@@ -90,7 +92,7 @@ func interruptKeepsState(t *testing.T, k *Kernel, setup, block, check, want stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	col.await(t, StreamMsg, 10*time.Second) // the code runs: no race with its start
+	col.await(t, jupyter.StreamMsg, 10*time.Second) // the code runs: no race with its start
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	t0 := time.Now()
@@ -108,7 +110,7 @@ func interruptKeepsState(t *testing.T, k *Kernel, setup, block, check, want stri
 		t.Errorf("interrupted reply status = %q, want error", r.Status)
 	}
 	_, after := execute(t, k, check)
-	if got := plainText(t, contentOf(t, after.await(t, ExecuteResult, 2*time.Second))); got != want {
+	if got := plainText(t, contentOf(t, after.await(t, jupyter.ExecuteResult, 2*time.Second))); got != want {
 		t.Errorf("state after interrupt: got %q, want %q", got, want)
 	}
 	if err := k.Err(); err != nil {
@@ -125,14 +127,14 @@ func TestSandboxedPython(t *testing.T) {
 			hide = append(hide, p)
 		}
 	}
-	prov := &LocalProvisioner{RuntimeDir: sandboxRuntime(t), Transport: "ipc", Sandbox: &SandboxConfig{Hide: hide}}
+	prov := &Provisioner{RuntimeDir: sandboxRuntime(t), Transport: "ipc", Sandbox: &SandboxConfig{Hide: hide}}
 	spec := testkernels.Spec(t, "python3")
-	k := startWith(t, prov, Config{Spec: spec})
-	other := startWith(t, prov, Config{Spec: spec})
+	k := startWith(t, prov, jupyter.Config{Spec: spec})
+	other := startWith(t, prov, jupyter.Config{Spec: spec})
 
 	t.Run("result", func(t *testing.T) {
 		_, c := execute(t, k, "1+1")
-		if got := plainText(t, contentOf(t, c.await(t, ExecuteResult, time.Second))); got != "2" {
+		if got := plainText(t, contentOf(t, c.await(t, jupyter.ExecuteResult, time.Second))); got != "2" {
 			t.Errorf("1+1 = %q", got)
 		}
 	})
@@ -211,8 +213,8 @@ func TestSandboxedDeno(t *testing.T) {
 	needSandbox(t)
 	port := loopbackListener(t)
 	// Deno speaks tcp only: without network it is reached through the bridge.
-	prov := &LocalProvisioner{RuntimeDir: sandboxRuntime(t), Sandbox: &SandboxConfig{}}
-	k := startWith(t, prov, Config{Spec: testkernels.Spec(t, "deno")})
+	prov := &Provisioner{RuntimeDir: sandboxRuntime(t), Sandbox: &SandboxConfig{}}
+	k := startWith(t, prov, jupyter.Config{Spec: testkernels.Spec(t, "deno")})
 	cases := []struct{ name, code, want string }{
 		{"result", "1+1", "2"},
 		{"DENO_DIR writable", `const d = Deno.env.get("DENO_DIR"); await Deno.mkdir(d, {recursive: true}); await Deno.writeTextFile(d + "/probe", "xy"); (await Deno.readTextFile(d + "/probe")).length`, "2"},
@@ -222,7 +224,7 @@ func TestSandboxedDeno(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			_, col := execute(t, k, c.code)
-			if got := plainText(t, contentOf(t, col.await(t, ExecuteResult, 2*time.Second))); got != c.want {
+			if got := plainText(t, contentOf(t, col.await(t, jupyter.ExecuteResult, 2*time.Second))); got != c.want {
 				t.Errorf("%s = %s, want %s", c.code, got, c.want)
 			}
 		})
@@ -248,11 +250,11 @@ func TestSandboxedDeno(t *testing.T) {
 				c.Close()
 			}
 		}()
-		prov := &LocalProvisioner{RuntimeDir: sandboxRuntime(t), Sandbox: &SandboxConfig{Network: true}}
-		k := startWith(t, prov, Config{Spec: testkernels.Spec(t, "deno")})
+		prov := &Provisioner{RuntimeDir: sandboxRuntime(t), Sandbox: &SandboxConfig{Network: true}}
+		k := startWith(t, prov, jupyter.Config{Spec: testkernels.Spec(t, "deno")})
 		code := fmt.Sprintf(`let r = "connected"; try { (await Deno.connect({hostname: "127.0.0.1", port: %d})).close() } catch (e) { r = e.name }; r`, ln.Addr().(*net.TCPAddr).Port)
 		_, col := execute(t, k, code)
-		if got := plainText(t, contentOf(t, col.await(t, ExecuteResult, 2*time.Second))); got != `"connected"` {
+		if got := plainText(t, contentOf(t, col.await(t, jupyter.ExecuteResult, 2*time.Second))); got != `"connected"` {
 			t.Errorf("with network, connecting to the host's loopback: %s", got)
 		}
 	})
@@ -324,16 +326,16 @@ func cat(parts ...[]string) []string {
 func TestSandboxCyclesLeakNothing(t *testing.T) {
 	needSandbox(t)
 	needCgroups(t, "memory", "pids")
-	prov := &LocalProvisioner{
+	prov := &Provisioner{
 		RuntimeDir: sandboxRuntime(t),
 		Sandbox:    &SandboxConfig{},
 		Limits:     Limits{MemoryBytes: 1 << 30, Pids: 256, NoFile: 1024},
 	}
-	ipc := &LocalProvisioner{RuntimeDir: prov.RuntimeDir, Transport: "ipc", Sandbox: prov.Sandbox, Limits: prov.Limits}
-	run := func(p *LocalProvisioner, name string) []string {
+	ipc := &Provisioner{RuntimeDir: prov.RuntimeDir, Transport: "ipc", Sandbox: prov.Sandbox, Limits: prov.Limits}
+	run := func(p *Provisioner, name string) []string {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		k, err := Start(ctx, p, Config{Spec: testkernels.Spec(t, name)})
+		k, err := jupyter.Start(ctx, p, jupyter.Config{Spec: testkernels.Spec(t, name)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -354,7 +356,7 @@ func TestSandboxCyclesLeakNothing(t *testing.T) {
 	before := snapshot(t)
 	var dirs []string
 	for _, c := range []struct {
-		p    *LocalProvisioner
+		p    *Provisioner
 		name string
 	}{{prov, "python3"}, {prov, "deno"}, {ipc, "python3"}, {prov, "deno"}, {ipc, "python3"}} {
 		dirs = append(dirs, run(c.p, c.name)...)
@@ -396,7 +398,7 @@ func TestSandboxStartFailuresLeaveNothing(t *testing.T) {
 			default:
 				runtime = t.TempDir() // below the test's own 0700 directory
 			}
-			prov := &LocalProvisioner{
+			prov := &Provisioner{
 				RuntimeDir: runtime, Transport: c.transport,
 				Sandbox: &SandboxConfig{Bwrap: c.bwrap}, Limits: Limits{MemoryBytes: 1 << 30, Pids: 100},
 			}
@@ -404,8 +406,8 @@ func TestSandboxStartFailuresLeaveNothing(t *testing.T) {
 			before := len(children())
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			_, err := Start(ctx, prov, Config{ID: id, Spec: testkernels.Spec(t, "python3")})
-			if !errors.Is(err, ErrStartFailed) {
+			_, err := jupyter.Start(ctx, prov, jupyter.Config{ID: id, Spec: testkernels.Spec(t, "python3")})
+			if !errors.Is(err, jupyter.ErrStartFailed) {
 				t.Fatalf("err = %v, want ErrStartFailed", err)
 			}
 			t.Logf("start: %v", err)

@@ -1,4 +1,4 @@
-package jupyter
+package local
 
 import (
 	"crypto/rand"
@@ -16,9 +16,11 @@ import (
 	"time"
 
 	"kernelgate/internal/sysproc"
+
+	"kernelgate/jupyter"
 )
 
-// This file is the part of LocalProvisioner.Launch that isolates a kernel:
+// This file is the part of Provisioner.Launch that isolates a kernel:
 // limits, cgroup, sandbox, and the gate between them and the kernel's
 // first instruction.
 
@@ -37,16 +39,22 @@ type isolation struct {
 }
 
 // isolationFor checks req and merges its overrides with the defaults of p.
-func (p *LocalProvisioner) isolationFor(req LaunchRequest) (isolation, error) {
+func (p *Provisioner) isolationFor(req jupyter.LaunchRequest) (isolation, error) {
 	if err := ValidateEnv(req.Env); err != nil {
 		return isolation{}, err
 	}
 	iso := isolation{limits: p.Limits, sandbox: p.Sandbox}
-	if req.Limits != nil {
-		iso.limits = *req.Limits
-	}
-	if req.Sandbox != nil {
-		iso.sandbox = req.Sandbox
+	switch o := req.Options.(type) {
+	case nil:
+	case *Options:
+		if o.Limits != nil {
+			iso.limits = *o.Limits
+		}
+		if o.Sandbox != nil {
+			iso.sandbox = o.Sandbox
+		}
+	default:
+		return isolation{}, fmt.Errorf("options of type %T are not the local provisioner's", req.Options)
 	}
 	if iso.sandbox != nil {
 		if runtime.GOOS != "linux" {
@@ -61,7 +69,7 @@ func (p *LocalProvisioner) isolationFor(req LaunchRequest) (isolation, error) {
 	return iso, iso.limits.validate()
 }
 
-func (p *LocalProvisioner) logger() *slog.Logger {
+func (p *Provisioner) logger() *slog.Logger {
 	if p.Logger != nil {
 		return p.Logger
 	}
@@ -78,7 +86,7 @@ func (iso isolation) bridged(transport string) bool {
 // own loopback) and how the gateway reaches it: unix sockets in a
 // directory below dir that only the gateway may enter (the sandbox does
 // not show dir, and its user may search it but not this directory).
-func bridgedConnInfo(ci ConnInfo, dir string) (kernel, gw ConnInfo, err error) {
+func bridgedConnInfo(ci jupyter.ConnInfo, dir string) (kernel, gw jupyter.ConnInfo, err error) {
 	private := filepath.Join(dir, "gw")
 	if err := os.Mkdir(private, 0o700); err != nil {
 		return ci, ci, err
@@ -186,7 +194,7 @@ func closeChildEnds(cmd *exec.Cmd) {
 // the rlimits and opens the gate; then, for a bridged sandbox, it finds
 // the sandbox's network namespace and starts the bridge. On error the
 // caller kills the child.
-func (lp *localProcess) setup(iso isolation, gate, info *os.File, kernelCI ConnInfo) error {
+func (lp *localProcess) setup(iso isolation, gate, info *os.File, kernelCI jupyter.ConnInfo) error {
 	pid := lp.cmd.Process.Pid
 	err := func() error {
 		if lp.cg != nil {

@@ -1,4 +1,4 @@
-package jupyter
+package local
 
 import (
 	"errors"
@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"kernelgate/jupyter"
 )
 
 // A kernel in a network namespace of its own can only be reached through
@@ -54,7 +56,7 @@ type dialRes struct {
 // startBridge enters the network namespace ns and serves, for every
 // channel, gw's ipc endpoint as a copy of kernel's tcp endpoint. It owns
 // ns from then on.
-func startBridge(ns *os.File, kernel, gw ConnInfo) (*netBridge, error) {
+func startBridge(ns *os.File, kernel, gw jupyter.ConnInfo) (*netBridge, error) {
 	b := &netBridge{
 		ns:      ns,
 		dials:   make(chan dialReq),
@@ -68,7 +70,7 @@ func startBridge(ns *os.File, kernel, gw ConnInfo) (*netBridge, error) {
 		b.Close()
 		return nil, err
 	}
-	for _, c := range []Channel{Shell, IOPub, Stdin, Control, Heartbeat} {
+	for _, c := range []jupyter.Channel{jupyter.Shell, jupyter.IOPub, jupyter.Stdin, jupyter.Control, jupyter.Heartbeat} {
 		b.wg.Add(1)
 		go b.serve(net.JoinHostPort(kernel.IP, strconv.Itoa(kernel.Port(c))), gw.IP+"-"+strconv.Itoa(gw.Port(c)))
 	}

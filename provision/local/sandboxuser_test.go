@@ -1,6 +1,6 @@
 //go:build linux
 
-package jupyter
+package local
 
 import (
 	"context"
@@ -17,6 +17,8 @@ import (
 
 	"kernelgate/internal/needs"
 	"kernelgate/internal/testkernels"
+
+	"kernelgate/jupyter"
 )
 
 func TestSandboxUserIDs(t *testing.T) {
@@ -231,9 +233,9 @@ func TestSandboxedKernelIsUnprivileged(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(ws, "secret"), []byte(secret), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	prov := &LocalProvisioner{RuntimeDir: runtime, Transport: "ipc", Sandbox: &SandboxConfig{}}
+	prov := &Provisioner{RuntimeDir: runtime, Transport: "ipc", Sandbox: &SandboxConfig{}}
 	spec := testkernels.Spec(t, "python3")
-	probe := func(t *testing.T, k *Kernel) unprivileged {
+	probe := func(t *testing.T, k *jupyter.Kernel) unprivileged {
 		t.Helper()
 		var got unprivileged
 		out := stdout(t, k, fmt.Sprintf("SECRET = %q\n", filepath.Join(ws, "secret"))+unprivilegedProbe)
@@ -260,12 +262,12 @@ func TestSandboxedKernelIsUnprivileged(t *testing.T) {
 	}
 
 	t.Run("own directories", func(t *testing.T) {
-		k := startWith(t, prov, Config{Spec: spec})
+		k := startWith(t, prov, jupyter.Config{Spec: spec})
 		if got := probe(t, k); got.Cwd != "ok" {
 			t.Errorf("write to the working directory: %s, want ok", got.Cwd)
 		}
 		_, c := execute(t, k, "1+1")
-		if got := plainText(t, contentOf(t, c.await(t, ExecuteResult, time.Second))); got != "2" {
+		if got := plainText(t, contentOf(t, c.await(t, jupyter.ExecuteResult, time.Second))); got != "2" {
 			t.Errorf("1+1 = %q", got)
 		}
 		if os.Geteuid() != 0 {
@@ -288,7 +290,7 @@ func TestSandboxedKernelIsUnprivileged(t *testing.T) {
 		}
 	})
 	t.Run("root's working directory", func(t *testing.T) {
-		k := startWith(t, prov, Config{Spec: spec, Cwd: ws})
+		k := startWith(t, prov, jupyter.Config{Spec: spec, Cwd: ws})
 		got := probe(t, k)
 		if os.Geteuid() == 0 && (got.Secret != "PermissionError" || got.Cwd != "PermissionError") {
 			t.Errorf("root's 0600 file in the working directory: %s, writing there: %s; want PermissionError for both", got.Secret, got.Cwd)
@@ -301,19 +303,19 @@ func TestSandboxedKernelIsUnprivileged(t *testing.T) {
 		// Deno speaks tcp only: the gateway reaches it through the bridge,
 		// entering the network namespace of the sandbox's user namespace,
 		// which only root may do; another gateway gives it the network.
-		prov := &LocalProvisioner{RuntimeDir: runtime, Sandbox: &SandboxConfig{}}
+		prov := &Provisioner{RuntimeDir: runtime, Sandbox: &SandboxConfig{}}
 		if os.Geteuid() != 0 {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			if k, err := Start(ctx, prov, Config{Spec: testkernels.Spec(t, "deno")}); !errors.Is(err, ErrStartFailed) || !strings.Contains(err.Error(), "only a gateway running as root") {
+			if k, err := jupyter.Start(ctx, prov, jupyter.Config{Spec: testkernels.Spec(t, "deno")}); !errors.Is(err, jupyter.ErrStartFailed) || !strings.Contains(err.Error(), "only a gateway running as root") {
 				if k != nil {
 					k.Shutdown(context.Background())
 				}
 				t.Fatalf("a sandboxed Deno without network, started as uid %d: %v; want ErrStartFailed saying it needs root", os.Geteuid(), err)
 			}
-			prov = &LocalProvisioner{RuntimeDir: runtime, Sandbox: &SandboxConfig{Network: true}}
+			prov = &Provisioner{RuntimeDir: runtime, Sandbox: &SandboxConfig{Network: true}}
 		}
-		k := startWith(t, prov, Config{Spec: testkernels.Spec(t, "deno")})
+		k := startWith(t, prov, jupyter.Config{Spec: testkernels.Spec(t, "deno")})
 		cases := []struct{ name, code, want string }{
 			{"uid", "Deno.uid() + ':' + Deno.gid()", fmt.Sprintf(`"%d:%d"`, wantUID, wantGID)},
 			{"/etc/shadow", `let r; try { r = "read " + Deno.readTextFileSync("/etc/shadow").length + " bytes" } catch (e) { r = e.name }; r`, `"PermissionDenied"`},
@@ -325,7 +327,7 @@ func TestSandboxedKernelIsUnprivileged(t *testing.T) {
 				continue
 			}
 			_, col := execute(t, k, c.code)
-			if got := plainText(t, contentOf(t, col.await(t, ExecuteResult, 2*time.Second))); got != c.want {
+			if got := plainText(t, contentOf(t, col.await(t, jupyter.ExecuteResult, 2*time.Second))); got != c.want {
 				t.Errorf("%s: %s = %s, want %s", c.name, c.code, got, c.want)
 			}
 		}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package jupyter
+package local
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"kernelgate/internal/testkernels"
+
+	"kernelgate/jupyter"
 )
 
 func TestHomeSeedSavesTheFontCache(t *testing.T) {
@@ -48,14 +50,14 @@ func TestHomeSeedSavesTheFontCache(t *testing.T) {
 			} else {
 				runtime = t.TempDir()
 			}
-			prov := &LocalProvisioner{RuntimeDir: runtime, HomeSeed: c.seed, Sandbox: c.sandbox}
-			k, err := Start(ctx, prov, Config{Spec: testkernels.Spec(t, "python3")})
+			prov := &Provisioner{RuntimeDir: runtime, HomeSeed: c.seed, Sandbox: c.sandbox}
+			k, err := jupyter.Start(ctx, prov, jupyter.Config{Spec: testkernels.Spec(t, "python3")})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer k.Shutdown(context.Background())
 			_, col := execute(t, k, probe)
-			if got := plainText(t, contentOf(t, col.await(t, ExecuteResult, 30*time.Second))); got != c.want {
+			if got := plainText(t, contentOf(t, col.await(t, jupyter.ExecuteResult, 30*time.Second))); got != c.want {
 				t.Errorf("seed %q: font list %s, want %s", c.seed, got, c.want)
 			}
 		})
@@ -68,13 +70,13 @@ func TestHomeSeedSavesTheFontCache(t *testing.T) {
 }
 
 // historyOf asks k for its last n inputs (history_request, tail).
-func historyOf(t *testing.T, k *Kernel, n int) [][3]any {
+func historyOf(t *testing.T, k *jupyter.Kernel, n int) [][3]any {
 	t.Helper()
 	m, err := k.NewMessage("history_request", map[string]any{"output": false, "raw": true, "hist_access_type": "tail", "n": n}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := k.Request(Shell, m, nil, CallOptions{})
+	c, err := k.Request(jupyter.Shell, m, nil, jupyter.CallOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,10 +126,10 @@ func TestHomeSeedHoldsTheHistoryDatabase(t *testing.T) {
 		t.Fatalf("seed: %v", err)
 	}
 	spec := testkernels.Spec(t, "python3")
-	seeded := &LocalProvisioner{RuntimeDir: t.TempDir(), HomeSeed: seed}
-	a := startWith(t, seeded, Config{Spec: spec})
-	b := startWith(t, seeded, Config{Spec: spec})
-	fresh := startWith(t, &LocalProvisioner{RuntimeDir: t.TempDir()}, Config{Spec: spec})
+	seeded := &Provisioner{RuntimeDir: t.TempDir(), HomeSeed: seed}
+	a := startWith(t, seeded, jupyter.Config{Spec: spec})
+	b := startWith(t, seeded, jupyter.Config{Spec: spec})
+	fresh := startWith(t, &Provisioner{RuntimeDir: t.TempDir()}, jupyter.Config{Spec: spec})
 
 	stdout(t, a, "x = 1")
 	stdout(t, a, "y = 2")

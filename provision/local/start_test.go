@@ -1,4 +1,4 @@
-package jupyter
+package local
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 
 	"kernelgate/internal/testkernels"
 	"kernelgate/kernelspecs"
+
+	"kernelgate/jupyter"
 )
 
 // impostor is what a start meets when another process had one of the
@@ -23,7 +25,7 @@ import (
 // handshake, as a socket of another type or a TLS server does), while
 // the kernel process (here, no process) keeps running until it is killed.
 type impostor struct {
-	ci   ConnInfo
+	ci   jupyter.ConnInfo
 	lns  []net.Listener
 	wg   sync.WaitGroup
 	mu   sync.Mutex
@@ -32,16 +34,16 @@ type impostor struct {
 	once sync.Once
 }
 
-func newImpostor(t *testing.T, closing Channel, hangUp bool) *impostor {
+func newImpostor(t *testing.T, closing jupyter.Channel, hangUp bool) *impostor {
 	p := &impostor{done: make(chan struct{}),
-		ci: ConnInfo{IP: "127.0.0.1", Transport: "tcp", Key: "impostor-key", SignatureScheme: "hmac-sha256"}}
+		ci: jupyter.ConnInfo{IP: "127.0.0.1", Transport: "tcp", Key: "impostor-key", SignatureScheme: "hmac-sha256"}}
 	for _, c := range []struct {
-		ch   Channel
+		ch   jupyter.Channel
 		port *int
 		typ  zmq4.SocketType
 	}{
-		{Shell, &p.ci.ShellPort, zmq4.Router}, {IOPub, &p.ci.IOPubPort, zmq4.Pub}, {Control, &p.ci.ControlPort, zmq4.Router},
-		{Stdin, &p.ci.StdinPort, zmq4.Router}, {Heartbeat, &p.ci.HBPort, zmq4.Rep},
+		{jupyter.Shell, &p.ci.ShellPort, zmq4.Router}, {jupyter.IOPub, &p.ci.IOPubPort, zmq4.Pub}, {jupyter.Control, &p.ci.ControlPort, zmq4.Router},
+		{jupyter.Stdin, &p.ci.StdinPort, zmq4.Router}, {jupyter.Heartbeat, &p.ci.HBPort, zmq4.Rep},
 	} {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -77,8 +79,8 @@ func newImpostor(t *testing.T, closing Channel, hangUp bool) *impostor {
 	return p
 }
 
-func (p *impostor) ConnInfo() ConnInfo { return p.ci }
-func (p *impostor) PID() int           { return 0 }
+func (p *impostor) ConnInfo() jupyter.ConnInfo { return p.ci }
+func (p *impostor) PID() int                   { return 0 }
 func (p *impostor) Signal(sig syscall.Signal) error {
 	if sig == syscall.SIGKILL {
 		p.once.Do(func() { close(p.done) })
@@ -105,19 +107,19 @@ func (p *impostor) Cleanup() error {
 // real.
 type impostorFirst struct {
 	t        *testing.T
-	closing  Channel
+	closing  jupyter.Channel
 	hangUp   bool
-	real     Provisioner
+	real     jupyter.Provisioner
 	mu       sync.Mutex
 	launches int
 	first    *impostor
 }
 
-func (p *impostorFirst) Capabilities(spec *kernelspecs.Spec) Capabilities {
+func (p *impostorFirst) Capabilities(spec *kernelspecs.Spec) jupyter.Capabilities {
 	return p.real.Capabilities(spec)
 }
 
-func (p *impostorFirst) Launch(ctx context.Context, req LaunchRequest) (Process, error) {
+func (p *impostorFirst) Launch(ctx context.Context, req jupyter.LaunchRequest) (jupyter.Process, error) {
 	p.mu.Lock()
 	p.launches++
 	n := p.launches
@@ -138,14 +140,14 @@ func (p *impostorFirst) Launch(ctx context.Context, req LaunchRequest) (Process,
 func TestStartAgainWhenAConnectionEndsDuringStart(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		closing Channel
+		closing jupyter.Channel
 		hangUp  bool
-	}{{"shell", Shell, false}, {"iopub", IOPub, false}, {"hb hangs up in the handshake", Heartbeat, true}} {
+	}{{"shell", jupyter.Shell, false}, {"iopub", jupyter.IOPub, false}, {"hb hangs up in the handshake", jupyter.Heartbeat, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			p := &impostorFirst{t: t, closing: tc.closing, hangUp: tc.hangUp, real: &LocalProvisioner{RuntimeDir: t.TempDir()}}
-			k, err := Start(ctx, p, Config{Spec: testkernels.Spec(t, "python3")})
+			p := &impostorFirst{t: t, closing: tc.closing, hangUp: tc.hangUp, real: &Provisioner{RuntimeDir: t.TempDir()}}
+			k, err := jupyter.Start(ctx, p, jupyter.Config{Spec: testkernels.Spec(t, "python3")})
 			if err != nil {
 				t.Fatalf("start: %v", err)
 			}
@@ -174,7 +176,7 @@ func TestStartAgainWhenAConnectionEndsDuringStart(t *testing.T) {
 
 // The error of a kernel stopped because a connection ended says so.
 func TestDiedErrorOfALostConnection(t *testing.T) {
-	err := &DiedError{Lost: "shell", During: "start"}
+	err := &jupyter.DiedError{Lost: "shell", During: "start"}
 	if got, want := err.Error(), "jupyter: kernel died during start (its shell connection ended while it ran)"; got != want {
 		t.Fatalf("%q, want %q", got, want)
 	}

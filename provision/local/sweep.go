@@ -1,4 +1,4 @@
-package jupyter
+package local
 
 import (
 	"encoding/json"
@@ -41,7 +41,7 @@ type ownerRecord struct {
 	PID      int      `json:"pid,omitempty"`
 	PIDStart uint64   `json:"pid_start,omitempty"`
 	Cgroups  []string `json:"cgroups,omitempty"`
-	// State is the LocalProvisioner.StateID the kernel was launched for.
+	// State is the Provisioner.StateID the kernel was launched for.
 	State string `json:"state,omitempty"`
 }
 
@@ -197,7 +197,7 @@ const legacyCgroupAge = time.Minute
 // state store records (keep): a detached kernel launched for the same
 // store (StateID) but not kept is then one its gateway died before
 // recording, which no gateway will adopt, and it goes despite its lease.
-func (p *LocalProvisioner) Sweep(keep []string) (Swept, error) {
+func (p *Provisioner) Sweep(keep []string) (Swept, error) {
 	var out Swept
 	if _, ok := thisGateway(); !ok {
 		return out, nil

@@ -1,6 +1,6 @@
 //go:build linux
 
-package jupyter
+package local
 
 import (
 	"encoding/json"
@@ -182,7 +182,7 @@ func TestSweepKeepsKeptAndLiveOwners(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	swept, err := (&LocalProvisioner{RuntimeDir: root, StateID: "/var/lib/kg-a"}).Sweep([]string{"kept-3333", "ours-9999"})
+	swept, err := (&Provisioner{RuntimeDir: root, StateID: "/var/lib/kg-a"}).Sweep([]string{"kept-3333", "ours-9999"})
 	if err != nil {
 		t.Errorf("Sweep: %v", err)
 	}

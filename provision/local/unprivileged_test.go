@@ -1,6 +1,6 @@
 //go:build linux
 
-package jupyter
+package local
 
 import (
 	"bytes"

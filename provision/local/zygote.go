@@ -1,6 +1,6 @@
 //go:build linux
 
-package jupyter
+package local
 
 import (
 	"bufio"
@@ -27,6 +27,8 @@ import (
 
 	"kernelgate/internal/tailbuf"
 	"kernelgate/kernelspecs"
+
+	"kernelgate/jupyter"
 )
 
 // A zygote is a Python process per kernelspec that has imported ipykernel,
@@ -43,7 +45,7 @@ import (
 //
 //   - The gateway starts a zygote on the first launch of its kernelspec
 //     (one per distinct python, module, preload list, environment and home
-//     seed in the whole gateway process, shared by every LocalProvisioner)
+//     seed in the whole gateway process, shared by every Provisioner)
 //     and waits for it to report "ready" on a pipe. It listens on a unix
 //     socket in a private directory below DefaultRuntimeDir and answers
 //     its parent, the gateway, only (SO_PEERCRED).
@@ -68,7 +70,7 @@ import (
 //     above, so it skips the fork and the cgroup move.
 //   - The child calls setsid(): signals and interrupts go to its process
 //     group as for an exec'd kernel, and no terminal's hangup reaches it.
-//   - A detached launch (LocalProvisioner.Detached, localinfo.go) forks a
+//   - A detached launch (Provisioner.Detached, localinfo.go) forks a
 //     kernel that outlives the gateway as a detached exec'd one does: no
 //     parent-death signal, no JPY_PARENT_PID, output into a file of its
 //     directory, a lease and a watchdog (orphan.go). A gateway started
@@ -104,7 +106,7 @@ import (
 // environment a process started with, not its current one) shows the
 // zygote's. ps and /proc/PID/cmdline show the kernel's command line.
 
-// Python kernel launchers (LocalProvisioner.PythonLauncher).
+// Python kernel launchers (Provisioner.PythonLauncher).
 const (
 	// LauncherFork forks Python kernels from a zygote where it can.
 	LauncherFork = "fork"
@@ -150,7 +152,7 @@ type zygotePlan struct {
 // zygotePlan says whether req's kernel can be forked, and from what.
 // argv is the spec's argv with the connection file in place, path the
 // kernel's PATH. The error is a kernelspec's bad metadata.
-func (p *LocalProvisioner) zygotePlan(req LaunchRequest, iso isolation, argv []string, path string) (zygotePlan, bool, error) {
+func (p *Provisioner) zygotePlan(req jupyter.LaunchRequest, iso isolation, argv []string, path string) (zygotePlan, bool, error) {
 	launcher, preload, err := launchMetadata(req.Spec)
 	if err != nil {
 		return zygotePlan{}, false, err
@@ -222,7 +224,7 @@ func isModuleName(s string) bool {
 // one its lease and watchdog and records its process in its directory. It
 // returns a nil Process and nil error when the kernel is to be exec'd
 // instead: it cannot be forked or no zygote is available.
-func (p *LocalProvisioner) launchForked(ctx context.Context, req LaunchRequest, iso isolation, lp *localProcess, argv []string, env map[string]string, startDir string) (Process, error) {
+func (p *Provisioner) launchForked(ctx context.Context, req jupyter.LaunchRequest, iso isolation, lp *localProcess, argv []string, env map[string]string, startDir string) (jupyter.Process, error) {
 	fp, err := p.forkKernel(ctx, req, iso, lp, argv, env, startDir)
 	if fp == nil || err != nil {
 		return nil, err
@@ -239,7 +241,7 @@ func (p *LocalProvisioner) launchForked(ctx context.Context, req LaunchRequest, 
 }
 
 // forkKernel forks the kernel of req, or returns nil and nil.
-func (p *LocalProvisioner) forkKernel(ctx context.Context, req LaunchRequest, iso isolation, lp *localProcess, argv []string, env map[string]string, startDir string) (*forkedProcess, error) {
+func (p *Provisioner) forkKernel(ctx context.Context, req jupyter.LaunchRequest, iso isolation, lp *localProcess, argv []string, env map[string]string, startDir string) (*forkedProcess, error) {
 	plan, ok, err := p.zygotePlan(req, iso, argv, env["PATH"])
 	if !ok {
 		return nil, err
@@ -887,7 +889,7 @@ func readZygoteFrame(conn *net.UnixConn, v any) error {
 // forkedProcess is a kernel forked from a zygote: a child of the gateway
 // like a localProcess, watched through the pidfd of its os.Process.
 type forkedProcess struct {
-	ci   ConnInfo
+	ci   jupyter.ConnInfo
 	dir  string
 	pid  int
 	proc *os.Process
@@ -909,15 +911,15 @@ type forkedProcess struct {
 }
 
 var (
-	_ Process      = (*forkedProcess)(nil)
-	_ exitReasoner = (*forkedProcess)(nil)
-	_ InfoProcess  = (*forkedProcess)(nil)
-	_ Releaser     = (*forkedProcess)(nil)
+	_ jupyter.Process     = (*forkedProcess)(nil)
+	_ exitReasoner        = (*forkedProcess)(nil)
+	_ jupyter.InfoProcess = (*forkedProcess)(nil)
+	_ jupyter.Releaser    = (*forkedProcess)(nil)
 )
 
-func (fp *forkedProcess) ConnInfo() ConnInfo    { return fp.ci }
-func (fp *forkedProcess) PID() int              { return fp.pid }
-func (fp *forkedProcess) Done() <-chan struct{} { return fp.done }
+func (fp *forkedProcess) ConnInfo() jupyter.ConnInfo { return fp.ci }
+func (fp *forkedProcess) PID() int                   { return fp.pid }
+func (fp *forkedProcess) Done() <-chan struct{}      { return fp.done }
 func (fp *forkedProcess) Output() string {
 	if fp.outFile != "" {
 		return fileTail(fp.outFile, outputTailDefault)
@@ -978,6 +980,12 @@ func (fp *forkedProcess) wait() {
 	close(fp.done)
 }
 
+// Interrupt, Terminate and Kill send SIGINT, SIGTERM and SIGKILL to the
+// kernel's process group.
+func (fp *forkedProcess) Interrupt() error { return fp.Signal(syscall.SIGINT) }
+func (fp *forkedProcess) Terminate() error { return fp.Signal(syscall.SIGTERM) }
+func (fp *forkedProcess) Kill() error      { return fp.Signal(syscall.SIGKILL) }
+
 // Signal signals the kernel's process group.
 func (fp *forkedProcess) Signal(sig syscall.Signal) error {
 	select {
@@ -989,8 +997,8 @@ func (fp *forkedProcess) Signal(sig syscall.Signal) error {
 }
 
 // ProvisionerInfo says how to find and control the kernel again.
-func (fp *forkedProcess) ProvisionerInfo() (ProvisionerInfo, error) {
-	li := &LocalInfo{RuntimeDir: fp.dir, OutputFile: fp.outFile, Detached: fp.detached}
+func (fp *forkedProcess) ProvisionerInfo() (jupyter.ProvisionerInfo, error) {
+	li := &Info{RuntimeDir: fp.dir, OutputFile: fp.outFile, Detached: fp.detached}
 	return localInfo(fp.ci, fp.pid, fp.done, fp.guard, fp.cg, li)
 }
 

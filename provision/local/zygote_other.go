@@ -1,17 +1,19 @@
 //go:build !linux
 
-package jupyter
+package local
 
 import (
 	"context"
 	"os/exec"
+
+	"kernelgate/jupyter"
 )
 
 // Zygotes fork kernels with clone(CLONE_PARENT) and a parent-death
 // signal, which are Linux's (zygote.go): elsewhere every kernel is
 // exec'd, whatever PythonLauncher says.
 
-// Python kernel launchers (LocalProvisioner.PythonLauncher).
+// Python kernel launchers (Provisioner.PythonLauncher).
 const (
 	// LauncherFork forks Python kernels from a zygote where it can: on
 	// Linux only.
@@ -21,7 +23,7 @@ const (
 )
 
 // launchForked never forks here: the kernel is exec'd.
-func (p *LocalProvisioner) launchForked(context.Context, LaunchRequest, isolation, *localProcess, []string, map[string]string, string) (Process, error) {
+func (p *Provisioner) launchForked(context.Context, jupyter.LaunchRequest, isolation, *localProcess, []string, map[string]string, string) (jupyter.Process, error) {
 	return nil, nil
 }
 

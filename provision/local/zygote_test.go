@@ -1,6 +1,6 @@
 //go:build linux
 
-package jupyter
+package local
 
 import (
 	"context"
@@ -22,6 +22,8 @@ import (
 	"kernelgate/internal/leakcheck"
 	"kernelgate/internal/testkernels"
 	"kernelgate/kernelspecs"
+
+	"kernelgate/jupyter"
 )
 
 // forkSpec is the python3 kernelspec forked from a zygote that preloads
@@ -37,14 +39,14 @@ func forkSpec(t *testing.T) *kernelspecs.Spec {
 }
 
 // startForked starts a forked python3 kernel and checks it was forked.
-func startForked(t *testing.T, prov *LocalProvisioner, cfg Config) *Kernel {
+func startForked(t *testing.T, prov *Provisioner, cfg jupyter.Config) *jupyter.Kernel {
 	t.Helper()
 	if cfg.Spec == nil {
 		cfg.Spec = forkSpec(t)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	k, err := Start(ctx, prov, cfg)
+	k, err := jupyter.Start(ctx, prov, cfg)
 	if err != nil {
 		t.Fatalf("start: %v", err)
 	}
@@ -82,8 +84,8 @@ print(json.dumps(sorted(kinds)))
 // its process against what it was asked for and against an exec'd kernel.
 func TestForkedKernelIsAnOrdinaryKernel(t *testing.T) {
 	cwd := t.TempDir()
-	k := startForked(t, &LocalProvisioner{RuntimeDir: t.TempDir()}, Config{Cwd: cwd, Env: map[string]string{"ANSWER": "42"}})
-	e := startWith(t, &LocalProvisioner{RuntimeDir: t.TempDir(), PythonLauncher: LauncherExec}, Config{Spec: forkSpec(t)})
+	k := startForked(t, &Provisioner{RuntimeDir: t.TempDir()}, jupyter.Config{Cwd: cwd, Env: map[string]string{"ANSWER": "42"}})
+	e := startWith(t, &Provisioner{RuntimeDir: t.TempDir(), PythonLauncher: LauncherExec}, jupyter.Config{Spec: forkSpec(t)})
 	if _, ok := e.proc.(*localProcess); !ok {
 		t.Fatalf("PythonLauncher exec: kernel is a %T", e.proc)
 	}
@@ -169,10 +171,10 @@ func fdTargets(t *testing.T, pid int) []string {
 }
 
 func TestForkedKernelsHaveTheirOwnRandomState(t *testing.T) {
-	prov := &LocalProvisioner{RuntimeDir: t.TempDir()}
+	prov := &Provisioner{RuntimeDir: t.TempDir()}
 	const code = `import random, numpy, os; print(random.random(), numpy.random.rand(), os.urandom(8).hex())`
-	a := stdout(t, startForked(t, prov, Config{}), code)
-	b := stdout(t, startForked(t, prov, Config{}), code)
+	a := stdout(t, startForked(t, prov, jupyter.Config{}), code)
+	b := stdout(t, startForked(t, prov, jupyter.Config{}), code)
 	fa, fb := strings.Fields(a), strings.Fields(b)
 	if len(fa) != 3 || len(fb) != 3 {
 		t.Fatalf("outputs %q %q", a, b)
@@ -188,18 +190,18 @@ func TestForkedKernelsHaveTheirOwnRandomState(t *testing.T) {
 // interrupts, restart forks a fresh kernel, SIGKILL is a death with its
 // status.
 func TestForkedKernelInterruptRestartKill(t *testing.T) {
-	k := startForked(t, &LocalProvisioner{RuntimeDir: t.TempDir()}, Config{})
+	k := startForked(t, &Provisioner{RuntimeDir: t.TempDir()}, jupyter.Config{})
 	execute(t, k, "kept = 'yes'")
 	col := newCollector()
 	// As in TestInterrupt: with stop_on_error, ipykernel would abort the
 	// check that reaches it while it finishes the interrupted reply.
-	block := NewExecute(pySleeping)
+	block := jupyter.NewExecute(pySleeping)
 	block.StopOnError = false
 	call, err := k.StartExecute(block, col.handle)
 	if err != nil {
 		t.Fatal(err)
 	}
-	col.await(t, StreamMsg, 10*time.Second)
+	col.await(t, jupyter.StreamMsg, 10*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := k.Interrupt(ctx); err != nil {
@@ -229,26 +231,26 @@ func TestForkedKernelInterruptRestartKill(t *testing.T) {
 	}
 
 	col = newCollector()
-	call, err = k2.StartExecute(NewExecute("import time; time.sleep(30)"), col.handle)
+	call, err = k2.StartExecute(jupyter.NewExecute("import time; time.sleep(30)"), col.handle)
 	if err != nil {
 		t.Fatal(err)
 	}
-	col.await(t, ExecuteInput, 10*time.Second)
+	col.await(t, jupyter.ExecuteInput, 10*time.Second)
 	syscall.Kill(k2.PID(), syscall.SIGKILL)
 	_, err = call.Wait(ctx)
-	var died *DiedError
+	var died *jupyter.DiedError
 	if !errors.As(err, &died) || !strings.Contains(died.Status, "killed") {
 		t.Fatalf("after SIGKILL: %v, want a DiedError saying killed", err)
 	}
 }
 
-func first(m *Message, _ *collector) *Message { return m }
+func first(m *jupyter.Message, _ *collector) *jupyter.Message { return m }
 
 // TestZygoteDeathLeavesKernelsRunning kills the zygote under a running
 // kernel: the kernel goes on, and the next start forks from a new zygote.
 func TestZygoteDeathLeavesKernelsRunning(t *testing.T) {
-	prov := &LocalProvisioner{RuntimeDir: t.TempDir()}
-	k := startForked(t, prov, Config{})
+	prov := &Provisioner{RuntimeDir: t.TempDir()}
+	k := startForked(t, prov, jupyter.Config{})
 	pids := zygotePIDs()
 	if len(pids) == 0 {
 		t.Fatal("no zygote")
@@ -259,7 +261,7 @@ func TestZygoteDeathLeavesKernelsRunning(t *testing.T) {
 	if got := stdout(t, k, "print(6*7)"); got != "42\n" {
 		t.Errorf("kernel after its zygote died: %q", got)
 	}
-	k2 := startForked(t, prov, Config{})
+	k2 := startForked(t, prov, jupyter.Config{})
 	if got := stdout(t, k2, "print(6*7)"); got != "42\n" {
 		t.Errorf("kernel of the new zygote: %q", got)
 	}
@@ -272,7 +274,7 @@ func TestZygoteDeathLeavesKernelsRunning(t *testing.T) {
 }
 
 func TestZygoteServesOnlyTheGateway(t *testing.T) {
-	startForked(t, &LocalProvisioner{RuntimeDir: t.TempDir()}, Config{})
+	startForked(t, &Provisioner{RuntimeDir: t.TempDir()}, jupyter.Config{})
 	var sock string
 	for _, z := range runningZygotes() {
 		if z.alive() {
@@ -310,21 +312,21 @@ print(s.recv(65536).decode(errors="replace"))
 // TestForkedKernelStdinAndDisplays: input() round-trips on stdin, and a
 // preloaded matplotlib and pandas render as in an exec'd kernel.
 func TestForkedKernelStdinAndDisplays(t *testing.T) {
-	k := startForked(t, &LocalProvisioner{RuntimeDir: t.TempDir()}, Config{})
+	k := startForked(t, &Provisioner{RuntimeDir: t.TempDir()}, jupyter.Config{})
 	t.Run("input", func(t *testing.T) {
 		col := newCollector()
-		content := NewExecute("name = input('name? ')\nprint('hello', name)")
+		content := jupyter.NewExecute("name = input('name? ')\nprint('hello', name)")
 		content.AllowStdin = true
 		call, err := k.StartExecute(content, col.handle)
 		if err != nil {
 			t.Fatal(err)
 		}
-		req := col.await(t, InputRequest, 10*time.Second)
-		m, err := k.NewMessage(InputReply, map[string]string{"value": "ada"}, req)
+		req := col.await(t, jupyter.InputRequest, 10*time.Second)
+		m, err := k.NewMessage(jupyter.InputReply, map[string]string{"value": "ada"}, req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := k.Send(Stdin, m); err != nil {
+		if err := k.Send(jupyter.Stdin, m); err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -332,20 +334,20 @@ func TestForkedKernelStdinAndDisplays(t *testing.T) {
 		if _, err := call.Wait(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if s := contentOf(t, col.await(t, StreamMsg, time.Second)); s.Text != "hello ada\n" {
+		if s := contentOf(t, col.await(t, jupyter.StreamMsg, time.Second)); s.Text != "hello ada\n" {
 			t.Errorf("stdout %q", s.Text)
 		}
 	})
 	t.Run("matplotlib png", func(t *testing.T) {
 		_, c := execute(t, k, "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()")
-		d := contentOf(t, c.await(t, DisplayData, time.Second))
+		d := contentOf(t, c.await(t, jupyter.DisplayData, time.Second))
 		if len(d.Data["image/png"]) < 100 {
 			t.Errorf("display_data has no image/png: keys %v", keys(d.Data))
 		}
 	})
 	t.Run("pandas html", func(t *testing.T) {
 		_, c := execute(t, k, "import pandas as pd\npd.DataFrame({'a': [1, 2]})")
-		if d := contentOf(t, c.await(t, ExecuteResult, time.Second)); d.Data["text/html"] == nil {
+		if d := contentOf(t, c.await(t, jupyter.ExecuteResult, time.Second)); d.Data["text/html"] == nil {
 			t.Errorf("DataFrame bundle keys = %v", keys(d.Data))
 		}
 	})
@@ -359,7 +361,7 @@ func TestForkedKernelStdinAndDisplays(t *testing.T) {
 
 // checkForked fails the test unless the kernels were forked when forked
 // is set.
-func checkForked(t *testing.T, forked bool, ks ...*Kernel) {
+func checkForked(t *testing.T, forked bool, ks ...*jupyter.Kernel) {
 	t.Helper()
 	for _, k := range ks {
 		if _, ok := k.proc.(*forkedProcess); forked && !ok {
@@ -403,7 +405,7 @@ func TestZygoteThatCannotStartFallsBackToExec(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 2; i++ {
-		k := startWith(t, &LocalProvisioner{RuntimeDir: t.TempDir()}, Config{Spec: spec})
+		k := startWith(t, &Provisioner{RuntimeDir: t.TempDir()}, jupyter.Config{Spec: spec})
 		if _, ok := k.proc.(*localProcess); !ok {
 			t.Fatalf("start %d: kernel is a %T, want exec'd", i, k.proc)
 		}
@@ -413,7 +415,7 @@ func TestZygoteThatCannotStartFallsBackToExec(t *testing.T) {
 	badSpec.Metadata = bad
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := Start(ctx, &LocalProvisioner{RuntimeDir: t.TempDir()}, Config{Spec: &badSpec}); !errors.Is(err, ErrStartFailed) || !strings.Contains(err.Error(), "launcher") {
+	if _, err := jupyter.Start(ctx, &Provisioner{RuntimeDir: t.TempDir()}, jupyter.Config{Spec: &badSpec}); !errors.Is(err, jupyter.ErrStartFailed) || !strings.Contains(err.Error(), "launcher") {
 		t.Errorf("bad launcher metadata: %v", err)
 	}
 }
@@ -442,10 +444,10 @@ func spareOf(t *testing.T) int {
 // child, which gets the launch's limits in its cgroup.
 func TestSpareChildBecomesTheNextKernel(t *testing.T) {
 	needCgroups(t, "memory", "pids")
-	prov := &LocalProvisioner{RuntimeDir: t.TempDir()}
-	startForked(t, prov, Config{})
+	prov := &Provisioner{RuntimeDir: t.TempDir()}
+	startForked(t, prov, jupyter.Config{})
 	spare := spareOf(t)
-	k := startForked(t, prov, Config{Limits: &Limits{MemoryBytes: 300 << 20, Pids: 77}})
+	k := startForked(t, prov, jupyter.Config{Limits: &Limits{MemoryBytes: 300 << 20, Pids: 77}})
 	if k.PID() != spare {
 		t.Fatalf("kernel %d, spare was %d", k.PID(), spare)
 	}
@@ -480,8 +482,8 @@ func TestSpareChildBecomesTheNextKernel(t *testing.T) {
 // nearly all of those it will write (learnt from the zygote's rehearsal),
 // and the rehearsal left no process and no file behind.
 func TestSpareHoldsTheCopiesAKernelMakes(t *testing.T) {
-	prov := &LocalProvisioner{RuntimeDir: t.TempDir()}
-	k := startForked(t, prov, Config{})
+	prov := &Provisioner{RuntimeDir: t.TempDir()}
+	k := startForked(t, prov, jupyter.Config{})
 	stdout(t, k, "1+1")
 	spare := spareOf(t)
 	var z *zygote
@@ -633,7 +635,7 @@ func TestZygotesOutliveGatewayThreads(t *testing.T) {
 		t.Fatal("no locked thread ended in 10 tries")
 	}
 	// The kernels of a zygote live on too.
-	k := startForked(t, &LocalProvisioner{RuntimeDir: t.TempDir()}, Config{})
+	k := startForked(t, &Provisioner{RuntimeDir: t.TempDir()}, jupyter.Config{})
 	var wg sync.WaitGroup
 	for i := 0; i < 16; i++ {
 		wg.Add(1)
