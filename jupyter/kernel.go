@@ -10,7 +10,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -246,23 +245,6 @@ func Start(ctx context.Context, p Provisioner, cfg Config) (*Kernel, error) {
 			cfg.Logger.Info("kernel start failed in a way its provisioner retries: starting it again", "kernel", cfg.ID, "err", err)
 		}
 	}
-}
-
-// PeerNotKernel reports whether a start failed because what the client
-// dialled was not the kernel: a connection ended while the kernel still
-// ran (the socket was someone else's, who closed it), a request found
-// the connection closed by its peer, or the peer spoke no ZMTP or had
-// another socket type. A provisioner whose kernels bind local ports
-// retries such a start (StartRetrier).
-func PeerNotKernel(err error) bool {
-	var died *DiedError
-	if errors.As(err, &died) && died.Lost != "" {
-		return true
-	}
-	if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
-		return true
-	}
-	return errors.Is(err, ErrHandshake)
 }
 
 func start(ctx context.Context, p Provisioner, cfg Config) (*Kernel, error) {

@@ -29,10 +29,6 @@ type Capabilities struct {
 	// Reconnect: the provisioner adopts kernels it launched before,
 	// perhaps from another gateway process (Adopter).
 	Reconnect bool
-	// LocalProcess: kernels are processes of this host, with local ports
-	// that another process may take meanwhile (a start is retried on new
-	// ports) and local files.
-	LocalProcess bool
 }
 
 // ProvisionerChoice is a kernelspec's metadata.kernel_provisioner.

@@ -80,7 +80,7 @@ var _ jupyter.Provisioner = (*Provisioner)(nil)
 // get limits and sandboxes, are adopted again after a restart and are
 // local processes.
 func (p *Provisioner) Capabilities(*kernelspecs.Spec) jupyter.Capabilities {
-	return jupyter.Capabilities{SignalInterrupts: true, Limits: true, Sandbox: true, Reconnect: true, LocalProcess: true}
+	return jupyter.Capabilities{SignalInterrupts: true, Limits: true, Sandbox: true, Reconnect: true}
 }
 
 // DefaultRuntimeDir is where kernels' directories go when none is set.
@@ -157,7 +157,7 @@ func (p *Provisioner) Launch(ctx context.Context, req jupyter.LaunchRequest) (ju
 	} else if ip == "" {
 		ip = "127.0.0.1"
 	}
-	if lp.ci, err = jupyter.NewConnInfo(transport, ip, req.Spec.Name); err != nil {
+	if lp.ci, err = newConnInfo(transport, ip, req.Spec.Name); err != nil {
 		return fail(fmt.Errorf("%w: %v", jupyter.ErrStartFailed, err))
 	}
 	kernelCI := lp.ci

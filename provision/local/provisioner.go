@@ -115,8 +115,7 @@ const portRetries = 3
 // RetryStart: a kernel whose ports another process took between their
 // choice and its bind is started again, on new ports, up to portRetries
 // times in all. The kernel could not bind a port (its output says so), or
-// the gateway reached another process's socket there
-// (jupyter.PeerNotKernel).
+// the gateway reached another process's socket there (peerNotKernel).
 func (p *Provisioner) RetryStart(_ *kernelspecs.Spec, err error, attempt int) bool {
 	if attempt >= portRetries {
 		return false
@@ -125,7 +124,23 @@ func (p *Provisioner) RetryStart(_ *kernelspecs.Spec, err error, attempt int) bo
 	if errors.As(err, &died) && (strings.Contains(died.Output, "Address already in use") || strings.Contains(died.Output, "AddrInUse")) {
 		return true
 	}
-	return jupyter.PeerNotKernel(err)
+	return peerNotKernel(err)
+}
+
+// peerNotKernel reports whether a start failed because what the client
+// dialled was not the kernel: a connection ended while the kernel still
+// ran (the socket was someone else's, who closed it), a request found
+// the connection closed by its peer, or the peer spoke no ZMTP or had
+// another socket type.
+func peerNotKernel(err error) bool {
+	var died *jupyter.DiedError
+	if errors.As(err, &died) && died.Lost != "" {
+		return true
+	}
+	if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
+		return true
+	}
+	return errors.Is(err, jupyter.ErrHandshake)
 }
 
 // RemoveLeftovers removes what a kept local kernel that is gone left

@@ -1,4 +1,4 @@
-package jupyter
+package local
 
 import (
 	"fmt"
