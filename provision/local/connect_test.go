@@ -77,8 +77,8 @@ func eachLauncher(t *testing.T, f func(t *testing.T, launcher string, spec *kern
 // checkLauncher fails unless k was started the way launcher says.
 func checkLauncher(t *testing.T, launcher string, k *jupyter.Kernel) {
 	t.Helper()
-	if _, forked := k.proc.(*forkedProcess); forked != (launcher == LauncherFork) {
-		t.Fatalf("a %s kernel started as %T", launcher, k.proc)
+	if _, forked := k.Process().(*forkedProcess); forked != (launcher == LauncherFork) {
+		t.Fatalf("a %s kernel started as %T", launcher, k.Process())
 	}
 }
 
@@ -133,10 +133,9 @@ func testReconnect(t *testing.T, launcher string, spec *kernelspecs.Spec) {
 		t.Fatal(err)
 	}
 	// A process that is not the kernel's (another start time) is refused.
-	wrong := loaded
-	wrongLocal := *loaded.Local
+	wrongLocal := *localOf(t, loaded)
 	wrongLocal.StartTime++
-	wrong.Local = &wrongLocal
+	wrong := withLocal(t, loaded, &wrongLocal)
 	if _, err := jupyter.Reconnect(ctx, p, wrong, jupyter.Config{ID: k1.ID(), Spec: spec}); !errors.Is(err, jupyter.ErrNotAdoptable) {
 		t.Errorf("another start time: %v, want ErrNotAdoptable", err)
 	}
@@ -178,7 +177,7 @@ func testReconnect(t *testing.T, launcher string, spec *kernelspecs.Spec) {
 		t.Errorf("died with %v, want a DiedError of status %q", k2.Err(), ExitUnknown)
 	}
 	k2.Shutdown(context.Background())
-	if _, err := os.Stat(loaded.Local.RuntimeDir); !os.IsNotExist(err) {
+	if _, err := os.Stat(localOf(t, loaded).RuntimeDir); !os.IsNotExist(err) {
 		t.Errorf("the kernel's directory is still there: %v", err)
 	}
 	checkNoLeaks(t, before)
@@ -192,17 +191,20 @@ func TestAdoptRefusesReusedPid(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := &Provisioner{}
-	info := jupyter.ProvisionerInfo{Provisioner: "local", Local: &Info{PID: os.Getpid(), PGID: os.Getpid(), StartTime: self + 1, BootID: bootID()}}
+	li := &Info{PID: os.Getpid(), PGID: os.Getpid(), StartTime: self + 1, BootID: bootID()}
+	info := withLocal(t, jupyter.ProvisionerInfo{Provisioner: InfoName}, li)
 	if _, err := p.Adopt(context.Background(), info); !errors.Is(err, jupyter.ErrNotAdoptable) {
 		t.Errorf("a mismatching start time: %v, want ErrNotAdoptable", err)
 	}
-	info.Local.StartTime = self
-	info.Local.BootID = "another-boot"
+	li.StartTime = self
+	li.BootID = "another-boot"
+	info = withLocal(t, info, li)
 	if _, err := p.Adopt(context.Background(), info); !errors.Is(err, jupyter.ErrNotAdoptable) {
 		t.Errorf("another boot: %v, want ErrNotAdoptable", err)
 	}
-	info.Local.PID = 1 << 22 // above pid_max
-	info.Local.BootID = ""
+	li.PID = 1 << 22 // above pid_max
+	li.BootID = ""
+	info = withLocal(t, info, li)
 	if _, err := p.Adopt(context.Background(), info); !errors.Is(err, jupyter.ErrNotAdoptable) {
 		t.Errorf("no such process: %v, want ErrNotAdoptable", err)
 	}
@@ -234,7 +236,7 @@ func poll(within time.Duration, cond func() bool) bool {
 }
 
 func leaseUntil(t *testing.T, info jupyter.ProvisionerInfo) int64 {
-	b, err := os.ReadFile(info.Local.Lease)
+	b, err := os.ReadFile(localOf(t, info).Lease)
 	if err != nil {
 		return 0
 	}
@@ -268,8 +270,8 @@ func testOrphanWatchdog(t *testing.T, launcher string, spec *kernelspecs.Spec) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if info.Local.Lease == "" || info.Local.WatchdogPID == 0 || leaseUntil(t, info) < time.Now().Unix() {
-			t.Fatalf("no lease or watchdog: %+v", info.Local)
+		if localOf(t, info).Lease == "" || localOf(t, info).WatchdogPID == 0 || leaseUntil(t, info) < time.Now().Unix() {
+			t.Fatalf("no lease or watchdog: %+v", localOf(t, info))
 		}
 		return k, info
 	}
@@ -288,13 +290,13 @@ func testOrphanWatchdog(t *testing.T, launcher string, spec *kernelspecs.Spec) {
 	orphan, orphanInfo := start()
 	orphanLease := leaseUntil(t, orphanInfo)
 	orphan.Detach()
-	pid := orphanInfo.Local.PID
+	pid := localOf(t, orphanInfo).PID
 	waitFor(t, 30*time.Second, "the orphan is stopped", func() bool {
 		s, err := processStart(pid)
-		return err != nil || s != orphanInfo.Local.StartTime
+		return err != nil || s != localOf(t, orphanInfo).StartTime
 	})
 	waitFor(t, 10*time.Second, "the orphan's directory is removed", func() bool {
-		_, err := os.Stat(orphanInfo.Local.RuntimeDir)
+		_, err := os.Stat(localOf(t, orphanInfo).RuntimeDir)
 		return os.IsNotExist(err)
 	})
 	if time.Now().Unix() <= orphanLease {
@@ -347,7 +349,7 @@ func TestReconnectSandboxed(t *testing.T) {
 	if got := resultText(t, k2, "y * 2"); got != "10" {
 		t.Errorf("y * 2 = %q after reconnecting", got)
 	}
-	if !interruptsByMessage(k2.proc) {
+	if !interruptsByMessage(k2.Process()) {
 		t.Error("an adopted sandbox would be interrupted by a signal to bwrap")
 	}
 	k2.Shutdown(context.Background())
@@ -432,9 +434,9 @@ func testReconnectAfterGatewayDied(t *testing.T, launcher string, spec *kernelsp
 	if err != nil {
 		t.Fatal(err)
 	}
-	pid := info.Local.PID
+	pid := localOf(t, info).PID
 	t.Cleanup(func() { syscall.Kill(-pid, syscall.SIGKILL) }) // if the test fails half way
-	if s, err := processStart(pid); err != nil || s != info.Local.StartTime {
+	if s, err := processStart(pid); err != nil || s != localOf(t, info).StartTime {
 		t.Fatalf("the kernel did not outlive its gateway: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -467,12 +469,12 @@ func testReconnectAfterGatewayDied(t *testing.T, launcher string, spec *kernelsp
 		t.Errorf("died with %v, want status %q", k.Err(), ExitUnknown)
 	}
 	k.Shutdown(context.Background())
-	if _, err := os.Stat(info.Local.RuntimeDir); !os.IsNotExist(err) {
+	if _, err := os.Stat(localOf(t, info).RuntimeDir); !os.IsNotExist(err) {
 		t.Errorf("the kernel's directory is still there: %v", err)
 	}
 	waitFor(t, 10*time.Second, "the watchdog is stopped", func() bool {
-		s, err := processStart(info.Local.WatchdogPID)
-		return err != nil || s != info.Local.WatchdogStart
+		s, err := processStart(localOf(t, info).WatchdogPID)
+		return err != nil || s != localOf(t, info).WatchdogStart
 	})
 	checkNoLeaks(t, before)
 }
@@ -527,9 +529,29 @@ func TestReconnectBusyKernel(t *testing.T) {
 	if !errors.Is(err, jupyter.ErrWrongKey) || ctx.Err() != nil {
 		t.Errorf("a kernel signing with another key: %v, want ErrWrongKey", err)
 	}
-	if syscall.Kill(python.Local.PID, 0) != nil {
+	if syscall.Kill(localOf(t, python).PID, 0) != nil {
 		t.Error("a refused adoption ended the kernel")
 	}
 	jupyter.Stop(context.Background(), p, python, time.Second)
 	checkNoLeaks(t, before)
+}
+
+// localOf is the local provisioner's part of pi.
+func localOf(t *testing.T, pi jupyter.ProvisionerInfo) *Info {
+	t.Helper()
+	li, err := InfoOf(pi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return li
+}
+
+// withLocal is pi with li as its local provisioner's part.
+func withLocal(t *testing.T, pi jupyter.ProvisionerInfo, li *Info) jupyter.ProvisionerInfo {
+	t.Helper()
+	out, err := li.provisionerInfo(pi.Connection)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -52,7 +52,7 @@ func TestMemoryLimitKillsKernel(t *testing.T) {
 				spec = forkSpec(t)
 			}
 			prov := &Provisioner{RuntimeDir: sandboxRuntime(t), Sandbox: c.sandbox}
-			small := startWith(t, prov, jupyter.Config{Spec: spec, Limits: &Limits{MemoryBytes: 512 << 20}})
+			small := startWith(t, prov, jupyter.Config{Spec: spec, Options: &Options{Limits: &Limits{MemoryBytes: 512 << 20}}})
 			big := startWith(t, prov, jupyter.Config{Spec: spec})
 			checkForked(t, c.forked, small, big)
 
@@ -174,7 +174,7 @@ func TestRlimits(t *testing.T) {
 				spec = forkSpec(t)
 			}
 			prov := &Provisioner{RuntimeDir: t.TempDir(), Limits: c.prov}
-			k := startWith(t, prov, jupyter.Config{Spec: spec, Limits: c.launch})
+			k := startWith(t, prov, jupyter.Config{Spec: spec, Options: &Options{Limits: c.launch}})
 			checkForked(t, c.forked, k)
 			got := strings.TrimSpace(stdout(t, k, "import resource as r; print(r.getrlimit(r.RLIMIT_NOFILE), r.getrlimit(r.RLIMIT_CORE))"))
 			want := fmt.Sprintf("(%d, %d) (0, 0)", c.wantFiles, c.wantFiles)
@@ -190,7 +190,7 @@ func TestLimitsAreValidated(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for _, l := range []Limits{{MemoryBytes: -1}, {Pids: -5}} {
-		if _, err := jupyter.Start(ctx, prov, jupyter.Config{Spec: testkernels.Spec(t, "python3"), Limits: &l}); !errors.Is(err, jupyter.ErrStartFailed) {
+		if _, err := jupyter.Start(ctx, prov, jupyter.Config{Spec: testkernels.Spec(t, "python3"), Options: &Options{Limits: &l}}); !errors.Is(err, jupyter.ErrStartFailed) {
 			t.Errorf("limits %+v: err = %v, want ErrStartFailed", l, err)
 		}
 	}

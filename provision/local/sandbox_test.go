@@ -340,7 +340,7 @@ func TestSandboxCyclesLeakNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		var dirs []string
-		for _, leaf := range k.proc.(*localProcess).cg.leaves {
+		for _, leaf := range k.Process().(*localProcess).cg.leaves {
 			dirs = append(dirs, leaf.dir)
 		}
 		if len(dirs) == 0 {

@@ -273,7 +273,7 @@ func TestSandboxedKernelIsUnprivileged(t *testing.T) {
 		if os.Geteuid() != 0 {
 			return
 		}
-		lp := k.proc.(*localProcess)
+		lp := k.Process().(*localProcess)
 		kd := filepath.Join(lp.dir, "kernel")
 		for _, p := range []string{kd, filepath.Join(kd, "home"), filepath.Join(kd, "work"), filepath.Join(kd, "tmp")} {
 			if uid, gid, _ := ownerOf(t, p); uid != nobody || gid != nobody {
@@ -333,7 +333,7 @@ func TestSandboxedKernelIsUnprivileged(t *testing.T) {
 		}
 		if os.Geteuid() == 0 {
 			// The bridge's sockets are the gateway's alone.
-			gw := filepath.Join(k.proc.(*localProcess).dir, "gw")
+			gw := filepath.Join(k.Process().(*localProcess).dir, "gw")
 			if uid, _, perm := ownerOf(t, gw); uid != 0 || perm != 0o700 {
 				t.Errorf("%s: owner %d, mode %o; want root's, 700", gw, uid, perm)
 			}

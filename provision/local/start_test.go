@@ -6,7 +6,6 @@ import (
 	"net"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -79,16 +78,25 @@ func newImpostor(t *testing.T, closing jupyter.Channel, hangUp bool) *impostor {
 	return p
 }
 
+// greeting is a ZMTP 3.0 greeting for the NULL mechanism.
+var greeting = func() []byte {
+	g := make([]byte, 64)
+	g[0], g[9] = 0xff, 0x7f // signature
+	g[10], g[11] = 3, 0     // version
+	copy(g[12:32], "NULL")  // mechanism; then as-server 0 and filler
+	return g
+}()
+
 func (p *impostor) ConnInfo() jupyter.ConnInfo { return p.ci }
-func (p *impostor) PID() int                   { return 0 }
-func (p *impostor) Signal(sig syscall.Signal) error {
-	if sig == syscall.SIGKILL {
-		p.once.Do(func() { close(p.done) })
-	}
+func (p *impostor) Interrupt() error           { return nil }
+func (p *impostor) Terminate() error           { return nil }
+func (p *impostor) Kill() error {
+	p.once.Do(func() { close(p.done) })
 	return nil
 }
 func (p *impostor) Done() <-chan struct{} { return p.done }
 func (p *impostor) ExitStatus() string    { return "signal: killed" }
+func (p *impostor) ExitReason() string    { return "" }
 func (p *impostor) Output() string        { return "" }
 func (p *impostor) Cleanup() error {
 	for _, ln := range p.lns {
@@ -117,6 +125,11 @@ type impostorFirst struct {
 
 func (p *impostorFirst) Capabilities(spec *kernelspecs.Spec) jupyter.Capabilities {
 	return p.real.Capabilities(spec)
+}
+
+// RetryStart is the real provisioner's.
+func (p *impostorFirst) RetryStart(spec *kernelspecs.Spec, err error, attempt int) bool {
+	return p.real.(jupyter.StartRetrier).RetryStart(spec, err, attempt)
 }
 
 func (p *impostorFirst) Launch(ctx context.Context, req jupyter.LaunchRequest) (jupyter.Process, error) {
@@ -180,7 +193,7 @@ func TestDiedErrorOfALostConnection(t *testing.T) {
 	if got, want := err.Error(), "jupyter: kernel died during start (its shell connection ended while it ran)"; got != want {
 		t.Fatalf("%q, want %q", got, want)
 	}
-	if !portTaken(err) {
+	if !(&Provisioner{}).RetryStart(nil, err, 1) {
 		t.Fatal("a connection lost during a start is not taken for another process's port")
 	}
 }

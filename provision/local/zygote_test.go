@@ -51,8 +51,8 @@ func startForked(t *testing.T, prov *Provisioner, cfg jupyter.Config) *jupyter.K
 		t.Fatalf("start: %v", err)
 	}
 	t.Cleanup(func() { k.Shutdown(context.Background()) })
-	if _, ok := k.proc.(*forkedProcess); !ok {
-		t.Fatalf("kernel was not forked: %T", k.proc)
+	if _, ok := k.Process().(*forkedProcess); !ok {
+		t.Fatalf("kernel was not forked: %T", k.Process())
 	}
 	return k
 }
@@ -86,8 +86,8 @@ func TestForkedKernelIsAnOrdinaryKernel(t *testing.T) {
 	cwd := t.TempDir()
 	k := startForked(t, &Provisioner{RuntimeDir: t.TempDir()}, jupyter.Config{Cwd: cwd, Env: map[string]string{"ANSWER": "42"}})
 	e := startWith(t, &Provisioner{RuntimeDir: t.TempDir(), PythonLauncher: LauncherExec}, jupyter.Config{Spec: forkSpec(t)})
-	if _, ok := e.proc.(*localProcess); !ok {
-		t.Fatalf("PythonLauncher exec: kernel is a %T", e.proc)
+	if _, ok := e.Process().(*localProcess); !ok {
+		t.Fatalf("PythonLauncher exec: kernel is a %T", e.Process())
 	}
 	// First thing, as the kernels open more descriptors as they run: the
 	// forked kernel has the same kinds of descriptors as an exec'd one
@@ -130,7 +130,7 @@ func TestForkedKernelIsAnOrdinaryKernel(t *testing.T) {
 	}
 	env := kernelEnv(t, k)
 	for _, name := range []string{"HOME", "TMPDIR", "IPYTHONDIR", "MPLCONFIGDIR"} {
-		if !strings.HasPrefix(env[name], filepath.Dir(k.proc.(*forkedProcess).dir)) {
+		if !strings.HasPrefix(env[name], filepath.Dir(k.Process().(*forkedProcess).dir)) {
 			t.Errorf("%s = %q, not in the kernel's own directory", name, env[name])
 		}
 	}
@@ -223,8 +223,8 @@ func TestForkedKernelInterruptRestartKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { k2.Shutdown(context.Background()) })
-	if _, ok := k2.proc.(*forkedProcess); !ok {
-		t.Errorf("restarted kernel is a %T", k2.proc)
+	if _, ok := k2.Process().(*forkedProcess); !ok {
+		t.Errorf("restarted kernel is a %T", k2.Process())
 	}
 	if r := replyOf(t, first(execute(t, k2, "kept"))); r.EName != "NameError" {
 		t.Errorf("kept after restart: %+v, want NameError", r)
@@ -364,8 +364,8 @@ func TestForkedKernelStdinAndDisplays(t *testing.T) {
 func checkForked(t *testing.T, forked bool, ks ...*jupyter.Kernel) {
 	t.Helper()
 	for _, k := range ks {
-		if _, ok := k.proc.(*forkedProcess); forked && !ok {
-			t.Fatalf("kernel was not forked: %T", k.proc)
+		if _, ok := k.Process().(*forkedProcess); forked && !ok {
+			t.Fatalf("kernel was not forked: %T", k.Process())
 		}
 	}
 }
@@ -406,8 +406,8 @@ func TestZygoteThatCannotStartFallsBackToExec(t *testing.T) {
 	}
 	for i := 0; i < 2; i++ {
 		k := startWith(t, &Provisioner{RuntimeDir: t.TempDir()}, jupyter.Config{Spec: spec})
-		if _, ok := k.proc.(*localProcess); !ok {
-			t.Fatalf("start %d: kernel is a %T, want exec'd", i, k.proc)
+		if _, ok := k.Process().(*localProcess); !ok {
+			t.Fatalf("start %d: kernel is a %T, want exec'd", i, k.Process())
 		}
 	}
 	bad := map[string]any{"kernelgate": map[string]any{"launcher": "spawn"}}
@@ -447,11 +447,11 @@ func TestSpareChildBecomesTheNextKernel(t *testing.T) {
 	prov := &Provisioner{RuntimeDir: t.TempDir()}
 	startForked(t, prov, jupyter.Config{})
 	spare := spareOf(t)
-	k := startForked(t, prov, jupyter.Config{Limits: &Limits{MemoryBytes: 300 << 20, Pids: 77}})
+	k := startForked(t, prov, jupyter.Config{Options: &Options{Limits: &Limits{MemoryBytes: 300 << 20, Pids: 77}}})
 	if k.PID() != spare {
 		t.Fatalf("kernel %d, spare was %d", k.PID(), spare)
 	}
-	fp := k.proc.(*forkedProcess)
+	fp := k.Process().(*forkedProcess)
 	for _, leaf := range fp.cg.snapshot() {
 		if leaf.has("memory") {
 			file := "memory.limit_in_bytes"
