@@ -385,7 +385,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		// The process ends here, without the deferred closes: they would
 		// run beside the shutdown still under way and are not bounded.
 		// The next start removes what kernels that outlived the process
-		// leave (LocalProvisioner.Sweep).
+		// leave (localprov.Provisioner.Sweep).
 		fmt.Fprintf(stderr, "kernelgate: shutdown did not finish within --shutdown-grace %v plus %v: exiting anyway\n", cfg.ShutdownGrace, shutdownStop)
 		os.Exit(1)
 	}

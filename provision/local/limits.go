@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"syscall"
-
-	"kernelgate/jupyter"
 )
 
 // Limits bound the resources of one kernel and of every process it starts.
@@ -45,24 +43,6 @@ func (l Limits) needsCgroup() bool { return l.MemoryBytes > 0 || l.Pids > 0 }
 
 // gateShell runs gateScript (gate_unix.go) and the orphan watchdog.
 const gateShell = "/bin/sh"
-
-// exitReasoner is implemented by a Process that can tell why it was
-// killed, e.g. by the OOM killer of its cgroup. Other provisioners need
-// not implement it.
-type exitReasoner interface {
-	// ExitReason is why the process ended, e.g. "out of memory", or ""
-	// when nothing beyond its exit status is known. Valid once Done is
-	// closed.
-	ExitReason() string
-}
-
-// exitReason asks p why it ended when it can say.
-func exitReason(p jupyter.Process) string {
-	if r, ok := p.(exitReasoner); ok {
-		return r.ExitReason()
-	}
-	return ""
-}
 
 // ReasonOutOfMemory is the DiedError.Reason of a kernel killed by the OOM
 // killer of its cgroup.

@@ -251,7 +251,7 @@ func (lp *localProcess) exitReason(ps *os.ProcessState) string {
 	return ""
 }
 
-// ExitReason implements exitReasoner.
+// ExitReason implements jupyter.Process.
 func (lp *localProcess) ExitReason() string {
 	select {
 	case <-lp.done:
@@ -282,6 +282,5 @@ func (lp *localProcess) killGroup() {
 }
 
 var (
-	_ exitReasoner       = (*localProcess)(nil)
 	_ messageInterrupter = (*localProcess)(nil)
 )

@@ -912,7 +912,6 @@ type forkedProcess struct {
 
 var (
 	_ jupyter.Process     = (*forkedProcess)(nil)
-	_ exitReasoner        = (*forkedProcess)(nil)
 	_ jupyter.InfoProcess = (*forkedProcess)(nil)
 	_ jupyter.Releaser    = (*forkedProcess)(nil)
 )
