@@ -172,6 +172,12 @@ var (
 	_ jupyter.Adopter         = (*Provisioner)(nil)
 )
 
+// interruptsByMessage says whether p asks for message interrupts.
+func interruptsByMessage(p jupyter.Process) bool {
+	m, ok := p.(messageInterrupter)
+	return ok && m.InterruptByMessage()
+}
+
 // Interrupt, Terminate and Kill of the three kinds of local kernel
 // process: SIGINT, SIGTERM and SIGKILL to the kernel's process group. A
 // sandboxed kernel is interrupted by message: SIGINT to bwrap would end

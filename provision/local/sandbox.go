@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"kernelgate/jupyter"
 )
 
 // SandboxConfig runs kernels inside bubblewrap: the host's file system
@@ -80,12 +78,6 @@ var alwaysHidden = []string{
 // would reach a wrapper (bwrap) rather than the kernel.
 type messageInterrupter interface {
 	InterruptByMessage() bool
-}
-
-// interruptsByMessage says whether p asks for message interrupts.
-func interruptsByMessage(p jupyter.Process) bool {
-	m, ok := p.(messageInterrupter)
-	return ok && m.InterruptByMessage()
 }
 
 // bwrapPath resolves the bubblewrap binary.
