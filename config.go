@@ -14,6 +14,8 @@ import (
 
 	"kernelgate/gateway"
 	"kernelgate/jupyter"
+	kubeprov "kernelgate/provision/kubernetes"
+	localprov "kernelgate/provision/local"
 	"kernelgate/sessions"
 	"kernelgate/state"
 )
@@ -250,7 +252,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("state-url")
 	fs.BoolVar(&c.KeepKernels, "keep-kernels", false, "at SIGTERM or SIGINT leave the kernels running and recorded in the state directory, for the next start to adopt (upgrades, rolling restarts); without it they are shut down")
 	add("keep-kernels")
-	fs.DurationVar(&c.OrphanTimeout, "orphan-timeout", jupyter.DefaultOrphanTimeout, "how long a kernel left running (--keep-kernels, or a gateway that died) lives on when no gateway adopts it again")
+	fs.DurationVar(&c.OrphanTimeout, "orphan-timeout", localprov.DefaultOrphanTimeout, "how long a kernel left running (--keep-kernels, or a gateway that died) lives on when no gateway adopts it again")
 	add("orphan-timeout")
 	fs.StringVar(&c.RuntimeDir, "runtime-dir", "", "directory for kernels' connection files (default: $TMPDIR/kernelgate-<uid>)")
 	add("runtime-dir")
@@ -296,7 +298,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("late-output-wait")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "at SIGTERM or SIGINT, how long requests in flight may take to finish before the kernels are stopped (their runs end lost); the process exits at most "+shutdownStop.String()+" later whatever the kernels do, and at once on a second signal")
 	add("shutdown-grace")
-	fs.StringVar(&c.DefaultProvisioner, "default-provisioner", jupyter.LocalProvisionerName, "provisioner of kernelspecs whose metadata.kernel_provisioner names none: local-provisioner or kubernetes-provisioner")
+	fs.StringVar(&c.DefaultProvisioner, "default-provisioner", localprov.Name, "provisioner of kernelspecs whose metadata.kernel_provisioner names none: local-provisioner or kubernetes-provisioner")
 	add("default-provisioner")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig of the cluster kubernetes-provisioner runs kernel pods in (default: the pod's own service account when kernelgate runs in a cluster)")
 	add("kubeconfig")
@@ -362,7 +364,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	if c.ShutdownGrace < 0 {
 		return nil, fmt.Errorf("--shutdown-grace must be 0 or more")
 	}
-	if c.DefaultProvisioner != jupyter.LocalProvisionerName && c.DefaultProvisioner != jupyter.KubernetesProvisionerName {
+	if c.DefaultProvisioner != localprov.Name && c.DefaultProvisioner != kubeprov.Name {
 		return nil, fmt.Errorf("--default-provisioner %q: want local-provisioner or kubernetes-provisioner", c.DefaultProvisioner)
 	}
 	if c.Release == "" || len(c.Release) > 63 {

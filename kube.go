@@ -22,9 +22,9 @@ import (
 // startKubernetes registers kubernetes-provisioner when it is the default
 // or a kernelspec names it, and starts it; nil when neither.
 func startKubernetes(cfg *config, specs *kernelspecs.Catalog, reg *jupyter.Registry, log *slog.Logger) (*kubeprov.Provisioner, error) {
-	needed := cfg.DefaultProvisioner == jupyter.KubernetesProvisionerName
+	needed := cfg.DefaultProvisioner == kubeprov.Name
 	for _, s := range specs.All() {
-		if name, err := reg.NameFor(s); err == nil && name == jupyter.KubernetesProvisionerName {
+		if name, err := reg.NameFor(s); err == nil && name == kubeprov.Name {
 			needed = true
 		}
 	}
@@ -48,7 +48,7 @@ func startKubernetes(cfg *config, specs *kernelspecs.Catalog, reg *jupyter.Regis
 	if err := p.Start(ctx); err != nil {
 		return nil, err
 	}
-	reg.Register(jupyter.KubernetesProvisionerName, p)
+	reg.Register(kubeprov.Name, p)
 	log.Info("kubernetes-provisioner", "namespace", ns, "release", cfg.Release, "server", rc.Host)
 	return p, nil
 }

@@ -23,6 +23,7 @@ import (
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
 	kubeprov "kernelgate/provision/kubernetes"
+	localprov "kernelgate/provision/local"
 	"kernelgate/sessions"
 	"kernelgate/state"
 	"kernelgate/web"
@@ -158,7 +159,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--state-dir: %w", err)
 	}
 	// store, and storeID naming it to the kernels launched for it (see
-	// jupyter.LocalProvisioner.StateID): "" without one.
+	// localprov.Provisioner.StateID): "" without one.
 	var store state.Store
 	storeID := ""
 	if cfg.StateURL != "" {
@@ -223,7 +224,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("--max-kernel-message: %w", err)
 	}
-	var sandbox *jupyter.SandboxConfig
+	var sandbox *localprov.SandboxConfig
 	if cfg.Sandbox {
 		hide := append([]string{}, cfg.SandboxHide...)
 		for _, secret := range []string{cfg.APIKeysFile, cfg.TokenFile} {
@@ -234,7 +235,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 				hide = append(hide, abs)
 			}
 		}
-		sandbox = &jupyter.SandboxConfig{Network: cfg.SandboxNetwork, Hide: hide}
+		sandbox = &localprov.SandboxConfig{Network: cfg.SandboxNetwork, Hide: hide}
 		if os.Getuid() == 0 {
 			sandbox.UID, sandbox.GID = cfg.SandboxUID, cfg.SandboxGID
 		}
@@ -242,13 +243,14 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	metrics := gateway.NewMetrics()
 	runtimeDir := cfg.RuntimeDir
 	if runtimeDir == "" {
-		runtimeDir = jupyter.DefaultRuntimeDir()
+		runtimeDir = localprov.DefaultRuntimeDir()
 	}
 	seed := filepath.Join(runtimeDir, "home-seed")
-	local := &jupyter.LocalProvisioner{RuntimeDir: runtimeDir, Logger: log, HomeSeed: seed, PythonLauncher: cfg.PythonLauncher,
-		Detached: store != nil && jupyter.LocalAdoption, StateID: storeID, OrphanTimeout: cfg.OrphanTimeout}
+	local := &localprov.Provisioner{RuntimeDir: runtimeDir, Logger: log, HomeSeed: seed, PythonLauncher: cfg.PythonLauncher,
+		Detached: store != nil && localprov.LocalAdoption, StateID: storeID, OrphanTimeout: cfg.OrphanTimeout}
 	prov := jupyter.NewRegistry(cfg.DefaultProvisioner)
-	prov.Register(jupyter.LocalProvisionerName, local)
+	prov.Register(localprov.Name, local)
+	prov.Alias(localprov.InfoName, localprov.Name)
 	kube, err := startKubernetes(cfg, specs, prov, log)
 	if err != nil {
 		return err
@@ -279,7 +281,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		PoolIdle:         cfg.PoolIdle,
 		LateOutputWait:   cfg.LateOutputWait,
 		Observer:         metrics,
-		KernelLimits:     jupyter.Limits{MemoryBytes: memory, Pids: cfg.KernelPids, NoFile: cfg.KernelNoFile},
+		KernelLimits:     localprov.Limits{MemoryBytes: memory, Pids: cfg.KernelPids, NoFile: cfg.KernelNoFile},
 		Sandbox:          sandbox,
 		WorkspaceRoot:    cfg.WorkspaceRoot,
 		Workspaces:       workspaces,
@@ -298,7 +300,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	// their kernels started, kernel directories with keys, cgroups; the
 	// kernels adopted again are kept.
 	swept, err := local.Sweep(restored.Keep)
-	if swept != (jupyter.Swept{}) {
+	if swept != (localprov.Swept{}) {
 		log.Info("removed what earlier gateway processes left", "kernel_dirs", swept.Dirs, "cgroups", swept.Cgroups, "processes_killed", swept.Processes)
 	}
 	if err != nil {
@@ -319,7 +321,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	go func() {
 		defer close(warmed)
 		if py := pythonOf(specs); py != "" {
-			if err := jupyter.PrepareHomeSeed(ctx, seed, py); err != nil {
+			if err := localprov.PrepareHomeSeed(ctx, seed, py); err != nil {
 				log.Info("kernels start without a font cache seed; their first plot builds it", "err", err)
 			}
 		}
@@ -346,7 +348,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		stop()
 		<-warmed
 		mgr.Close(context.Background())
-		jupyter.StopZygotes()
+		localprov.StopZygotes()
 		return err
 	}
 	served := make(chan error, 1)
@@ -373,7 +375,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		defer close(finished)
 		shutdown(srv, mgr, cfg.ShutdownGrace, keep)
 		<-warmed
-		jupyter.StopZygotes()
+		localprov.StopZygotes()
 	}()
 	bound := time.NewTimer(cfg.ShutdownGrace + shutdownStop)
 	defer bound.Stop()
@@ -383,7 +385,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		// The process ends here, without the deferred closes: they would
 		// run beside the shutdown still under way and are not bounded.
 		// The next start removes what kernels that outlived the process
-		// leave (LocalProvisioner.Sweep).
+		// leave (localprov.Provisioner.Sweep).
 		fmt.Fprintf(stderr, "kernelgate: shutdown did not finish within --shutdown-grace %v plus %v: exiting anyway\n", cfg.ShutdownGrace, shutdownStop)
 		os.Exit(1)
 	}

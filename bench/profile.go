@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"kernelgate/gateway"
-	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	"kernelgate/provision/local"
 	"kernelgate/sessions"
 	"kernelgate/state"
 )
@@ -49,9 +49,9 @@ func inProcessGateway(poolSize int) (*server, func(), error) {
 		RunLimits: sessions.Limits{LogBytes: 8 << 20, ResultBytes: 32 << 20}, RunRetention: 10 * time.Minute,
 		RunsKept: 1000, InterruptGrace: 3 * time.Second, PoolSize: poolSize, LateOutputWait: 20 * time.Millisecond,
 		Observer:     metrics,
-		KernelLimits: jupyter.Limits{MemoryBytes: 4 << 30, Pids: 1024, NoFile: 4096},
+		KernelLimits: local.Limits{MemoryBytes: 4 << 30, Pids: 1024, NoFile: 4096},
 		Store:        store,
-	}, kernelspecs.Load([]string{specDir}), &jupyter.LocalProvisioner{RuntimeDir: filepath.Join(dir, "runtime")}, nil)
+	}, kernelspecs.Load([]string{specDir}), &local.Provisioner{RuntimeDir: filepath.Join(dir, "runtime")}, nil)
 	s := &server{name: "kernelgate (in process)", token: "bench-profile", dir: dir, http: newHTTPClient(), waited: make(chan struct{})}
 	srv := gateway.New(gateway.Config{Token: s.token, Metrics: metrics, MetricsOpen: true}, mgr, nil)
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -13,6 +13,7 @@ import (
 
 	"kernelgate/internal/directclient"
 	"kernelgate/jupyter"
+	"kernelgate/provision/local"
 )
 
 // benchRoundTrip measures `1+1` from sending the request until both its
@@ -266,7 +267,7 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 	// kernelgate's kernel client in the harness: what the websocket adds
 	// to kernelgate's own kernel side is the hop alone.
 	client, err := startSystems(nil, per, func() (*rtSystem, func(), error) {
-		k, err := jupyter.Start(sctx, &jupyter.LocalProvisioner{RuntimeDir: runtime}, jupyter.Config{Spec: spec})
+		k, err := jupyter.Start(sctx, &local.Provisioner{RuntimeDir: runtime}, jupyter.Config{Spec: spec})
 		if err != nil {
 			return nil, nil, err
 		}

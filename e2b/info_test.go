@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"kernelgate/internal/testkernels"
-	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	"kernelgate/provision/local"
 	"kernelgate/sessions"
 	"kernelgate/workspace"
 )
@@ -39,8 +39,8 @@ func TestSandboxInfoReportsTheLimits(t *testing.T) {
 			t.Cleanup(func() { root.Close() })
 			rt := t.TempDir()
 			os.Chmod(filepath.Dir(rt), 0o711)
-			m := sessions.New(sessions.Config{Workspaces: root, PoolSize: 0, KernelLimits: jupyter.Limits{MemoryBytes: c.memory}},
-				kernelspecs.Load([]string{testkernels.Dir(t)}), &jupyter.LocalProvisioner{RuntimeDir: rt}, nil)
+			m := sessions.New(sessions.Config{Workspaces: root, PoolSize: 0, KernelLimits: local.Limits{MemoryBytes: c.memory}},
+				kernelspecs.Load([]string{testkernels.Dir(t)}), &local.Provisioner{RuntimeDir: rt}, nil)
 			t.Cleanup(func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 				defer cancel()

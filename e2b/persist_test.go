@@ -18,8 +18,8 @@ import (
 
 	"kernelgate/internal/testkernels"
 	"kernelgate/internal/timefmt"
-	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	"kernelgate/provision/local"
 	"kernelgate/sessions"
 	"kernelgate/state"
 	"kernelgate/workspace"
@@ -40,7 +40,7 @@ func newStoredManager(t *testing.T, store state.Store) *sessions.Manager {
 		t.Fatal(err)
 	}
 	m := sessions.New(sessions.Config{Store: store, Workspaces: root, PoolSize: 0},
-		kernelspecs.Load([]string{testkernels.Dir(t)}), &jupyter.LocalProvisioner{RuntimeDir: runtime}, nil)
+		kernelspecs.Load([]string{testkernels.Dir(t)}), &local.Provisioner{RuntimeDir: runtime}, nil)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -235,7 +235,7 @@ func (s *gatedStore) PutSandbox(ctx context.Context, sb state.Sandbox) error {
 // record back.
 func TestSaveKeepsTheLastChange(t *testing.T) {
 	store := &gatedStore{Memory: state.NewMemory(), entered: make(chan struct{}), release: make(chan struct{})}
-	m := sessions.New(sessions.Config{Store: store}, kernelspecs.Load(nil), &jupyter.LocalProvisioner{RuntimeDir: t.TempDir()}, nil)
+	m := sessions.New(sessions.Config{Store: store}, kernelspecs.Load(nil), &local.Provisioner{RuntimeDir: t.TempDir()}, nil)
 	defer m.Close(context.Background())
 	h := New(Config{}, m)
 	sb := &sandbox{id: "kg" + strings.Repeat("1", 2*idBytes)}

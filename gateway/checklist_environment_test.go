@@ -15,7 +15,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"kernelgate/jupyter"
+	"kernelgate/provision/local"
 	"kernelgate/sessions"
 )
 
@@ -234,7 +234,7 @@ type b4Secrets struct {
 // /proc/<gateway>/environ, SA token path, KUBERNETES_SERVICE_HOST" → "none
 // present/readable (EG test_kernel_env_auth_token)".
 //
-// A kernel's environment is built from scratch (jupyter.CleanEnv), so
+// A kernel's environment is built from scratch (local.CleanEnv), so
 // nothing of the gateway's reaches os.environ. /proc is another matter:
 // without the sandbox a kernel runs as the gateway's user and can read
 // /proc/<gateway>/environ and cmdline (a token passed by --token or
@@ -285,7 +285,7 @@ func TestB4_11_GatewaySecrets(t *testing.T) {
 
 	t.Run("sandboxed", func(t *testing.T) {
 		b4NeedSandbox(t)
-		g := newGateway(t, b4Sandboxed(jupyter.SandboxConfig{}))
+		g := newGateway(t, b4Sandboxed(local.SandboxConfig{}))
 		s := probe(t, g)
 		if s.GWEnviron.OK && s.GWEnviron.SHA == hex.EncodeToString(ownSum[:]) {
 			t.Errorf("sandboxed kernel reads the gateway's /proc/%d/environ", os.Getpid())

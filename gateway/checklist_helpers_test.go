@@ -29,6 +29,7 @@ import (
 	"kernelgate/internal/needs"
 	"kernelgate/internal/sysproc"
 	"kernelgate/jupyter"
+	"kernelgate/provision/local"
 	"kernelgate/sessions"
 )
 
@@ -40,7 +41,7 @@ func b4Logs(buf *lockedBuffer) gwOption {
 }
 
 // b4Sandboxed runs the gateway's kernels in bubblewrap.
-func b4Sandboxed(sb jupyter.SandboxConfig) gwOption {
+func b4Sandboxed(sb local.SandboxConfig) gwOption {
 	return func(m *sessions.Config, _ *Config) { m.Sandbox = &sb }
 }
 

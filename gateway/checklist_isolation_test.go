@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"kernelgate/internal/leakcheck"
-	"kernelgate/jupyter"
+	"kernelgate/provision/local"
 	"kernelgate/sessions"
 )
 
@@ -42,7 +42,7 @@ finally:
 // threads/fds" → "kernel hits pids/memory/disk/cpu limits → error or kernel
 // death reported; gateway and other kernels unaffected".
 //
-// jupyter.TestMemoryLimitKillsKernel, TestPidsLimitStopsForkBomb and
+// provision/local's TestMemoryLimitKillsKernel, TestPidsLimitStopsForkBomb and
 // TestRlimits cover the limits on one kernel. Here, through /api/execute:
 // a 1 GiB allocation in a context limited to 256 MiB ends its run "lost"
 // while a run on another context completes and the gateway's memory stays
@@ -52,7 +52,7 @@ finally:
 // CPU is not limited (no cpu controller is used) and disk writes outside
 // the sandbox's /tmp are not bounded: see docs/security.md.
 func TestB4_21_ResourceLimits(t *testing.T) {
-	limits := jupyter.Limits{MemoryBytes: 256 << 20, Pids: 64, NoFile: 256}
+	limits := local.Limits{MemoryBytes: 256 << 20, Pids: 64, NoFile: 256}
 	g := newGateway(t, func(m *sessions.Config, _ *Config) { m.KernelLimits = limits })
 	hog := b4Context(t, g, map[string]any{"id": "hog"})
 	b4NeedCgroup(t, *hog.KernelProcessID)
@@ -122,7 +122,7 @@ func TestB4_21_ResourceLimits(t *testing.T) {
 
 	t.Run("fill /tmp in the sandbox", func(t *testing.T) {
 		b4NeedSandbox(t)
-		g := newGateway(t, b4Sandboxed(jupyter.SandboxConfig{}), func(m *sessions.Config, _ *Config) { m.KernelLimits = limits })
+		g := newGateway(t, b4Sandboxed(local.SandboxConfig{}), func(m *sessions.Config, _ *Config) { m.KernelLimits = limits })
 		b4Context(t, g, map[string]any{"id": "filler"})
 		b4Context(t, g, map[string]any{"id": "bystander"})
 		e := g.run(map[string]any{"code": "import os\nwith open('/tmp/fill', 'wb') as f:\n    for i in range(1024):\n        f.write(b'x' * (1 << 20))", "context": "filler"})
@@ -149,7 +149,7 @@ func TestB4_22_ParallelStartsNoOrphans(t *testing.T) {
 	childrenBefore := len(leakcheck.Children())
 	g := newGateway(t, func(m *sessions.Config, _ *Config) {
 		m.MaxKernels = max
-		m.KernelLimits = jupyter.Limits{Pids: 256}
+		m.KernelLimits = local.Limits{Pids: 256}
 	})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -236,12 +236,12 @@ print(json.dumps(out))
 // With the sandbox and its network off, a kernel has only its own
 // loopback: the gateway's port, another kernel's ports, the host's
 // addresses and the metadata address all fail at once (refused or
-// unreachable, never a hang). jupyter.TestSandboxedPython/Deno "no
+// unreachable, never a hang). provision/local's TestSandboxedPython/Deno "no
 // network" cover a host loopback port. Without the sandbox, or with
 // --sandbox-network, nothing is blocked (docs/security.md).
 func TestB4_23_Egress(t *testing.T) {
 	b4NeedSandbox(t)
-	g := newGateway(t, b4Sandboxed(jupyter.SandboxConfig{}))
+	g := newGateway(t, b4Sandboxed(local.SandboxConfig{}))
 	a := b4Context(t, g, map[string]any{"id": "a"})
 	b := b4Context(t, g, map[string]any{"id": "b"})
 	_, ciB := b4ConnFile(t, *b.KernelProcessID)
@@ -290,7 +290,7 @@ func TestB4_23_Egress(t *testing.T) {
 // the channel works, only the signature stood in the way).
 func TestB4_24_CrossKernelZMQ(t *testing.T) {
 	b4NeedSandbox(t)
-	g := newGateway(t, b4Sandboxed(jupyter.SandboxConfig{Network: true}))
+	g := newGateway(t, b4Sandboxed(local.SandboxConfig{Network: true}))
 	b4Context(t, g, map[string]any{"id": "a"})
 	b := b4Context(t, g, map[string]any{"id": "b"})
 	g.run(map[string]any{"code": "state = 'b'", "context": "b"})
@@ -347,7 +347,7 @@ print(json.dumps(out))
 // 0600 file outside those places is closed to them too. Writes into another
 // context's working directory never reach it:
 // the host is read-only and the other directory is not bound writable.
-// jupyter.TestSandboxedPython covers hidden paths and read-only writes.
+// provision/local's TestSandboxedPython covers hidden paths and read-only writes.
 func TestB4_25_GatewayFilesAndOtherCwd(t *testing.T) {
 	b4NeedSandbox(t)
 	conf := b4HostDir(t)
@@ -359,7 +359,7 @@ func TestB4_25_GatewayFilesAndOtherCwd(t *testing.T) {
 	// Each context gets a workspace of its own below the root, given to
 	// the sandbox user (nobody).
 	root := b4HostDir(t)
-	g := newGateway(t, b4Sandboxed(jupyter.SandboxConfig{Hide: []string{hidden}}), func(m *sessions.Config, _ *Config) { m.Workspaces = mustRoot(t, root) })
+	g := newGateway(t, b4Sandboxed(local.SandboxConfig{Hide: []string{hidden}}), func(m *sessions.Config, _ *Config) { m.Workspaces = mustRoot(t, root) })
 	ws := filepath.Join(root, "contexts")
 	b4Context(t, g, map[string]any{"id": "a"})
 	b4Context(t, g, map[string]any{"id": "b"})

@@ -18,6 +18,7 @@ import (
 
 	"kernelgate/internal/needs"
 	"kernelgate/jupyter"
+	"kernelgate/provision/local"
 	"kernelgate/sessions"
 	"kernelgate/web"
 )
@@ -154,7 +155,7 @@ func TestB4_27_NoRedirects(t *testing.T) {
 // readable.
 func TestB4_28_DenoSandbox(t *testing.T) {
 	b4NeedSandbox(t)
-	g := newGateway(t, b4Sandboxed(jupyter.SandboxConfig{}))
+	g := newGateway(t, b4Sandboxed(local.SandboxConfig{}))
 	b4Context(t, g, map[string]any{"id": "deno", "language": "javascript"})
 	run := func(code string) string {
 		t.Helper()

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"kernelgate/jupyter"
+	"kernelgate/provision/local"
 	"kernelgate/sessions"
 	"kernelgate/state"
 )
@@ -360,7 +360,7 @@ func TestCommandOutputBounded(t *testing.T) {
 // meets the kernel's process limit, its timeout kills it all, and the
 // kernel still runs code.
 func TestCommandForkBomb(t *testing.T) {
-	g := newGateway(t, func(m *sessions.Config, _ *Config) { m.KernelLimits = jupyter.Limits{Pids: 128} })
+	g := newGateway(t, func(m *sessions.Config, _ *Config) { m.KernelLimits = local.Limits{Pids: 128} })
 	ctx := b4Context(t, g, map[string]any{"id": "bomb"})
 	g.run(map[string]any{"context": "bomb", "code": "1"})
 	_, out := g.do("GET", "/api/contexts/bomb", nil)
@@ -409,7 +409,7 @@ func cgroupProcs(t *testing.T, procCgroup string) []string {
 func TestCommandSandboxed(t *testing.T) {
 	b4NeedSandbox(t)
 	root := b4HostDir(t)
-	g := newGateway(t, b4Sandboxed(jupyter.SandboxConfig{}), func(m *sessions.Config, _ *Config) { m.Workspaces = mustRoot(t, root) })
+	g := newGateway(t, b4Sandboxed(local.SandboxConfig{}), func(m *sessions.Config, _ *Config) { m.Workspaces = mustRoot(t, root) })
 	b4Context(t, g, map[string]any{"id": "a"})
 	b := b4Context(t, g, map[string]any{"id": "b"})
 	g.run(map[string]any{"context": "b", "code": "open('secret.txt', 'w').write('b only')"})

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"kernelgate/internal/needs"
-	"kernelgate/jupyter"
+	"kernelgate/provision/local"
 	"kernelgate/sessions"
 	"kernelgate/workspace"
 )
@@ -402,7 +402,7 @@ console.log(Deno.env.get("DENO_DIR"));`})
 func TestFilesSandboxed(t *testing.T) {
 	b4NeedSandbox(t)
 	root := b4HostDir(t)
-	g := newGateway(t, b4Sandboxed(jupyter.SandboxConfig{}), func(m *sessions.Config, _ *Config) {
+	g := newGateway(t, b4Sandboxed(local.SandboxConfig{}), func(m *sessions.Config, _ *Config) {
 		m.Workspaces = mustRoot(t, root)
 	})
 	ctx := b4Context(t, g, map[string]any{"id": "sb"})
@@ -710,7 +710,7 @@ func TestPackagesSandboxed(t *testing.T) {
 	wheels := b4HostDir(t)
 	os.Chmod(wheels, 0o755)
 	wheel(t, wheels, "kgsandboxed", "1.0", "'in the sandbox'")
-	g := newGateway(t, b4Sandboxed(jupyter.SandboxConfig{}), func(m *sessions.Config, _ *Config) {
+	g := newGateway(t, b4Sandboxed(local.SandboxConfig{}), func(m *sessions.Config, _ *Config) {
 		m.Workspaces = mustRoot(t, b4HostDir(t))
 		m.PipFindLinks, m.PipNoIndex = []string{wheels}, true
 	})

@@ -19,6 +19,7 @@ import (
 	"kernelgate/internal/testkernels"
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	"kernelgate/provision/local"
 	"kernelgate/sessions"
 )
 
@@ -61,7 +62,7 @@ func newGatewayWithDirs(t *testing.T, dirs []string, opts ...gwOption) *testGate
 	for _, o := range opts {
 		o(&mcfg, &gcfg)
 	}
-	mgr := sessions.New(mcfg, specs, &jupyter.LocalProvisioner{RuntimeDir: runtimeDir(t)}, gcfg.testLogger)
+	mgr := sessions.New(mcfg, specs, &local.Provisioner{RuntimeDir: runtimeDir(t)}, gcfg.testLogger)
 	srv := New(gcfg, mgr, gcfg.testLogger)
 	hs := httptest.NewServer(srv)
 	t.Cleanup(func() {

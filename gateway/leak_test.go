@@ -11,8 +11,8 @@ import (
 
 	"kernelgate/internal/leakcheck"
 	"kernelgate/internal/testkernels"
-	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	"kernelgate/provision/local"
 	"kernelgate/sessions"
 )
 
@@ -50,7 +50,7 @@ func checkCyclesLeakNothing(t *testing.T, cfg sessions.Config, cycles int, use f
 	t.Helper()
 	specs := kernelspecs.Load([]string{testkernels.Dir(t)})
 	cycle := func() {
-		mgr := sessions.New(cfg, specs, &jupyter.LocalProvisioner{RuntimeDir: t.TempDir()}, nil)
+		mgr := sessions.New(cfg, specs, &local.Provisioner{RuntimeDir: t.TempDir()}, nil)
 		srv := New(Config{Token: testToken}, mgr, nil)
 		hs := httptest.NewServer(srv)
 		after := use(&testGateway{t: t, url: hs.URL, token: testToken, mgr: mgr, srv: srv})

@@ -30,6 +30,7 @@ import (
 	"kernelgate/internal/directclient"
 	"kernelgate/internal/testkernels"
 	"kernelgate/jupyter"
+	"kernelgate/provision/local"
 )
 
 const (
@@ -48,7 +49,7 @@ func BenchmarkStartToReady(b *testing.B) {
 	for _, name := range benchKernels {
 		b.Run(name, func(b *testing.B) {
 			spec := testkernels.Spec(b, name)
-			prov := &jupyter.LocalProvisioner{RuntimeDir: b.TempDir()}
+			prov := &local.Provisioner{RuntimeDir: b.TempDir()}
 			kgStart := func() (start, stop time.Duration) {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
@@ -110,7 +111,7 @@ func BenchmarkExecuteRoundTrip(b *testing.B) {
 			spec := testkernels.Spec(b, name)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 			defer cancel()
-			k, err := jupyter.Start(ctx, &jupyter.LocalProvisioner{RuntimeDir: b.TempDir()}, jupyter.Config{Spec: spec})
+			k, err := jupyter.Start(ctx, &local.Provisioner{RuntimeDir: b.TempDir()}, jupyter.Config{Spec: spec})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -179,7 +180,7 @@ func BenchmarkIdleCPU(b *testing.B) {
 	for range b.N {
 		base = base.max(measureIdle(benchIdle))
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		k, err := jupyter.Start(ctx, &jupyter.LocalProvisioner{RuntimeDir: b.TempDir()}, jupyter.Config{Spec: spec})
+		k, err := jupyter.Start(ctx, &local.Provisioner{RuntimeDir: b.TempDir()}, jupyter.Config{Spec: spec})
 		if err != nil {
 			cancel()
 			b.Fatal(err)

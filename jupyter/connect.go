@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -103,7 +101,7 @@ func beginConnect(ctx context.Context, p Provisioner, proc Process, cfg Config) 
 			return
 		}
 		k.watchHeartbeat()
-		k.log.Debug("kernel connected", "spec", cfg.Spec.Name, "pid", proc.PID(), "took", time.Since(t0))
+		k.log.Debug("kernel connected", "spec", cfg.Spec.Name, "pid", processID(proc), "took", time.Since(t0))
 	}()
 	return c, nil
 }
@@ -122,7 +120,7 @@ func (c *Connecting) Result() (*Kernel, error) {
 }
 
 // PID is the kernel's process id.
-func (c *Connecting) PID() int { return c.k.proc.PID() }
+func (c *Connecting) PID() int { return processID(c.k.proc) }
 
 // Interrupt interrupts the kernel while it proves itself, as
 // Kernel.Interrupt does (a signal, or an interrupt_request whose reply
@@ -141,7 +139,7 @@ func attach(ctx context.Context, p Provisioner, proc Process, cfg Config, logger
 		return nil, k.failStart(ctx, err)
 	}
 	k.watchHeartbeat()
-	k.log.Debug("kernel ready", "spec", cfg.Spec.Name, "pid", proc.PID(), "took", time.Since(t0))
+	k.log.Debug("kernel ready", "spec", cfg.Spec.Name, "pid", processID(proc), "took", time.Since(t0))
 	return k, nil
 }
 
@@ -370,12 +368,13 @@ func release(proc Process) {
 	}
 }
 
-// Stop ends the kernel process info names without a client: what a
-// gateway does with a kept kernel it cannot or will not connect to (one
-// whose key no longer answers, a warm-pool kernel of an earlier gateway).
-// It signals the process group (SIGTERM, then SIGKILL after grace) only
-// while the process is the one info names, then removes its directory,
-// cgroup and watchdog. A kernel already gone is no error.
+// Stop ends the kernel info names without a client: what a gateway does
+// with a kept kernel it cannot or will not connect to (one whose key no
+// longer answers, a warm-pool kernel of an earlier gateway). The
+// provisioner adopts it, which it does only while the kernel is the one
+// info names, then terminates it and kills it after grace, and cleans up
+// after it. A kernel already gone is no error: what it left behind is
+// removed when its provisioner can tell (LeftoverRemover).
 func Stop(ctx context.Context, p Provisioner, info ProvisionerInfo, grace time.Duration) error {
 	a, ok := p.(Adopter)
 	if !ok {
@@ -383,15 +382,12 @@ func Stop(ctx context.Context, p Provisioner, info ProvisionerInfo, grace time.D
 	}
 	proc, err := a.Adopt(ctx, info)
 	if err != nil {
-		if li := info.Local; li != nil && !li.Bridged && errors.Is(err, ErrNotAdoptable) && !sameProcess(li) {
-			// Gone: what it left behind goes, its watchdog too.
-			stopWatchdog(li.WatchdogPID, li.WatchdogStart)
-			os.RemoveAll(li.RuntimeDir)
+		if r, ok := p.(LeftoverRemover); ok && errors.Is(err, ErrNotAdoptable) && r.RemoveLeftovers(info) {
 			return nil
 		}
 		return err
 	}
-	proc.Signal(syscall.SIGTERM)
+	proc.Terminate()
 	t := time.NewTimer(grace)
 	defer t.Stop()
 	select {
@@ -400,22 +396,13 @@ func Stop(ctx context.Context, p Provisioner, info ProvisionerInfo, grace time.D
 	case <-t.C:
 	case <-ctx.Done(): // no more grace
 	}
-	proc.Signal(syscall.SIGKILL)
+	proc.Kill()
 	t.Reset(killWait)
 	select {
 	case <-proc.Done():
 	case <-t.C:
 		release(proc)
-		return fmt.Errorf("jupyter: kernel process %d did not exit after SIGKILL", proc.PID())
+		return fmt.Errorf("jupyter: kernel process %d did not exit after SIGKILL", processID(proc))
 	}
 	return proc.Cleanup()
-}
-
-// sameProcess reports whether the process li names still runs.
-func sameProcess(li *LocalInfo) bool {
-	if li.BootID != "" && li.BootID != bootID() {
-		return false
-	}
-	start, err := processStart(li.PID)
-	return err == nil && start == li.StartTime
 }

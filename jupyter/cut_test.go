@@ -24,7 +24,7 @@ func startLimited(t *testing.T, cfg Config) *Kernel {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cfg.Spec = testkernels.Spec(t, "python3")
-	k, err := Start(ctx, &LocalProvisioner{RuntimeDir: t.TempDir()}, cfg)
+	k, err := Start(ctx, testProvisioner(t), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +325,7 @@ func TestCutMessageSignatureCoversDroppedBytes(t *testing.T) {
 func TestOversizedDenoOutputIsCut(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	k, err := Start(ctx, &LocalProvisioner{RuntimeDir: t.TempDir()}, Config{Spec: testkernels.Spec(t, "deno"), MaxFrame: 16 << 20, KeepOutput: 1 << 20})
+	k, err := Start(ctx, testProvisioner(t), Config{Spec: testkernels.Spec(t, "deno"), MaxFrame: 16 << 20, KeepOutput: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}

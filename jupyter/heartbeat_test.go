@@ -23,7 +23,7 @@ func heartbeatConfig(t *testing.T, name string) Config {
 // included: the request fails saying the heartbeat stopped, the kernel
 // is done and its process killed.
 func TestHeartbeatStoppedKernelIsDead(t *testing.T) {
-	k := startWith(t, &LocalProvisioner{RuntimeDir: t.TempDir()}, heartbeatConfig(t, "python3"))
+	k := startWith(t, testProvisioner(t), heartbeatConfig(t, "python3"))
 	pid := k.PID()
 	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) })
 	c := newCollector()
@@ -68,7 +68,7 @@ func TestHeartbeatBusyKernelLives(t *testing.T) {
 		{"deno", "{ const t = Date.now(); let x = 0; while (Date.now() - t < 2500) { x++ } }"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			k := startWith(t, &LocalProvisioner{RuntimeDir: t.TempDir()}, heartbeatConfig(t, c.name))
+			k := startWith(t, testProvisioner(t), heartbeatConfig(t, c.name))
 			before := k.pings.Load()
 			t0 := time.Now()
 			reply, col := execute(t, k, c.code)
@@ -97,7 +97,7 @@ func TestHeartbeatBusyKernelLives(t *testing.T) {
 // status: once its heartbeat showed it alive past the timeout, the
 // request is not work any more and the heartbeat goes quiet.
 func TestHeartbeatIgnoredRequestGoesQuiet(t *testing.T) {
-	k := startWith(t, &LocalProvisioner{RuntimeDir: t.TempDir()}, heartbeatConfig(t, "deno"))
+	k := startWith(t, testProvisioner(t), heartbeatConfig(t, "deno"))
 	m, err := k.NewMessage(MsgType("inspect_request"), map[string]any{"code": "x", "cursor_pos": 1}, nil)
 	if err != nil {
 		t.Fatal(err)

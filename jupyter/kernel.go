@@ -8,10 +8,8 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -67,10 +65,8 @@ type Config struct {
 	// Kind: see LaunchRequest.
 	Kind   string
 	Logger *slog.Logger
-	// Limits and Sandbox, when set, replace the provisioner's defaults
-	// (see LaunchRequest).
-	Limits  *Limits
-	Sandbox *SandboxConfig
+	// Options are the provisioner's own options (see LaunchRequest).
+	Options any
 	// IOPub, when set, is subscribed before the kernel is dialled, so it
 	// sees every iopub message of the process, those of start-up included.
 	IOPub func(*Message)
@@ -229,51 +225,26 @@ type Kernel struct {
 	shutdownOnce sync.Once
 }
 
-// portRetries is how many times a start whose port another process took
-// in the meantime is tried again with new ports.
-const portRetries = 3
-
 // Start launches a kernel with p, connects its channels and waits until it
 // is ready: a kernel_info reply received and iopub proven live. On failure
 // nothing is left running, and the error carries the end of the kernel's
-// output; it matches ErrStartFailed. A kernel that could not bind its
-// ports (taken by another process since they were picked) is started
-// again with new ones.
+// output; it matches ErrStartFailed. A start that failed is tried again
+// while the provisioner says it may be (StartRetrier: a local kernel
+// whose ports another process took meanwhile).
 func Start(ctx context.Context, p Provisioner, cfg Config) (*Kernel, error) {
 	if cfg.ID == "" {
 		cfg.ID = uuid.NewString()
 	}
-	retries := 1
-	if p.Capabilities(cfg.Spec).LocalProcess {
-		retries = portRetries
-	}
+	r, _ := p.(StartRetrier)
 	for attempt := 1; ; attempt++ {
 		k, err := start(ctx, p, cfg)
-		if err == nil || attempt >= retries || !portTaken(err) || ctx.Err() != nil {
+		if err == nil || r == nil || ctx.Err() != nil || !r.RetryStart(cfg.Spec, err, attempt) {
 			return k, err
 		}
 		if cfg.Logger != nil {
-			cfg.Logger.Info("kernel ports were taken meanwhile: starting it again", "kernel", cfg.ID)
+			cfg.Logger.Info("kernel start failed in a way its provisioner retries: starting it again", "kernel", cfg.ID, "err", err)
 		}
 	}
-}
-
-// portTaken reports whether a start failed because another process took
-// one of the kernel's ports first: the kernel could not bind it, the
-// gateway dialled someone else's socket there, or a connection ended
-// while the kernel still ran (the socket was someone else's, who closed
-// it before the kernel could fail to bind) and a request found it closed.
-func portTaken(err error) bool {
-	var died *DiedError
-	if errors.As(err, &died) && (died.Lost != "" || strings.Contains(died.Output, "Address already in use") || strings.Contains(died.Output, "AddrInUse")) {
-		return true
-	}
-	// A request found the connection closed by its peer.
-	if errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
-		return true
-	}
-	// Someone else's socket: not ZMTP, or of another type.
-	return errors.Is(err, ErrHandshake)
 }
 
 func start(ctx context.Context, p Provisioner, cfg Config) (*Kernel, error) {
@@ -285,7 +256,7 @@ func start(ctx context.Context, p Provisioner, cfg Config) (*Kernel, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	t0 := time.Now()
-	proc, err := p.Launch(ctx, LaunchRequest{KernelID: cfg.ID, Spec: cfg.Spec, Env: cfg.Env, DirEnv: cfg.DirEnv, Cwd: cfg.Cwd, StartFresh: cfg.StartFresh, Limits: cfg.Limits, Sandbox: cfg.Sandbox, Kind: cfg.Kind})
+	proc, err := p.Launch(ctx, LaunchRequest{KernelID: cfg.ID, Spec: cfg.Spec, Env: cfg.Env, DirEnv: cfg.DirEnv, Cwd: cfg.Cwd, StartFresh: cfg.StartFresh, Options: cfg.Options, Kind: cfg.Kind})
 	if err != nil {
 		return nil, err
 	}
@@ -294,7 +265,7 @@ func start(ctx context.Context, p Provisioner, cfg Config) (*Kernel, error) {
 
 // abandon kills a process that never got a client and cleans up after it.
 func abandon(proc Process) {
-	proc.Signal(syscall.SIGKILL)
+	proc.Kill()
 	select {
 	case <-proc.Done():
 	case <-time.After(killWait):
@@ -308,14 +279,14 @@ func (k *Kernel) failStart(ctx context.Context, cause error) error {
 	if !errors.As(cause, &died) {
 		select {
 		case <-k.proc.Done():
-			died = &DiedError{Status: k.proc.ExitStatus(), Output: k.proc.Output(), Reason: exitReason(k.proc)}
+			died = &DiedError{Status: k.proc.ExitStatus(), Output: k.proc.Output(), Reason: k.proc.ExitReason()}
 		default:
 		}
 	}
 	k.mu.Lock()
 	k.closing = true
 	k.mu.Unlock()
-	k.proc.Signal(syscall.SIGKILL)
+	k.proc.Kill()
 	k.Shutdown(context.Background())
 	if died != nil {
 		died.During = "start"
@@ -430,7 +401,11 @@ func (k *Kernel) Spec() *kernelspecs.Spec { return k.cfg.Spec }
 func (k *Kernel) Config() Config { return k.cfg }
 
 // PID is the kernel's local process id, or 0.
-func (k *Kernel) PID() int { return k.proc.PID() }
+func (k *Kernel) PID() int { return processID(k.proc) }
+
+// Process is the kernel's process, as its provisioner launched or
+// adopted it.
+func (k *Kernel) Process() Process { return k.proc }
 
 // Session is the session id of kernelgate's own messages.
 func (k *Kernel) Session() string { return k.session }
@@ -591,8 +566,10 @@ func (k *Kernel) Interrupt(ctx context.Context) error {
 	k.mu.Lock()
 	k.interrupts++
 	k.mu.Unlock()
-	if k.cfg.Spec.InterruptMode != kernelspecs.InterruptMessage && k.caps.SignalInterrupts && !interruptsByMessage(k.proc) {
-		return k.proc.Signal(syscall.SIGINT)
+	if k.cfg.Spec.InterruptMode != kernelspecs.InterruptMessage && k.caps.SignalInterrupts {
+		if err := k.proc.Interrupt(); !errors.Is(err, ErrInterruptByMessage) {
+			return err
+		}
 	}
 	m, err := k.NewMessage(InterruptRequest, nil, nil)
 	if err != nil {
@@ -807,15 +784,15 @@ func (k *Kernel) escalate(ctx context.Context) {
 	if k.exited(politeWait, ctx.Done()) {
 		return
 	}
-	k.proc.Signal(syscall.SIGTERM)
+	k.proc.Terminate()
 	if ctx.Err() == nil && k.exited(termWait, ctx.Done()) {
 		return
 	}
-	k.proc.Signal(syscall.SIGKILL)
+	k.proc.Kill()
 	if k.exited(killWait, nil) {
 		return
 	}
-	k.log.Warn("kernel process did not exit after SIGKILL", "pid", k.proc.PID())
+	k.log.Warn("kernel process did not exit after SIGKILL", "pid", processID(k.proc))
 }
 
 // exited waits up to d for the process to exit, or until hurry is
@@ -1113,7 +1090,7 @@ func (k *Kernel) lost(ch Channel, err error) {
 }
 
 func (k *Kernel) diedError() error {
-	return &DiedError{Status: k.proc.ExitStatus(), Output: k.proc.Output(), Reason: exitReason(k.proc)}
+	return &DiedError{Status: k.proc.ExitStatus(), Output: k.proc.Output(), Reason: k.proc.ExitReason()}
 }
 
 // die records why the kernel ended, fails every pending call, closes the
@@ -1153,6 +1130,6 @@ func (k *Kernel) die(err error) {
 	select {
 	case <-k.proc.Done():
 	default:
-		k.proc.Signal(syscall.SIGKILL)
+		k.proc.Kill()
 	}
 }

@@ -33,7 +33,7 @@ func startKernel(t *testing.T, name string) *Kernel {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	k, err := Start(ctx, &LocalProvisioner{RuntimeDir: t.TempDir()}, Config{Spec: testkernels.Spec(t, name)})
+	k, err := Start(ctx, testProvisioner(t), Config{Spec: testkernels.Spec(t, name)})
 	if err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
@@ -433,7 +433,7 @@ func TestStartFailures(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			t0 := time.Now()
-			_, err := Start(ctx, &LocalProvisioner{RuntimeDir: t.TempDir()}, Config{Spec: c.spec})
+			_, err := Start(ctx, testProvisioner(t), Config{Spec: c.spec})
 			if !errors.Is(err, ErrStartFailed) {
 				t.Fatalf("err = %v, want ErrStartFailed", err)
 			}
@@ -451,7 +451,7 @@ func TestStartFailures(t *testing.T) {
 		spec := write("sleeper", `["/bin/sleep", "60"]`)
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel()
-		_, err := Start(ctx, &LocalProvisioner{RuntimeDir: t.TempDir()}, Config{Spec: spec})
+		_, err := Start(ctx, testProvisioner(t), Config{Spec: spec})
 		if !errors.Is(err, ErrStartFailed) || !errors.Is(err, ErrStartTimeout) {
 			t.Fatalf("err = %v, want ErrStartFailed and ErrStartTimeout", err)
 		}
@@ -483,7 +483,7 @@ func TestRestartGivesFreshState(t *testing.T) {
 
 func TestStartShutdownCyclesLeakNothing(t *testing.T) {
 	spec := testkernels.Spec(t, "python3")
-	prov := &LocalProvisioner{RuntimeDir: t.TempDir()}
+	prov := testProvisioner(t)
 	run := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
@@ -502,7 +502,7 @@ func TestStartShutdownCyclesLeakNothing(t *testing.T) {
 		run()
 	}
 	checkNoLeaks(t, before)
-	entries, _ := os.ReadDir(prov.RuntimeDir)
+	entries, _ := os.ReadDir(prov.dir)
 	if len(entries) != 0 {
 		t.Errorf("runtime dir still holds %d entries", len(entries))
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 )
 
 // ProvisionerInfo is what a provisioner needs to reach and control a
@@ -14,63 +13,22 @@ import (
 // get_provisioner_info and load_provisioner_info). It holds the
 // connection info with its key: keep it as secret as the key.
 type ProvisionerInfo struct {
-	// Provisioner names the provisioner that launched the kernel
-	// ("local").
+	// Provisioner names the provisioner that launched the kernel.
 	Provisioner string   `json:"provisioner"`
 	Connection  ConnInfo `json:"connection"`
-	// Local is set for a kernel of the local provisioner.
-	Local *LocalInfo `json:"local,omitempty"`
-	// Data is what another provisioner keeps of the kernel (for
-	// kubernetes-provisioner: its pod), in its own format.
+	// Data is what the provisioner keeps of the kernel (the local one:
+	// its process and directory; kubernetes-provisioner: its pod), in its
+	// own format.
 	Data json.RawMessage `json:"data,omitempty"`
-}
-
-// LocalInfo is how a local kernel process is found and controlled again.
-type LocalInfo struct {
-	// PID and StartTime (field 22 of /proc/<pid>/stat, in clock ticks
-	// since boot) name the process: a pid reused by another process has
-	// another start time. BootID (/proc/sys/kernel/random/boot_id) tells
-	// a reboot, after which both may meet again by chance.
-	PID       int    `json:"pid"`
-	StartTime uint64 `json:"startTime"`
-	BootID    string `json:"bootId,omitempty"`
-	// PGID is the process group kernelgate signals (the kernel leads it).
-	PGID int `json:"pgid"`
-	// RuntimeDir is the kernel's private directory (connection file,
-	// HOME, work directory), removed with the kernel.
-	RuntimeDir string `json:"runtimeDir"`
-	// OutputFile is where a detached kernel writes its stdout and
-	// stderr; empty for a kernel whose output went through a pipe.
-	OutputFile string `json:"outputFile,omitempty"`
-	// Cgroups are the kernel's cgroup directories, one per hierarchy.
-	Cgroups []CgroupInfo `json:"cgroups,omitempty"`
-	// Sandboxed: the process is bubblewrap; interrupts go by message.
-	Sandboxed bool `json:"sandboxed,omitempty"`
-	// Bridged: the gateway reached the kernel through a network bridge
-	// into its sandbox, which lives in the gateway process.
-	Bridged bool `json:"bridged,omitempty"`
-	// Detached: the kernel was launched not to end with the gateway.
-	Detached bool `json:"detached,omitempty"`
-	// Lease is the file a gateway renews while it answers for a detached
-	// kernel, for OrphanTimeout at a time; its watchdog (pid and start
-	// time) stops the kernel once the lease has run out (orphan.go).
-	Lease         string        `json:"lease,omitempty"`
-	OrphanTimeout time.Duration `json:"orphanTimeout,omitempty"`
-	WatchdogPID   int           `json:"watchdogPid,omitempty"`
-	WatchdogStart uint64        `json:"watchdogStart,omitempty"`
-}
-
-// CgroupInfo is one directory of a kernel's cgroup.
-type CgroupInfo struct {
-	Dir         string   `json:"dir"`
-	V2          bool     `json:"v2,omitempty"`
-	Controllers []string `json:"controllers"`
 }
 
 // Marshal encodes the info for a store.
 func (pi ProvisionerInfo) Marshal() ([]byte, error) { return json.Marshal(pi) }
 
-// UnmarshalProvisionerInfo decodes what Marshal wrote.
+// UnmarshalProvisionerInfo decodes what Marshal wrote. Info written by
+// earlier versions kept a provisioner's data under a key named as the
+// provisioner ("local") rather than under "data": that is read as its
+// Data, so kernels kept before an upgrade are adopted after it.
 func UnmarshalProvisionerInfo(b []byte) (ProvisionerInfo, error) {
 	var pi ProvisionerInfo
 	if err := json.Unmarshal(b, &pi); err != nil {
@@ -78,6 +36,14 @@ func UnmarshalProvisionerInfo(b []byte) (ProvisionerInfo, error) {
 	}
 	if pi.Provisioner == "" {
 		return pi, errors.New("jupyter: provisioner info names no provisioner")
+	}
+	if len(pi.Data) == 0 {
+		var all map[string]json.RawMessage
+		if json.Unmarshal(b, &all) == nil {
+			if d := all[pi.Provisioner]; len(d) > 0 && string(d) != "null" {
+				pi.Data = d
+			}
+		}
 	}
 	return pi, nil
 }

@@ -12,14 +12,6 @@ import (
 	"kernelgate/kernelspecs"
 )
 
-// Provisioner names, as kernelspecs give them in
-// metadata.kernel_provisioner.provisioner_name (jupyter_client's
-// convention).
-const (
-	LocalProvisionerName      = "local-provisioner"
-	KubernetesProvisionerName = "kubernetes-provisioner"
-)
-
 // Capabilities say what a provisioner does for the kernels of a
 // kernelspec. They are part of the Provisioner interface so that nothing
 // above it has to guess from a type.
@@ -37,10 +29,6 @@ type Capabilities struct {
 	// Reconnect: the provisioner adopts kernels it launched before,
 	// perhaps from another gateway process (Adopter).
 	Reconnect bool
-	// LocalProcess: kernels are processes of this host, with local ports
-	// that another process may take meanwhile (a start is retried on new
-	// ports) and local files.
-	LocalProcess bool
 }
 
 // ProvisionerChoice is a kernelspec's metadata.kernel_provisioner.
@@ -83,23 +71,32 @@ func ChoiceOf(spec *kernelspecs.Spec) (ProvisionerChoice, error) {
 // that hand each call to the chosen one, so the layers above it need not
 // know there are several.
 type Registry struct {
-	mu    sync.RWMutex
-	def   string
-	provs map[string]Provisioner
+	mu      sync.RWMutex
+	def     string
+	provs   map[string]Provisioner
+	aliases map[string]string
 }
 
 var (
-	_ Provisioner = (*Registry)(nil)
-	_ Adopter     = (*Registry)(nil)
+	_ Provisioner     = (*Registry)(nil)
+	_ Adopter         = (*Registry)(nil)
+	_ StartRetrier    = (*Registry)(nil)
+	_ LeftoverRemover = (*Registry)(nil)
 )
 
-// NewRegistry returns an empty registry whose default is def
-// (LocalProvisionerName when empty).
+// NewRegistry returns an empty registry whose default is def, the name
+// of the provisioner of kernelspecs that name none.
 func NewRegistry(def string) *Registry {
-	if def == "" {
-		def = LocalProvisionerName
-	}
-	return &Registry{def: def, provs: map[string]Provisioner{}}
+	return &Registry{def: def, provs: map[string]Provisioner{}, aliases: map[string]string{}}
+}
+
+// Alias makes the provisioner registered as name answer to alias too in
+// the ProvisionerInfo it is handed (the name its kept kernels' info
+// gives). Names does not list aliases.
+func (r *Registry) Alias(alias, name string) {
+	r.mu.Lock()
+	r.aliases[alias] = name
+	r.mu.Unlock()
 }
 
 // Register adds p under name, replacing any before.
@@ -180,13 +177,42 @@ func (r *Registry) Capabilities(spec *kernelspecs.Spec) Capabilities {
 	return p.Capabilities(spec)
 }
 
+// RetryStart asks the provisioner spec names whether a start that failed
+// with err is tried again.
+func (r *Registry) RetryStart(spec *kernelspecs.Spec, err error, attempt int) bool {
+	p, perr := r.For(spec)
+	if perr != nil {
+		return false
+	}
+	sr, ok := p.(StartRetrier)
+	return ok && sr.RetryStart(spec, err, attempt)
+}
+
+// infoProvisioner is the provisioner info names, by name or alias.
+func (r *Registry) infoProvisioner(info ProvisionerInfo) (Provisioner, bool) {
+	r.mu.RLock()
+	name := info.Provisioner
+	if n, ok := r.aliases[name]; ok {
+		name = n
+	}
+	p, ok := r.provs[name]
+	r.mu.RUnlock()
+	return p, ok
+}
+
+// RemoveLeftovers hands info to the provisioner that launched the kernel.
+func (r *Registry) RemoveLeftovers(info ProvisionerInfo) bool {
+	p, ok := r.infoProvisioner(info)
+	if !ok {
+		return false
+	}
+	lr, ok := p.(LeftoverRemover)
+	return ok && lr.RemoveLeftovers(info)
+}
+
 // Adopt hands info to the provisioner that launched the kernel.
 func (r *Registry) Adopt(ctx context.Context, info ProvisionerInfo) (Process, error) {
-	name := info.Provisioner
-	if name == "local" { // as local kernels' info names it
-		name = LocalProvisionerName
-	}
-	p, ok := r.Get(name)
+	p, ok := r.infoProvisioner(info)
 	if !ok {
 		return nil, fmt.Errorf("%w: provisioner %q is not configured", ErrNotAdoptable, info.Provisioner)
 	}

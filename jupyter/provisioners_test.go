@@ -22,11 +22,12 @@ func (p *namedProv) Capabilities(*kernelspecs.Spec) Capabilities { return p.caps
 // jupyter_client reads it; one that names none gets the default; one that
 // names a provisioner the gateway lacks fails to start, saying which.
 func TestRegistry(t *testing.T) {
-	r := NewRegistry("")
-	local := &namedProv{name: "local", caps: Capabilities{SignalInterrupts: true, LocalProcess: true}}
+	const localName, kubeName = "local-provisioner", "kubernetes-provisioner"
+	r := NewRegistry(localName)
+	local := &namedProv{name: "local", caps: Capabilities{SignalInterrupts: true}}
 	k8s := &namedProv{name: "k8s", caps: Capabilities{Reconnect: false}}
-	r.Register(LocalProvisionerName, local)
-	r.Register(KubernetesProvisionerName, k8s)
+	r.Register(localName, local)
+	r.Register(kubeName, k8s)
 	plain := &kernelspecs.Spec{Name: "python3"}
 	pod := &kernelspecs.Spec{Name: "pod", Metadata: map[string]any{"kernel_provisioner": map[string]any{
 		"provisioner_name": "kubernetes-provisioner", "config": map[string]any{"image": "x"}}}}
@@ -50,17 +51,17 @@ func TestRegistry(t *testing.T) {
 		t.Errorf("no provisioner_name: %v", err)
 	}
 	c, err := ChoiceOf(pod)
-	if err != nil || c.Name != KubernetesProvisionerName || string(c.Config) != `{"image":"x"}` {
+	if err != nil || c.Name != kubeName || string(c.Config) != `{"image":"x"}` {
 		t.Errorf("ChoiceOf = %+v, %v", c, err)
 	}
 
-	r2 := NewRegistry(KubernetesProvisionerName)
-	r2.Register(LocalProvisionerName, local)
-	r2.Register(KubernetesProvisionerName, k8s)
+	r2 := NewRegistry(kubeName)
+	r2.Register(localName, local)
+	r2.Register(kubeName, k8s)
 	if _, err := r2.Launch(context.Background(), LaunchRequest{Spec: plain}); err == nil || err.Error() != "launched by k8s" {
 		t.Errorf("default kubernetes: %v", err)
 	}
-	if _, err := r2.Adopt(context.Background(), ProvisionerInfo{Provisioner: KubernetesProvisionerName}); !errors.Is(err, ErrNotAdoptable) {
+	if _, err := r2.Adopt(context.Background(), ProvisionerInfo{Provisioner: kubeName}); !errors.Is(err, ErrNotAdoptable) {
 		t.Errorf("adopt by a provisioner that cannot: %v", err)
 	}
 }

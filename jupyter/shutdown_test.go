@@ -19,7 +19,7 @@ func TestShutdownWithCancelledContextEnds(t *testing.T) {
 	runtime := t.TempDir()
 	sctx, scancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer scancel()
-	k, err := Start(sctx, &LocalProvisioner{RuntimeDir: runtime}, Config{Spec: testkernels.Spec(t, "python3")})
+	k, err := Start(sctx, &execProvisioner{dir: runtime}, Config{Spec: testkernels.Spec(t, "python3")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	"kernelgate/internal/leakcheck"
 	"kernelgate/jupyter"
+	"kernelgate/provision/local"
 )
 
 // fakeConnecting is a kept kernel being connected to: it answers when the
@@ -77,7 +79,8 @@ func TestRestoreKeepsBusyKernels(t *testing.T) {
 	// records are given what a local kernel's hold.
 	for _, rec := range load(t, store).Kernels {
 		rec.Provisioner = "local"
-		rec.ProvisionerInfo, _ = jupyter.ProvisionerInfo{Provisioner: "local", Local: &jupyter.LocalInfo{PID: pids[rec.ID]}}.Marshal()
+		data, _ := json.Marshal(local.Info{PID: pids[rec.ID]})
+		rec.ProvisionerInfo, _ = jupyter.ProvisionerInfo{Provisioner: local.InfoName, Data: data}.Marshal()
 		if err := store.PutKernel(ctx, rec); err != nil {
 			t.Fatal(err)
 		}
@@ -90,15 +93,15 @@ func TestRestoreKeepsBusyKernels(t *testing.T) {
 	conns := map[int]*fakeConnecting{}
 	var stopped []int
 	m2.reconnect = func(ctx context.Context, info jupyter.ProvisionerInfo, _ jupyter.Config) (connecting, error) {
-		c := newFakeConnecting(ctx, info.Local.PID)
+		c := newFakeConnecting(ctx, localPID(t, info))
 		mu.Lock()
-		conns[info.Local.PID] = c
+		conns[localPID(t, info)] = c
 		mu.Unlock()
 		return c, nil
 	}
 	m2.stopKept = func(_ context.Context, info jupyter.ProvisionerInfo) error {
 		mu.Lock()
-		stopped = append(stopped, info.Local.PID)
+		stopped = append(stopped, localPID(t, info))
 		mu.Unlock()
 		return nil
 	}
@@ -165,4 +168,14 @@ func TestRestoreKeepsBusyKernels(t *testing.T) {
 	within(t, "Manager.Close", 15*time.Second, func() { m2.Close(cctx) })
 	store.Close()
 	leakcheck.Check(t, before)
+}
+
+// localPID is the pid a local kernel's info names.
+func localPID(t *testing.T, info jupyter.ProvisionerInfo) int {
+	li, err := local.InfoOf(info)
+	if err != nil {
+		t.Error(err)
+		return 0
+	}
+	return li.PID
 }

@@ -12,6 +12,7 @@ import (
 
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	"kernelgate/provision/local"
 	"kernelgate/workspace"
 )
 
@@ -97,7 +98,7 @@ func (m *Manager) languageSpec(language string) (*kernelspecs.Spec, error) {
 
 // checkEnv validates caller-supplied variables.
 func checkEnv(env map[string]string) error {
-	if err := jupyter.ValidateEnv(env); err != nil {
+	if err := local.ValidateEnv(env); err != nil {
 		return &Error{Kind: ErrInvalidEnv, Msg: err.Error()}
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	"kernelgate/provision/local"
 	"kernelgate/workspace"
 
 	"kernelgate/internal/timefmt"
@@ -48,8 +49,8 @@ type Kernel struct {
 	ws      *workspace.Workspace // the workspace cwd lies in, or nil
 	created time.Time
 	policy  restartPolicy
-	limits  *jupyter.Limits
-	sandbox *jupyter.SandboxConfig
+	limits  *local.Limits
+	sandbox *local.SandboxConfig
 
 	// life serialises start, restart and shutdown.
 	life sync.Mutex
@@ -161,7 +162,7 @@ func (k *Kernel) config() jupyter.Config {
 		cwd = k.ws.Dir()
 	}
 	return jupyter.Config{ID: k.id, Spec: k.spec, Env: k.env, DirEnv: dirEnv(k.ws), Cwd: cwd, StartFresh: k.chdirCode() != "", Kind: k.kind(),
-		Logger: k.m.log, IOPub: k.onIOPub, Limits: k.limits, Sandbox: k.sandbox, MaxFrame: k.m.cfg.MaxKernelFrame,
+		Logger: k.m.log, IOPub: k.onIOPub, Options: &local.Options{Limits: k.limits, Sandbox: k.sandbox}, MaxFrame: k.m.cfg.MaxKernelFrame,
 		// Output larger than what a run or the replay buffer keeps is cut
 		// as it is read: nothing would keep more of it.
 		KeepOutput:       int64(max(k.m.cfg.RunLimits.LogBytes, k.m.cfg.ReplayBytes)),

@@ -11,8 +11,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	"kernelgate/provision/local"
 )
 
 // MaxRunTimeout bounds a run's timeout (a year: longer is no limit in
@@ -81,9 +81,9 @@ func ParseBytes(s string) (int64, error) {
 // manager's defaults, overridden by the spec's metadata.kernelgate
 // ({"memory": "2GiB", "pids": 256, "nofile": 4096, "sandbox": true,
 // "network": false}).
-func (m *Manager) isolation(spec *kernelspecs.Spec) (*jupyter.Limits, *jupyter.SandboxConfig, error) {
+func (m *Manager) isolation(spec *kernelspecs.Spec) (*local.Limits, *local.SandboxConfig, error) {
 	limits := m.cfg.KernelLimits
-	var sandbox *jupyter.SandboxConfig
+	var sandbox *local.SandboxConfig
 	if m.cfg.Sandbox != nil {
 		sb := *m.cfg.Sandbox
 		sandbox = &sb
@@ -115,7 +115,7 @@ func (m *Manager) isolation(spec *kernelspecs.Spec) (*jupyter.Limits, *jupyter.S
 				if !on {
 					sandbox = nil
 				} else if sandbox == nil {
-					sandbox = &jupyter.SandboxConfig{}
+					sandbox = &local.SandboxConfig{}
 				}
 			}
 		case "network":

@@ -14,6 +14,7 @@ import (
 
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	"kernelgate/provision/local"
 	"kernelgate/state"
 	"kernelgate/workspace"
 
@@ -94,8 +95,8 @@ type Config struct {
 
 	// KernelLimits bound every kernel (a kernelspec's metadata.kernelgate
 	// may change them); Sandbox, when set, runs kernels in bubblewrap.
-	KernelLimits jupyter.Limits
-	Sandbox      *jupyter.SandboxConfig
+	KernelLimits local.Limits
+	Sandbox      *local.SandboxConfig
 	// WorkspaceRoot, when set, holds every working directory a caller of
 	// the Jupyter surface chooses (KERNEL_WORKING_DIR).
 	WorkspaceRoot string
@@ -115,7 +116,7 @@ type Config struct {
 	// Store keeps the kernels, contexts, Jupyter sessions and runs for a
 	// gateway started again on it (Restore); nil keeps them in memory
 	// only. The provisioner should then launch kernels that outlive the
-	// gateway (jupyter.LocalProvisioner.Detached).
+	// gateway (local.Provisioner.Detached).
 	Store state.Store
 	// CheckpointInterval is how far a kernel's last activity may run
 	// ahead of its record in the Store before it is written again (what

@@ -4,7 +4,7 @@ import (
 	"sort"
 	"time"
 
-	"kernelgate/jupyter"
+	"kernelgate/provision/local"
 )
 
 // Observer is told what the manager does, for metrics. Its methods are
@@ -79,7 +79,7 @@ func (m *Manager) Ready() []string {
 			problems = append(problems, what+": no kernelspec "+name)
 			return
 		}
-		if err := jupyter.CheckArgv(s); err != nil {
+		if err := local.CheckArgv(s); err != nil {
 			problems = append(problems, what+": "+err.Error())
 		}
 	}

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"kernelgate/internal/testkernels"
-	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	"kernelgate/provision/local"
 )
 
 // newRealManager returns a manager of real kernels (python3 and deno from
@@ -23,7 +23,7 @@ func newRealManager(t *testing.T, cfg Config) *Manager {
 	if err := os.Chmod(filepath.Dir(dir), 0o711); err != nil {
 		t.Fatal(err)
 	}
-	m := New(cfg, kernelspecs.Load([]string{testkernels.Dir(t)}), &jupyter.LocalProvisioner{RuntimeDir: dir}, nil)
+	m := New(cfg, kernelspecs.Load([]string{testkernels.Dir(t)}), &local.Provisioner{RuntimeDir: dir}, nil)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

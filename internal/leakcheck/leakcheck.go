@@ -30,7 +30,7 @@ func Snapshot(t testing.TB) Resources {
 }
 
 // ZygoteMarker is the argument that marks a zygote of Python kernels
-// (jupyter/zygote.go): it lives as long as the process that started it,
+// (provision/local/zygote.go): it lives as long as the process that started it,
 // like a cache, and is not counted as a child.
 const ZygoteMarker = "kernelgate-zygote"
 

@@ -215,6 +215,15 @@ func (pp *podProcess) Output() string {
 	return pp.output
 }
 
+// Interrupt: a pod cannot be signalled; interrupts go by message.
+func (pp *podProcess) Interrupt() error { return jupyter.ErrInterruptByMessage }
+
+// Terminate deletes the pod with its grace period.
+func (pp *podProcess) Terminate() error { return pp.Signal(syscall.SIGTERM) }
+
+// Kill deletes the pod at once.
+func (pp *podProcess) Kill() error { return pp.Signal(syscall.SIGKILL) }
+
 // Signal: SIGTERM deletes the pod with its grace period, SIGKILL at once;
 // Done closes when the informer sees the pod gone or terminated. Other
 // signals cannot reach a pod (interrupts go by message).

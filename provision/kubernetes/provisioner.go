@@ -29,6 +29,11 @@ import (
 // needs in its namespace.
 var ErrNoAccess = errors.New("kubernetes-provisioner: no access")
 
+// Name is the Kubernetes provisioner's name, as kernelspecs give it in
+// metadata.kernel_provisioner.provisioner_name and as its kernels'
+// ProvisionerInfo names it.
+const Name = "kubernetes-provisioner"
+
 // Provisioner runs each kernel in a pod of its own.
 type Provisioner struct {
 	Client    k8s.Interface
@@ -185,8 +190,8 @@ func (p *Provisioner) Launch(ctx context.Context, req jupyter.LaunchRequest) (ju
 		Name: podName(req.KernelID), Namespace: p.Namespace, Release: p.Release,
 		KernelID: req.KernelID, Kind: req.Kind, Spec: req.Spec, Config: cfg, Env: req.Env,
 	}
-	if req.Limits != nil {
-		pp.MemoryBytes = req.Limits.MemoryBytes
+	if m, ok := req.Options.(memoryLimiter); ok {
+		pp.MemoryBytes = m.MemoryLimit()
 	}
 	pod, err := buildPod(pp)
 	if err != nil {
@@ -313,11 +318,18 @@ func (p *Provisioner) List(ctx context.Context) ([]Found, error) {
 	return out, nil
 }
 
+// memoryLimiter is launch options that bound the kernel's memory (the
+// gateway's --kernel-memory, or its kernelspec's): the pod gets that
+// memory limit unless its kernelspec sets one.
+type memoryLimiter interface {
+	MemoryLimit() int64
+}
+
 // Adopt takes over the kernel pod info names, if it is the same pod (same
 // UID) and runs.
 func (p *Provisioner) Adopt(ctx context.Context, info jupyter.ProvisionerInfo) (jupyter.Process, error) {
 	var d podData
-	if info.Provisioner != jupyter.KubernetesProvisionerName || json.Unmarshal(info.Data, &d) != nil || d.Pod == "" {
+	if info.Provisioner != Name || json.Unmarshal(info.Data, &d) != nil || d.Pod == "" {
 		return nil, fmt.Errorf("%w: not a kernel pod", jupyter.ErrNotAdoptable)
 	}
 	if d.Namespace != p.Namespace {

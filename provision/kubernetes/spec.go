@@ -273,7 +273,7 @@ func buildSecret(pp podParams, key string) *corev1.Secret {
 // and reach its kernel.
 func podInfo(d podData, ci jupyter.ConnInfo) jupyter.ProvisionerInfo {
 	data, _ := json.Marshal(d) // strings only: it cannot fail
-	return jupyter.ProvisionerInfo{Provisioner: jupyter.KubernetesProvisionerName, Connection: ci, Data: data}
+	return jupyter.ProvisionerInfo{Provisioner: Name, Connection: ci, Data: data}
 }
 
 // connInfo is how the gateway reaches the kernel of a pod at ip.

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -333,7 +332,7 @@ func TestSignalEndsWithThePod(t *testing.T) {
 			if l.err != nil {
 				t.Fatal(l.err)
 			}
-			if err := l.proc.Signal(syscall.SIGTERM); err != nil {
+			if err := l.proc.Terminate(); err != nil {
 				t.Fatal(err)
 			}
 			select {
@@ -342,7 +341,7 @@ func TestSignalEndsWithThePod(t *testing.T) {
 			default:
 			}
 			if c.kill {
-				if err := l.proc.Signal(syscall.SIGKILL); err != nil {
+				if err := l.proc.Kill(); err != nil {
 					t.Fatal(err)
 				}
 			} else { // the kernel exits on SIGTERM
