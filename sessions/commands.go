@@ -54,16 +54,16 @@ type CommandRequest struct {
 func ShellCommand(s string) []string { return []string{"/bin/sh", "-c", s} }
 
 // commandStarter is the part of a kernel process that starts commands
-// (a *jupyter.Kernel).
+// (a *jupyter.Kernel), whichever provisioner runs the kernel.
 type commandStarter interface {
-	StartCommand(ctx context.Context, req jupyter.CommandRequest) (*jupyter.Command, error)
+	StartCommandProc(ctx context.Context, req jupyter.CommandRequest) (jupyter.CommandProc, error)
 }
 
 var _ commandStarter = jupyterProcess{}
 
 // commandRun is what a context keeps of a command that runs.
 type commandRun struct {
-	cmd *jupyter.Command
+	cmd jupyter.CommandProc
 	// why is how the run is to end when the process does (interrupted,
 	// killed, timed out); guarded by the run's lock.
 	why Reason
@@ -116,7 +116,7 @@ func (m *Manager) RunCommand(ctx context.Context, req CommandRequest) (*Run, err
 		env[k] = v
 	}
 	r := m.newRun(c, ExecuteRequest{Code: commandText(req.Argv), Stdin: req.Stdin, Timeout: req.Timeout})
-	cmd, err := starter.StartCommand(ctx, jupyter.CommandRequest{Argv: req.Argv, Dir: dir, Env: env, PathFirst: pathFirst, Stdin: req.Stdin})
+	cmd, err := starter.StartCommandProc(ctx, jupyter.CommandRequest{Argv: req.Argv, Dir: dir, Env: env, PathFirst: pathFirst, Stdin: req.Stdin})
 	if err != nil {
 		m.dropRun(r, err)
 		switch {
@@ -131,10 +131,10 @@ func (m *Manager) RunCommand(ctx context.Context, req CommandRequest) (*Run, err
 	}
 	cr := &commandRun{cmd: cmd}
 	if !c.addCommand(r, cr) {
-		cmd.Signal(syscall.SIGKILL)
+		cmd.Kill()
 		<-cmd.Done()
-		cmd.Stdout.Close()
-		cmd.Stderr.Close()
+		cmd.Stdout().Close()
+		cmd.Stderr().Close()
 		m.dropRun(r, errorf(ErrNoSuchContext, "context %s was deleted", c.ID))
 		return nil, errorf(ErrNoSuchContext, "context %s was deleted", c.ID)
 	}
@@ -143,9 +143,9 @@ func (m *Manager) RunCommand(ctx context.Context, req CommandRequest) (*Run, err
 	r.exitCode = new(int)
 	r.cancel = func(why Reason) { c.stopCommand(r, cr, why) }
 	r.kill = func() { c.stopCommand(r, cr, Killed) }
-	if cmd.Stdin != nil {
-		r.input = func(value string) error { return writeStdin(cmd.Stdin, value) }
-		r.closeInput = func() { cmd.Stdin.Close() }
+	if in := cmd.Stdin(); in != nil {
+		r.input = func(value string) error { return writeStdin(in, value) }
+		r.closeInput = func() { in.Close() }
 		r.anyInput = true
 	}
 	r.mu.Unlock()
@@ -247,11 +247,11 @@ func (c *Context) stopCommand(r *Run, cr *commandRun, why Reason) {
 	if done {
 		return
 	}
-	sig := syscall.SIGKILL
 	if why == Interrupted {
-		sig = syscall.SIGINT
+		cr.cmd.Interrupt()
+		return
 	}
-	cr.cmd.Signal(sig)
+	cr.cmd.Kill()
 }
 
 // stopCommands kills the commands of a deleted context (c.deleted is set).
@@ -272,7 +272,7 @@ func (c *Context) stopCommands(why string) {
 			r.notice = why
 		}
 		r.mu.Unlock()
-		cr.cmd.Signal(syscall.SIGKILL)
+		cr.cmd.Kill()
 	}
 }
 
@@ -282,13 +282,13 @@ func (c *Context) superviseCommand(k *Kernel, r *Run, cr *commandRun) {
 	outDone := make(chan struct{})
 	go func() { // owned here: ends at EOF, at the latest commandDrain after the process
 		defer close(outDone)
-		c.readCommandOutput(k, r, "stderr", cr.cmd.Stderr)
+		c.readCommandOutput(k, r, "stderr", cr.cmd.Stderr())
 	}()
-	c.readCommandOutput(k, r, "stdout", cr.cmd.Stdout)
+	c.readCommandOutput(k, r, "stdout", cr.cmd.Stdout())
 	<-outDone
 	code := cr.cmd.ExitCode()
-	cr.cmd.Stdout.Close()
-	cr.cmd.Stderr.Close()
+	cr.cmd.Stdout().Close()
+	cr.cmd.Stderr().Close()
 	c.mu.Lock()
 	delete(c.commands, r)
 	c.mu.Unlock()
@@ -315,7 +315,7 @@ func (c *Context) superviseCommand(k *Kernel, r *Run, cr *commandRun) {
 
 // readCommandOutput streams one of the command's outputs into its run
 // until EOF; a character split between two reads is kept whole.
-func (c *Context) readCommandOutput(k *Kernel, r *Run, name string, f *os.File) {
+func (c *Context) readCommandOutput(k *Kernel, r *Run, name string, f io.Reader) {
 	buf := make([]byte, commandReadSize)
 	var carry int
 	for {
@@ -373,7 +373,7 @@ func (r *Run) commandOutput(name, text string) {
 
 // writeStdin writes value to a command's input, waiting at most
 // stdinWriteWait for a command that does not read it.
-func writeStdin(f *os.File, value string) error {
+func writeStdin(f jupyter.CommandInput, value string) error {
 	f.SetWriteDeadline(time.Now().Add(stdinWriteWait))
 	_, err := io.WriteString(f, value)
 	switch {
