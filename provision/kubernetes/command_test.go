@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"kernelgate/internal/k8stest"
+	"kernelgate/internal/leakcheck"
 	"kernelgate/internal/testkernels"
 	"kernelgate/jupyter"
 )
@@ -237,6 +238,19 @@ func TestPodCommands(t *testing.T) {
 		}
 	})
 
+	t.Run("StdinNotRead", func(t *testing.T) {
+		// A command that ends without reading its open input ends.
+		c := k.start(t, jupyter.CommandRequest{Argv: []string{"/bin/sh", "-c", "exit 4"}, Stdin: true})
+		if _, _, code := output(t, c); code != 4 {
+			t.Errorf("exit code %d, want 4", code)
+		}
+		in := c.Stdin()
+		in.SetWriteDeadline(time.Now().Add(30 * time.Second))
+		if _, err := io.WriteString(in, "late"); err == nil {
+			t.Errorf("a write to the input of an ended command succeeded")
+		}
+	})
+
 	t.Run("Interrupt", func(t *testing.T) {
 		c := k.start(t, jupyter.CommandRequest{Argv: []string{"/bin/sh", "-c", "echo ready; sleep 60; echo after"}})
 		r := bufio.NewReader(c.Stdout())
@@ -278,6 +292,26 @@ func TestPodCommands(t *testing.T) {
 		waitFor(t, "the command's child "+strconv.Itoa(child)+" to end with it", func() bool { return !alive(child) })
 		c.Stdout().Close()
 		c.Stderr().Close()
+	})
+
+	t.Run("LeakNothing", func(t *testing.T) {
+		// Commands leave no goroutine, file or process behind, on either
+		// end of the stream (the test node runs in this process).
+		output(t, k.start(t, jupyter.CommandRequest{Argv: []string{"true"}, Stdin: true}))
+		before := leakcheck.Snapshot(t)
+		for range 2 {
+			output(t, k.start(t, jupyter.CommandRequest{Argv: []string{"echo", "plain"}}))
+			c := k.start(t, jupyter.CommandRequest{Argv: []string{"cat"}, Stdin: true})
+			c.Stdin().Close()
+			output(t, c)
+			output(t, k.start(t, jupyter.CommandRequest{Argv: []string{"true"}, Stdin: true}))
+			c = k.start(t, jupyter.CommandRequest{Argv: []string{"/bin/sh", "-c", "sleep 60 & wait"}})
+			if err := c.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			output(t, c)
+		}
+		leakcheck.Check(t, before)
 	})
 
 	t.Run("EndsWithThePod", func(t *testing.T) {
