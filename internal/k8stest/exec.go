@@ -47,7 +47,11 @@ type kubelet struct {
 
 	ctx    context.Context // ends when the node stops: execs end
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // the exec handlers, which outlive Shutdown (hijacked)
+	served chan struct{} // closed when Serve has returned
+
+	mu      sync.Mutex
+	stopped bool
+	wg      sync.WaitGroup // the exec handlers, which outlive Close (hijacked)
 }
 
 // startKubelet listens on 127.0.0.1 with TLS and serves exec for p's pods.
@@ -61,11 +65,14 @@ func startKubelet(p *provider, pki *pki, node string) (*kubelet, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	k := &kubelet{p: p, ln: ln, ctx: ctx, cancel: cancel}
+	k := &kubelet{p: p, ln: ln, ctx: ctx, cancel: cancel, served: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/exec/{namespace}/{pod}/{container}", k.serveExec)
 	k.srv = &http.Server{Handler: mux, TLSConfig: cfg, ReadHeaderTimeout: 10 * time.Second}
-	go k.srv.ServeTLS(ln, "", "") // ends at Close
+	go func() {
+		defer close(k.served)
+		k.srv.ServeTLS(ln, "", "") // returns at Close
+	}()
 	return k, nil
 }
 
@@ -74,7 +81,11 @@ func (k *kubelet) port() int { return k.ln.Addr().(*net.TCPAddr).Port }
 
 // stop closes the endpoint, ends the execs and waits for their handlers.
 func (k *kubelet) stop() {
+	k.mu.Lock()
+	k.stopped = true
+	k.mu.Unlock()
 	k.srv.Close()
+	<-k.served
 	k.cancel()
 	k.wg.Wait()
 }
@@ -146,7 +157,14 @@ func lookPathIn(file string, env []string, dir string) (string, error) {
 }
 
 func (k *kubelet) serveExec(w http.ResponseWriter, req *http.Request) {
+	k.mu.Lock()
+	if k.stopped {
+		k.mu.Unlock()
+		http.Error(w, "the node is stopping", http.StatusServiceUnavailable)
+		return
+	}
 	k.wg.Add(1)
+	k.mu.Unlock()
 	defer k.wg.Done()
 	q := req.URL.Query()
 	if q.Get("tty") == "1" || q.Get("tty") == "true" {

@@ -363,7 +363,9 @@ type inputPipe struct {
 
 	mu       sync.Mutex
 	deadline time.Time
-	rmu      sync.Mutex // one reader
+	// One Read and one Write at a time, so took answers the write
+	// whose bytes were taken.
+	rmu, wmu sync.Mutex
 }
 
 func newInputPipe() *inputPipe {
@@ -388,6 +390,8 @@ func (p *inputPipe) Read(b []byte) (int, error) {
 }
 
 func (p *inputPipe) Write(b []byte) (int, error) {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
 	p.mu.Lock()
 	deadline := p.deadline
 	p.mu.Unlock()
