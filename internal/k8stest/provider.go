@@ -33,12 +33,10 @@ import (
 //     resolved as the kubelet does (values, $(VAR), fieldRef including
 //     status.podIP, resourceFieldRef, secretKeyRef, configMapKeyRef,
 //     envFrom), and the pod's own loopback address as its pod IP;
-//
 //   - Secret, ConfigMap and emptyDir volumes are folders of the pod's; a
 //     process cannot see them at their mountPath (there is no mount
 //     namespace), so a command argument, env value or workingDir that
 //     starts with a mountPath is rewritten to the folder;
-//
 //   - an image the node does not know waits ErrImagePull, then
 //     ImagePullBackOff; a missing Secret, ConfigMap or key waits
 //     CreateContainerConfigError (and starts once it exists); a process
@@ -48,10 +46,8 @@ import (
 //     code (128+n for signal n); restartPolicy Always and OnFailure
 //     restart a container after a CrashLoopBackOff wait (1 s doubling to
 //     10 s);
-//
 //   - delete sends SIGTERM to each process group, then SIGKILL after the
-//     grace period, and reports the terminal status.
-//
+//     grace period, and reports the terminal status;
 //   - exec runs a command in a running container's env, cwd and process
 //     group (exec.go).
 //
