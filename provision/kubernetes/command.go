@@ -77,6 +77,11 @@ func (pp *podProcess) StartCommand(ctx context.Context, req jupyter.CommandReque
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
 		return nil, errors.New("kubernetes-provisioner: a command needs a program")
 	}
+	for k, v := range req.Env {
+		if !shellName(k) || strings.IndexByte(v, 0) >= 0 {
+			return nil, fmt.Errorf("kubernetes-provisioner: %q is no environment variable a shell can set", k)
+		}
+	}
 	mark := newMark()
 	argv := append([]string{"/bin/sh", "-c", commandScript, "sh", mark, req.Dir, strings.Join(req.PathFirst, ":")}, req.Argv...)
 
@@ -193,6 +198,16 @@ func envPreamble(env map[string]string) []byte {
 	}
 	b.WriteByte('\n')
 	return b.Bytes()
+}
+
+// shellName says whether k is a name sh can export.
+func shellName(k string) bool {
+	for i, c := range k {
+		if c != '_' && (c < 'A' || c > 'Z') && (c < 'a' || c > 'z') && (i == 0 || c < '0' || c > '9') {
+			return false
+		}
+	}
+	return k != ""
 }
 
 func newMark() string {
