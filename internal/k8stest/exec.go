@@ -181,10 +181,14 @@ func (k *kubelet) serveExec(w http.ResponseWriter, req *http.Request) {
 	if _, err := httpstream.Handshake(req, w, []string{rc.StreamProtocolV5Name, rc.StreamProtocolV4Name}); err != nil {
 		return // Handshake answered
 	}
-	arrived := make(chan httpstream.Stream, 8)
-	conn := spdy.NewResponseUpgrader().UpgradeResponse(w, req, func(s httpstream.Stream, _ <-chan struct{}) error {
+	type created struct {
+		s         httpstream.Stream
+		replySent <-chan struct{}
+	}
+	arrived := make(chan created, 8)
+	conn := spdy.NewResponseUpgrader().UpgradeResponse(w, req, func(s httpstream.Stream, replySent <-chan struct{}) error {
 		select {
-		case arrived <- s:
+		case arrived <- created{s, replySent}:
 			return nil
 		default:
 			return errors.New("too many streams")
@@ -194,18 +198,33 @@ func (k *kubelet) serveExec(w http.ResponseWriter, req *http.Request) {
 		return // UpgradeResponse answered
 	}
 	defer conn.Close()
+	// Every stream the client asked for, each once its reply is sent (a
+	// write before it would reach the client ahead of the stream).
 	streams := map[string]httpstream.Stream{}
+	var replies []<-chan struct{}
 	timeout := time.NewTimer(execStreamTimeout)
 	defer timeout.Stop()
 	for len(streams) < count(want) {
 		select {
-		case s := <-arrived:
-			typ := s.Headers().Get("streamType")
-			if !want[typ] {
-				s.Reset()
+		case c := <-arrived:
+			typ := c.s.Headers().Get("streamType")
+			if !want[typ] || streams[typ] != nil {
+				c.s.Reset()
 				continue
 			}
-			streams[typ] = s
+			streams[typ] = c.s
+			replies = append(replies, c.replySent)
+		case <-timeout.C:
+			return
+		case <-conn.CloseChan():
+			return
+		case <-k.ctx.Done():
+			return
+		}
+	}
+	for _, sent := range replies {
+		select {
+		case <-sent:
 		case <-timeout.C:
 			return
 		case <-conn.CloseChan():

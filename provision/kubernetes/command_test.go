@@ -252,7 +252,9 @@ func TestPodCommands(t *testing.T) {
 	})
 
 	t.Run("Interrupt", func(t *testing.T) {
-		c := k.start(t, jupyter.CommandRequest{Argv: []string{"/bin/sh", "-c", "echo ready; sleep 60; echo after"}})
+		// The shell's trap is set before it says ready, so the SIGINT
+		// finds it whenever it comes.
+		c := k.start(t, jupyter.CommandRequest{Argv: []string{"/bin/sh", "-c", "trap 'echo got INT; exit 5' INT; echo ready; while :; do sleep 0.1; done"}})
 		r := bufio.NewReader(c.Stdout())
 		if line := firstLine(t, r); line != "ready" {
 			t.Fatalf("first line %q", line)
@@ -261,14 +263,25 @@ func TestPodCommands(t *testing.T) {
 			t.Fatal(err)
 		}
 		rest, _ := io.ReadAll(r)
-		if code := c.ExitCode(); code != 128+int(syscall.SIGINT) || len(rest) != 0 {
-			t.Errorf("interrupted: exit code %d, output after %q; want 130 and none", code, rest)
+		if code := c.ExitCode(); code != 5 || string(rest) != "got INT\n" {
+			t.Errorf("interrupted: exit code %d, output after %q; want 5 and got INT", code, rest)
 		}
 		if err := c.Interrupt(); !errors.Is(err, os.ErrProcessDone) {
 			t.Errorf("interrupt after the end: %v", err)
 		}
 		c.Stdout().Close()
 		c.Stderr().Close()
+	})
+
+	t.Run("InterruptEndsTheGroup", func(t *testing.T) {
+		// SIGINT to the group ends a foreground child and its shell: 130.
+		c := k.start(t, jupyter.CommandRequest{Argv: []string{"/bin/sh", "-c", "exec sleep 60"}})
+		if err := c.Interrupt(); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, code := output(t, c); code != 128+int(syscall.SIGINT) {
+			t.Errorf("interrupted sleep: exit code %d, want 130", code)
+		}
 	})
 
 	t.Run("KillTheGroup", func(t *testing.T) {
