@@ -54,6 +54,10 @@ if command -v setsid >/dev/null 2>&1; then exec setsid /bin/sh -c 'echo "$0 pgid
 echo "$m pid $$" >&2
 exec "$@"`
 
+// commandStartTimeout bounds how long a command's start waits for the
+// wrapper's report.
+const commandStartTimeout = time.Minute
+
 // signalTimeout bounds the exec that signals a command.
 const signalTimeout = 30 * time.Second
 
@@ -116,6 +120,8 @@ func (pp *podProcess) StartCommand(ctx context.Context, req jupyter.CommandReque
 	}()
 
 	var rep string
+	timeout := time.NewTimer(commandStartTimeout)
+	defer timeout.Stop()
 	select {
 	case rep = <-c.report:
 	case <-c.done:
@@ -127,9 +133,14 @@ func (pp *podProcess) StartCommand(ctx context.Context, req jupyter.CommandReque
 		}
 	case <-ctx.Done():
 		cancel()
+		c.closeOutput() // first: a write to them fails rather than waits
 		<-c.done
-		c.closeOutput()
 		return nil, ctx.Err()
+	case <-timeout.C:
+		cancel()
+		c.closeOutput() // first: a write to them fails rather than waits
+		<-c.done
+		return nil, fmt.Errorf("kubernetes-provisioner: the command did not start in pod %s within %v", pp.name, commandStartTimeout)
 	}
 	kind, num, _ := strings.Cut(rep, " ")
 	switch kind {
@@ -143,12 +154,12 @@ func (pp *podProcess) StartCommand(ctx context.Context, req jupyter.CommandReque
 			return c, nil
 		}
 	case "noprog":
+		c.closeOutput() // first: a write to them fails rather than waits
 		<-c.done
-		c.closeOutput()
 		return nil, fmt.Errorf("%w: %s is not an executable on the kernel's PATH in pod %s", jupyter.ErrNoProgram, req.Argv[0], pp.name)
 	case "nodir":
+		c.closeOutput() // first: a write to them fails rather than waits
 		<-c.done
-		c.closeOutput()
 		return nil, fmt.Errorf("kubernetes-provisioner: no folder %s in pod %s", req.Dir, pp.name)
 	}
 	// A shell that printed something else first: the command runs, but
