@@ -59,7 +59,7 @@ exec "$@"`
 const commandStartTimeout = time.Minute
 
 // signalTimeout bounds the exec that signals a command.
-const signalTimeout = 30 * time.Second
+const signalTimeout = 10 * time.Second
 
 // commandLostWait is how long a command whose stream broke waits to learn
 // whether its pod ended.
