@@ -42,7 +42,7 @@ func startKubernetes(cfg *config, specs *kernelspecs.Catalog, reg *jupyter.Regis
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes-provisioner: %w", err)
 	}
-	p := &kubeprov.Provisioner{Client: client, Namespace: ns, Release: cfg.Release, Logger: log}
+	p := &kubeprov.Provisioner{Client: client, Config: rc, Namespace: ns, Release: cfg.Release, Logger: log}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := p.Start(ctx); err != nil {

@@ -24,8 +24,8 @@ import (
 // The manifests of deploy/kubernetes parse strictly as their kinds and
 // fit together: the Deployment runs as the ServiceAccount the RoleBinding
 // binds to the Role (the very Role TestKubernetes gives the gateway),
-// which grants pods, pods/status and secrets only; the NetworkPolicy lets
-// only the gateway reach the kernel pods' ports; the ConfigMap's
+// which grants pods, pods/status, pods/exec and secrets only; the
+// NetworkPolicy lets only the gateway reach the kernel pods' ports; the ConfigMap's
 // kernelspecs are valid kubernetes-provisioner configs; the gateway's
 // args parse, and its state store is somewhere it can write.
 func TestDeployManifests(t *testing.T) {
@@ -80,15 +80,25 @@ func TestDeployManifests(t *testing.T) {
 	if dep.Spec.Template.Spec.ServiceAccountName != sa.Name || binding.Subjects[0].Name != sa.Name || binding.RoleRef.Name != role.Name || binding.RoleRef.Kind != "Role" {
 		t.Errorf("Deployment, ServiceAccount, RoleBinding and Role do not fit: %q %q %+v", dep.Spec.Template.Spec.ServiceAccountName, sa.Name, binding)
 	}
+	var exec []string
 	for _, r := range role.Rules {
 		for _, res := range r.Resources {
-			if !slices.Contains([]string{"pods", "pods/status", "secrets"}, res) || len(r.APIGroups) != 1 || r.APIGroups[0] != "" {
+			if res == "pods/exec" {
+				exec = append(exec, r.Verbs...)
+			}
+			if !slices.Contains([]string{"pods", "pods/status", "pods/exec", "secrets"}, res) || len(r.APIGroups) != 1 || r.APIGroups[0] != "" {
 				t.Errorf("the Role grants %v %v", r.APIGroups, res)
 			}
 			if slices.Contains(r.Verbs, "*") {
 				t.Errorf("the Role grants every verb on %s", res)
 			}
 		}
+	}
+	// Commands beside a kernel exec in its pod: create (SPDY) and get
+	// (websocket), nothing more.
+	slices.Sort(exec)
+	if !slices.Equal(exec, []string{"create", "get"}) {
+		t.Errorf("the Role grants %v on pods/exec, want create and get", exec)
 	}
 	gw := dep.Spec.Template.Labels
 	if !labelsMatch(svc.Spec.Selector, gw) {

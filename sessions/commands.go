@@ -54,7 +54,7 @@ type CommandRequest struct {
 func ShellCommand(s string) []string { return []string{"/bin/sh", "-c", s} }
 
 // commandStarter is the part of a kernel process that starts commands
-// (a *jupyter.Kernel).
+// (a *jupyter.Kernel), whichever provisioner runs the kernel.
 type commandStarter interface {
 	StartCommand(ctx context.Context, req jupyter.CommandRequest) (jupyter.Command, error)
 }

@@ -38,7 +38,7 @@ func newBinder(client kubernetes.Interface, recorder record.EventRecorder, cfg N
 		client:   client,
 		recorder: recorder,
 		node:     cfg.Name,
-		labels:   nodeObject(cfg).Labels,
+		labels:   nodeObject(cfg, 0).Labels,
 		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 	}
 	b.factory = informers.NewSharedInformerFactoryWithOptions(client, 0,

@@ -66,6 +66,7 @@ type ControlPlane struct {
 	URL string
 
 	dir       string
+	pki       *pki
 	etcd      *child
 	apiserver *child
 }
@@ -198,6 +199,7 @@ func start(apiserverBin, etcdBin string) (_ *ControlPlane, err error) {
 	if err != nil {
 		return nil, err
 	}
+	cp.pki = pki
 	cp.URL = "https://127.0.0.1:" + strconv.Itoa(ports[2])
 	cp.apiserver, err = startChild(dir, "kube-apiserver", apiserverBin,
 		"--etcd-servers="+etcdURL,
@@ -212,6 +214,12 @@ func start(apiserverBin, etcdBin string) (_ *ControlPlane, err error) {
 		"--service-account-key-file="+pki.saPublic,
 		"--service-account-signing-key-file="+pki.saPrivate,
 		"--token-auth-file="+pki.tokens,
+		// Exec, logs and the like go to a node's kubelet endpoint, at its
+		// InternalIP (a test node's hostname resolves nowhere).
+		"--kubelet-client-certificate="+pki.kubeletClientCert,
+		"--kubelet-client-key="+pki.kubeletClientKey,
+		"--kubelet-certificate-authority="+pki.caFile,
+		"--kubelet-preferred-address-types=InternalIP",
 		"--authorization-mode=RBAC",
 		"--endpoint-reconciler-type=none",
 		"--enable-priority-and-fairness=false",

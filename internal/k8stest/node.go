@@ -49,8 +49,10 @@ type NodeConfig struct {
 // Node is a Kubernetes node whose pods are local processes. It binds pods
 // that name no node to itself (no scheduler runs), runs each container's
 // command in its own process group with the pod's own loopback address as
-// the pod IP, and reports statuses as a kubelet would. See provider.go for
-// what it does and does not do.
+// the pod IP, and reports statuses as a kubelet would. Its kubelet
+// endpoint serves exec (exec.go), so pods/exec through the apiserver runs a
+// command in a pod's container. See provider.go for what it does and does
+// not do.
 type Node struct {
 	// Name is the node's name.
 	Name string
@@ -86,6 +88,13 @@ func StartNode(t testing.TB, cp *ControlPlane, cfg NodeConfig) *Node {
 	// test processes running side by side do not hand out the same address.
 	base := [2]byte{byte(1 + rand.IntN(254)), byte(rand.IntN(256))}
 	n.provider = newProvider(cp.Client, recorder, cfg, dir, base)
+	kl, err := startKubelet(n.provider, cp.pki, cfg.Name)
+	if err != nil {
+		cancel()
+		broadcaster.Shutdown()
+		os.RemoveAll(dir)
+		t.Fatal(err)
+	}
 
 	onNode := informers.NewSharedInformerFactoryWithOptions(cp.Client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -107,10 +116,11 @@ func StartNode(t testing.TB, cp *ControlPlane, cfg NodeConfig) *Node {
 		SkipDownwardAPIResolution: true,
 	})
 	if err == nil {
-		nc, err = vknode.NewNodeController(vknode.NewNaiveNodeProvider(), nodeObject(cfg), cp.Client.CoreV1().Nodes())
+		nc, err = vknode.NewNodeController(vknode.NewNaiveNodeProvider(), nodeObject(cfg, kl.port()), cp.Client.CoreV1().Nodes())
 	}
 	if err != nil {
 		cancel()
+		kl.stop()
 		broadcaster.Shutdown()
 		os.RemoveAll(dir)
 		t.Fatal(err)
@@ -133,6 +143,7 @@ func StartNode(t testing.TB, cp *ControlPlane, cfg NodeConfig) *Node {
 		<-ncDone
 		onNode.Shutdown()
 		b.stop()
+		kl.stop()
 		n.provider.shutdown()
 		broadcaster.Shutdown()
 		os.RemoveAll(dir)
@@ -167,7 +178,9 @@ func (n *Node) Stop() {
 // PodIPBase is the first pod IP this node hands out.
 func (n *Node) PodIPBase() string { return n.provider.ips.addr(2) }
 
-func nodeObject(cfg NodeConfig) *corev1.Node {
+// nodeObject is the node as registered, its kubelet endpoint (exec) on
+// 127.0.0.1:kubeletPort.
+func nodeObject(cfg NodeConfig, kubeletPort int) *corev1.Node {
 	labels := map[string]string{
 		"kubernetes.io/hostname": cfg.Name,
 		"kubernetes.io/os":       "linux",
@@ -191,6 +204,7 @@ func nodeObject(cfg NodeConfig) *corev1.Node {
 				Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
 				Message: "test node is posting ready status", LastHeartbeatTime: now, LastTransitionTime: now,
 			}},
+			DaemonEndpoints: corev1.NodeDaemonEndpoints{KubeletEndpoint: corev1.DaemonEndpoint{Port: int32(kubeletPort)}},
 			Addresses: []corev1.NodeAddress{
 				{Type: corev1.NodeInternalIP, Address: "127.0.0.1"},
 				{Type: corev1.NodeHostName, Address: cfg.Name},

@@ -4,6 +4,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
@@ -20,19 +21,29 @@ import (
 // token file holding the admin's token.
 type pki struct {
 	caPEM                   []byte
+	caFile                  string
+	caCert                  *x509.Certificate
+	caKey                   *ecdsa.PrivateKey
 	servingCert, servingKey string
 	saPublic, saPrivate     string
-	tokens                  string
-	adminToken              string
+	// kubeletClientCert and kubeletClientKey are what the apiserver shows
+	// the nodes' kubelet endpoints (exec).
+	kubeletClientCert, kubeletClientKey string
+	tokens                              string
+	adminToken                          string
 }
 
 func writePKI(dir string) (*pki, error) {
 	p := &pki{
 		servingCert: filepath.Join(dir, "serving.crt"),
 		servingKey:  filepath.Join(dir, "serving.key"),
-		saPublic:    filepath.Join(dir, "sa.pub"),
-		saPrivate:   filepath.Join(dir, "sa.key"),
-		tokens:      filepath.Join(dir, "tokens.csv"),
+		caFile:      filepath.Join(dir, "ca.crt"),
+
+		kubeletClientCert: filepath.Join(dir, "kubelet-client.crt"),
+		kubeletClientKey:  filepath.Join(dir, "kubelet-client.key"),
+		saPublic:          filepath.Join(dir, "sa.pub"),
+		saPrivate:         filepath.Join(dir, "sa.key"),
+		tokens:            filepath.Join(dir, "tokens.csv"),
 	}
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -57,6 +68,10 @@ func writePKI(dir string) (*pki, error) {
 		return nil, err
 	}
 	p.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
+	p.caCert, p.caKey = caCert, caKey
+	if err := os.WriteFile(p.caFile, p.caPEM, 0o600); err != nil {
+		return nil, err
+	}
 
 	servingKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -83,6 +98,24 @@ func writePKI(dir string) (*pki, error) {
 		return nil, err
 	}
 
+	clientKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	clientDER, err := p.issue(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: "kube-apiserver-kubelet-client", Organization: []string{"system:masters"}},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, &clientKey.PublicKey)
+	if err != nil {
+		return nil, err
+	}
+	if err := writePEM(p.kubeletClientCert, "CERTIFICATE", clientDER); err != nil {
+		return nil, err
+	}
+	if err := writeECKey(p.kubeletClientKey, clientKey); err != nil {
+		return nil, err
+	}
+
 	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -104,6 +137,46 @@ func writePKI(dir string) (*pki, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// issue signs tmpl, valid for a day, for pub with the CA.
+func (p *pki) issue(tmpl *x509.Certificate, pub *ecdsa.PublicKey) ([]byte, error) {
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tmpl.SerialNumber = serial
+	tmpl.NotBefore, tmpl.NotAfter = now.Add(-time.Hour), now.Add(24*time.Hour)
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+	return x509.CreateCertificate(rand.Reader, tmpl, p.caCert, pub, p.caKey)
+}
+
+// kubeletTLS is the TLS config of a node's kubelet endpoint: a serving
+// certificate for 127.0.0.1 signed by the CA the apiserver checks kubelets
+// with, and only clients with a certificate of that CA (the apiserver).
+func (p *pki) kubeletTLS(node string) (*tls.Config, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	der, err := p.issue(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:    []string{node, "localhost"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+	}, &key.PublicKey)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(p.caCert)
+	return &tls.Config{
+		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    pool,
+		MinVersion:   tls.VersionTLS12,
+	}, nil
 }
 
 func writeECKey(path string, key *ecdsa.PrivateKey) error {

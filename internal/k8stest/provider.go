@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -45,7 +47,9 @@ import (
 //     restart a container after a CrashLoopBackOff wait (1 s doubling to
 //     10 s);
 //   - delete sends SIGTERM to each process group, then SIGKILL after the
-//     grace period, and reports the terminal status.
+//     grace period, and reports the terminal status;
+//   - exec runs a command in a running container's env, cwd and process
+//     group (exec.go).
 //
 // Not done: init containers (a pod with any fails to create), probes,
 // ephemeral containers, securityContext (processes run as the test's
@@ -95,6 +99,17 @@ type podRun struct {
 type containerRun struct {
 	spec  corev1.Container
 	final bool // will not run again
+	// running is the container's process while it runs, for exec.
+	running *runningProcess
+}
+
+// runningProcess is a container's running process and the commands
+// exec started in it.
+type runningProcess struct {
+	pid   int
+	env   []string
+	dir   string
+	execs map[int]bool // by pid
 }
 
 func newProvider(client kubernetes.Interface, recorder record.EventRecorder, cfg NodeConfig, dir string, base [2]byte) *provider {
@@ -528,6 +543,7 @@ func (p *provider) runProcess(r *podRun, i int, spec *processSpec, restarts int3
 		st.LastTerminationState = corev1.ContainerState{Terminated: last}
 	}
 	p.setStateLocked(r, i, corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}})
+	r.containers[i].running = &runningProcess{pid: pid, env: spec.env, dir: spec.dir, execs: map[int]bool{}}
 	p.mu.Unlock()
 	p.recorder.Eventf(r.ref, corev1.EventTypeNormal, "Started", "Started container %s", c.Name)
 
@@ -582,8 +598,17 @@ wait:
 		}
 	}
 	// What the leader leaves behind in its group goes with it, as a
-	// container's processes go with it.
+	// container's processes go with it, and so do the commands exec
+	// started in it, also those that made a process group of their own.
+	p.mu.Lock()
+	execs := slices.Collect(maps.Keys(r.containers[i].running.execs))
+	r.containers[i].running = nil
+	p.mu.Unlock()
 	_ = sysproc.Kill(-pid, syscall.SIGKILL)
+	for _, e := range execs {
+		_ = sysproc.Kill(-e, syscall.SIGKILL)
+		_ = sysproc.Kill(e, syscall.SIGKILL)
+	}
 
 	term := &corev1.ContainerStateTerminated{StartedAt: started, FinishedAt: metav1.Now(), ContainerID: fmt.Sprintf("process://%d", pid)}
 	term.ExitCode = exitCode(cmd, waitErr)

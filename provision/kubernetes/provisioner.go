@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/informers"
 	k8s "k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"kernelgate/jupyter"
@@ -36,7 +37,11 @@ const Name = "kubernetes-provisioner"
 
 // Provisioner runs each kernel in a pod of its own.
 type Provisioner struct {
-	Client    k8s.Interface
+	Client k8s.Interface
+	// Config is Client's config, for the pods/exec subresource that runs
+	// commands beside a kernel in its pod; without it a pod kernel runs
+	// none (jupyter.ErrNoCommands).
+	Config    *rest.Config
 	Namespace string
 	// Release scopes the pods: gateways of different releases (or
 	// namespaces) never touch each other's pods.
