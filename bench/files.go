@@ -21,7 +21,8 @@ import (
 // file on disk (the gateway streams it into a temporary file, fsyncs it
 // and renames it into place) against cp of the same file followed by an
 // fsync, and a GET of it into a file (the harness splices the body from
-// its socket into the file) against a plain cp; interleaved, with
+// its socket into the file) against a plain cp, and a GET into /dev/null
+// against cp into /dev/null; interleaved, with
 // the gateway's peak RSS growth over the transfers. The workspaces and the
 // copies live on the same disk (the system's temporary folder).
 func (b *bench) benchFiles(ctx context.Context) error {
@@ -49,7 +50,7 @@ func (b *bench) benchFiles(ctx context.Context) error {
 	if err := resetPeak(b.kg.pid()); err != nil {
 		return err
 	}
-	var up, upCp, down, downCp sample
+	var up, upCp, down, downCp, null, nullCp sample
 	for i := 0; i < b.opt.filesRuns; i++ {
 		progress("files: run %d of %d", i+1, b.opt.filesRuns)
 		d, err := measure(func() error { return cpFile(src, filepath.Join(dir, "cp-sync.bin"), true) })
@@ -77,9 +78,19 @@ func (b *bench) benchFiles(ctx context.Context) error {
 			return err
 		}
 		down = append(down, d)
-		for _, f := range []string{"cp-sync.bin", "down.bin"} {
-			os.Remove(filepath.Join(dir, f))
+		os.Remove(filepath.Join(dir, "down.bin"))
+		// Both discarding: cp into /dev/null, the body spliced there.
+		d, err = measure(func() error { return cpFile(src, os.DevNull, false) })
+		if err != nil {
+			return err
 		}
+		nullCp = append(nullCp, d)
+		d, err = measure(func() error { return b.kg.download(fctx, id, "data.bin", os.DevNull, size) })
+		if err != nil {
+			return err
+		}
+		null = append(null, d)
+		os.Remove(filepath.Join(dir, "cp-sync.bin"))
 	}
 	_, hwm, err := memStatus(b.kg.pid())
 	if err != nil {
@@ -96,6 +107,11 @@ func (b *bench) benchFiles(ctx context.Context) error {
 		figure: "files: download " + label + " (GET, the body spliced into a file; vs cp into a file, same filesystem), MiB/s p50",
 		kg:     fmt.Sprintf("%.0f", rate(down.p50())), direct: fmt.Sprintf("%.0f (cp)", rate(downCp.p50())),
 		ratios: fmt.Sprintf("kernelgate/cp %.2f", rate(down.p50())/rate(downCp.p50())),
+	})
+	b.add(row{
+		figure: "files: download " + label + ", both discarding (GET, the body spliced into /dev/null; vs cp into /dev/null), MiB/s p50",
+		kg:     fmt.Sprintf("%.0f", rate(null.p50())), direct: fmt.Sprintf("%.0f (cp)", rate(nullCp.p50())),
+		ratios: fmt.Sprintf("kernelgate/cp %.2f", rate(null.p50())/rate(nullCp.p50())),
 	})
 	growth := hwm - rss0
 	b.add(row{figure: "files: gateway peak RSS growth over the transfers, MiB", kg: fmt.Sprintf("%.1f", mib(growth))})
