@@ -52,6 +52,14 @@ func (s *rtSystem) cpuNote() string {
 	return fmt.Sprintf("; %s CPU %.0f µs per round trip", s.cpuOf, float64(s.cpu.Microseconds())/float64(len(s.lat)))
 }
 
+// cpuPer is the CPU time of the measured process per round trip.
+func cpuPer(s *rtSystem) string {
+	if len(s.lat) == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.0f µs", float64(s.cpu.Microseconds())/float64(len(s.lat)))
+}
+
 // join makes one system of several, each on a kernel of its own: turn by
 // turn, they average out how far one kernel process differs from another.
 func join(systems ...*rtSystem) *rtSystem {
@@ -362,7 +370,8 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 	b.add(row{figure: name + ", websocket v1", kg: lat(kgV1.lat) + lateNote(kgV1.late), direct: lat(d), ratios: ratios(kgV1.lat, d, nil, true) + kgV1.cpuNote()})
 	b.add(row{figure: name + ", websocket JSON", kg: lat(kgJSON.lat) + lateNote(kgJSON.late), direct: lat(d),
 		js: lat(js.lat) + lateNote(js.late), ratios: ratios(kgJSON.lat, d, js.lat, true) + kgJSON.cpuNote() + "; JS" + strings.TrimPrefix(js.cpuNote(), "; gateway")})
-	b.add(row{figure: name + ", POST /api/execute", kg: lat(rest.lat) + missingNote(rest.late), direct: lat(d), ratios: ratios(rest.lat, d, nil, true) + rest.cpuNote()})
+	b.add(row{figure: name + ", POST /api/execute", kg: lat(rest.lat) + missingNote(rest.late), direct: lat(d),
+		ratios: ratios(rest.lat, d, nil, true) + "; REST − websocket v1 paired " + fmtDiff(paired(rest.lat, kgV1.lat)) + rest.cpuNote()})
 	if restOff != nil {
 		b.add(row{figure: name + ", POST /api/execute with --late-output-wait=-1ms", kg: lat(restOff.lat) + missingNote(restOff.late),
 			direct: lat(d), ratios: ratios(restOff.lat, d, nil, true) + restOff.cpuNote()})
@@ -388,6 +397,13 @@ func (b *bench) roundTrip(ctx context.Context, specName, language string) error 
 			b.missedBecause(fmt.Sprintf("a process that only copies the bytes between the client and the kernel adds %s on this machine in this run, more than the 0.3 ms allowed, and kernelgate is no slower than it; see \"What each row means and where the time goes\"", fmtDiff(relay)))
 		}
 	}
+	// The REST path against the websocket's, both kernelgate on kernels
+	// of the same spec, turn by turn; the control says how far two sets
+	// of kernels differ.
+	p := paired(rest.lat, kgV1.lat)
+	b.check("POST /api/execute `1+1` on "+specName+" within +0.1 ms of the websocket v1 round trip (paired)", p <= 100*time.Microsecond,
+		"paired difference %s, p50 %s vs %s ms; control %s; gateway CPU %s against %s per round trip",
+		fmtPaired(rest.lat, kgV1.lat), fmtMS(rest.lat.p50()), fmtMS(kgV1.lat.p50()), fmtPaired(control.lat, d), cpuPer(rest), cpuPer(kgV1))
 	floor := "; floor (relay) " + fmtDiff(paired(relayed.lat, d)) + "; against kernelgate's kernel client in the harness " + fmtDiff(paired(rest.lat, client.lat))
 	if language == "python" {
 		r := ms(rest.lat.p50()) / ms(d.p50())

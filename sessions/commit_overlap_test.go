@@ -27,11 +27,13 @@ func (s *commitCounter) CommitRun(ctx context.Context, id string, data []byte) e
 
 // A run's code goes to its kernel while its record is being committed:
 // the disk and the kernel work at the same time. With the store's commit
-// held, a synchronous execute of code that writes a file sees the file
-// appear and the run end; its answer (which carries its id) comes only
-// once the commit is released, the run's end waited for the commit in
-// flight rather than starting one of its own, and the store then holds
-// the record naming the run's kernel and request.
+// held, a run whose id leaves before its end (a streamed run, a 202) of
+// code that writes a file sees the file appear and the run end; Execute
+// returns it (its id) only once the commit is released, the run's end
+// waited for the commit in flight rather than starting one of its own,
+// and the store then holds the record naming the run's kernel and
+// request. (A run its caller waits for commits nothing:
+// TestWaitedRunWaitsForNoCommit.)
 func TestCodeIsSentWhileTheRecordCommits(t *testing.T) {
 	store := openHeldStore(t, state.Options{}, nil)
 	counted := &commitCounter{Store: store}
@@ -59,7 +61,7 @@ func TestCodeIsSentWhileTheRecordCommits(t *testing.T) {
 	}
 	answered := make(chan answer, 1)
 	go func() {
-		r, err := m.Execute(ctx, ExecuteRequest{Context: c.ID, Wait: true,
+		r, err := m.Execute(ctx, ExecuteRequest{Context: c.ID,
 			Code: fmt.Sprintf("open(%q, 'w').write('x')", file)})
 		if err == nil {
 			err = r.Wait(ctx)
@@ -89,7 +91,7 @@ func TestCodeIsSentWhileTheRecordCommits(t *testing.T) {
 	})
 	select {
 	case a := <-answered:
-		t.Fatalf("the synchronous execute answered (run %s, err %v) while the run's record was not committed", a.r.ID, a.err)
+		t.Fatalf("Execute returned (run %s, err %v) while the run's record was not committed", a.r.ID, a.err)
 	case <-r.Done():
 		t.Fatal("the run was done (its answer could go) while its record was not committed")
 	default:
@@ -100,7 +102,7 @@ func TestCodeIsSentWhileTheRecordCommits(t *testing.T) {
 	select {
 	case a = <-answered:
 	case <-time.After(30 * time.Second):
-		t.Fatal("the synchronous execute did not answer once the commit was released")
+		t.Fatal("Execute did not return once the commit was released")
 	}
 	if a.err != nil {
 		t.Fatal(a.err)
@@ -131,12 +133,13 @@ func TestCodeIsSentWhileTheRecordCommits(t *testing.T) {
 	t.Fatalf("the store has no record of run %s", r.ID)
 }
 
-// A disk that does not answer holds a run up by storeTimeout at most, as
-// before: the code of the run whose commit hangs still goes to the
-// kernel at once and its output comes; its answer comes once the
-// commit's wait runs out, the store is then taken as stuck, and the next
-// run answers while the disk still does not. Once the disk answers, both
-// runs' records reach the store.
+// A disk that does not answer holds a run whose id leaves before its end
+// up by storeTimeout at most, as before: the code of the run whose
+// commit hangs still goes to the kernel at once and its output comes;
+// Execute returns it once the commit's wait runs out, the store is then
+// taken as stuck, and the next such run is returned while the disk
+// still does not answer. Once the disk answers, both runs' records reach
+// the store.
 func TestHungCommitHoldsTheAnswerOnlyUntilTheStoreTimeout(t *testing.T) {
 	store := openHeldStore(t, state.Options{}, nil)
 	m := newRealManager(t, Config{Store: store, PoolSize: 0})
@@ -151,7 +154,10 @@ func TestHungCommitHoldsTheAnswerOnlyUntilTheStoreTimeout(t *testing.T) {
 	store.hold()
 	answered := make(chan *Run, 1)
 	go func() {
-		r, err := m.Execute(ctx, ExecuteRequest{Context: c.ID, Wait: true, Code: "print('out')"})
+		r, err := m.Execute(ctx, ExecuteRequest{Context: c.ID, Code: "print('out')"})
+		if err == nil {
+			err = r.Wait(ctx)
+		}
 		if err != nil {
 			t.Error(err)
 			r = nil
@@ -179,7 +185,10 @@ func TestHungCommitHoldsTheAnswerOnlyUntilTheStoreTimeout(t *testing.T) {
 	default:
 	}
 	// The store is stuck: the next run does not wait for it.
-	next, _ := run(t, m, ExecuteRequest{Context: c.ID, Code: "2+2"})
+	next, err := m.Execute(ctx, ExecuteRequest{Context: c.ID, Code: "2+2"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	select {
 	case <-store.release:
 		t.Fatal("the store was released before the next run answered")

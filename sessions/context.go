@@ -368,7 +368,7 @@ func (c *Context) execute(r *Run) {
 	// A kernel that dies between being handed out and taking the run is
 	// replaced once: the run had not started.
 	for attempt := 0; ; attempt++ {
-		if (attempt > 0 || !c.kernelReady()) && !r.isDurable() {
+		if (attempt > 0 || !c.kernelReady()) && !r.isDurable() && !r.wait {
 			// It waits for a kernel: its record is committed now, so
 			// that its id is handed out meanwhile (Execute).
 			r.promise()

@@ -352,10 +352,11 @@ func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*Run, error)
 		m.dropRun(r, err)
 		return nil, err
 	}
-	if !first {
+	if !first && !req.Wait {
 		// It waits behind another run: its record is committed now,
 		// before its id is handed out. (The next run to go is committed
-		// as its code is sent, or before it waits for its kernel.)
+		// as its code is sent, or before it waits for its kernel.) A
+		// run its caller waits for hands its id out with its end only.
 		r.promise()
 	}
 	if inline {
@@ -593,6 +594,7 @@ func (m *Manager) newRunWithID(id string, c *Context, req ExecuteRequest) *Run {
 	r.b.displayResults = displayResults(c.spec)
 	r.observer = m.cfg.Observer
 	r.onEnd = m.runEnded
+	r.wait = req.Wait
 	if m.store != nil {
 		r.ps = &runStore{m: m}
 	} else {
@@ -698,8 +700,10 @@ func (m *Manager) keptRuns(ids []string) []string {
 	out := make([]string, 0, len(ids))
 	for _, id := range ids {
 		// A run whose record is not durable yet is not shown: its id
-		// is handed out only once it is (promise).
-		if r, ok := m.runs[id]; ok && r.isDurable() {
+		// is handed out only once it is (promise). A run its caller
+		// waits for is shown from memory: nothing of it is promised
+		// while it runs.
+		if r, ok := m.runs[id]; ok && (r.wait || r.isDurable()) {
 			out = append(out, id)
 		}
 	}

@@ -22,7 +22,11 @@ import (
 //   - a context and a Jupyter session are written, durably, before the
 //     call that made or changed them returns, and deleted with them;
 //   - a run's record is committed before its id leaves the gateway
-//     (promise). The run next to go on an idle context is committed as
+//     (promise), unless its id leaves only with its end (a run its
+//     caller waits for, ExecuteRequest.Wait): such a run commits
+//     nothing and waits for no commit; its record and events are
+//     queued as they change, as below, and listings show it from
+//     memory meanwhile. The run next to go on an idle context is committed as
 //     its code is sent, naming its kernel and its execute_request: the
 //     commit is started and the code goes at once, the disk working
 //     while the kernel does; its id, and its end, wait for the commit.
@@ -414,7 +418,13 @@ func (r *Run) promise() { r.write(writePromise) }
 // waits for it too). A run whose id is out already (it waited for its
 // turn or its kernel) waits for the commit before its code goes, so that
 // a gateway started again after a crash finds the request it sent.
+//
+// A run its caller waits for (Run.wait) commits nothing: its record,
+// naming its request, is queued with its start, right after.
 func (r *Run) promiseSending() {
+	if r.wait {
+		return
+	}
 	if r.isDurable() {
 		r.promise()
 		return
@@ -475,7 +485,7 @@ func (r *Run) tryWrite(mode writeMode) <-chan struct{} {
 		return nil
 	}
 	st := r.state
-	if st == RunDone && mode == writeQueued && !r.isDurable() {
+	if st == RunDone && mode == writeQueued && !r.isDurable() && !r.wait {
 		if ps.committing {
 			// Its record is being committed (its code was sent
 			// meanwhile): its end waits for that commit, which

@@ -100,6 +100,11 @@ type Run struct {
 	msgID       string
 	durable     chan struct{}
 	durableOnce sync.Once
+	// wait: its caller waits for its end, and its id leaves the gateway
+	// only with it (ExecuteRequest.Wait). Nothing of it is promised while
+	// it runs: its record and events are queued as they change, like
+	// every run's later writes, and never waited for.
+	wait bool
 
 	observer Observer
 	onEnd    func(*Run)  // the manager's accounting, told once the run ended
