@@ -23,6 +23,7 @@ import (
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
 	kubeprov "kernelgate/provision/kubernetes"
+	"kernelgate/runs"
 	"kernelgate/sessions"
 	"kernelgate/state"
 	"kernelgate/web"
@@ -270,7 +271,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		EnvAllow:         cfg.EnvAllow,
 		Languages:        langs,
 		QueueLimit:       cfg.QueueLimit,
-		RunLimits:        sessions.Limits{LogBytes: cfg.MaxLogBytes, ResultBytes: cfg.MaxResultBytes},
+		RunLimits:        runs.Limits{LogBytes: cfg.MaxLogBytes, ResultBytes: cfg.MaxResultBytes},
 		RunRetention:     cfg.RunRetention,
 		RunsKept:         cfg.RunsKept,
 		InterruptGrace:   cfg.InterruptGrace,

@@ -19,6 +19,7 @@ import (
 	"kernelgate/internal/testkernels"
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	"kernelgate/runs"
 	"kernelgate/sessions"
 )
 
@@ -378,4 +379,4 @@ func resultText(t *testing.T, iopub []wsMsg) string {
 }
 
 // stripANSI is the product's own: the Execution's text mirror uses it.
-func stripANSI(s string) string { return sessions.StripANSI(s) }
+func stripANSI(s string) string { return runs.StripANSI(s) }

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"kernelgate/runs"
 	"kernelgate/sessions"
 )
 
@@ -81,7 +82,7 @@ func (m *Metrics) PoolTaken(spec string, hit bool) {
 	}
 	m.poolTakes.WithLabelValues(spec, result).Inc()
 }
-func (m *Metrics) RunEnded(language string, reason sessions.Reason, took time.Duration, truncated bool) {
+func (m *Metrics) RunEnded(language string, reason runs.Reason, took time.Duration, truncated bool) {
 	m.runs.WithLabelValues(language, string(reason)).Inc()
 	m.runLatency.WithLabelValues(language).Observe(took.Seconds())
 	if truncated {

@@ -6,6 +6,7 @@ import (
 
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	"kernelgate/runs"
 )
 
 // Some kernels (Deno) publish a request's execute_result after its status:
@@ -136,7 +137,7 @@ func (k *Kernel) holdLocked(m *Message, now time.Time) (bool, []*Client) {
 	switch {
 	case m.Type() == jupyter.ExecuteResult || m.Type() == jupyter.ErrorMsg:
 		h.result = true
-		slow := k.deliverLocked(Outgoing{Channel: IOPub, Msg: m})
+		slow := k.deliverLocked(runs.Outgoing{Channel: IOPub, Msg: m})
 		if h.idle != nil {
 			slow = append(slow, k.releaseLocked(id, h)...)
 		}
@@ -144,14 +145,14 @@ func (k *Kernel) holdLocked(m *Message, now time.Time) (bool, []*Client) {
 	case m.ExecutionState() == jupyter.StateIdle && h.idle == nil:
 		if h.result {
 			delete(k.holds, id)
-			return true, k.deliverLocked(Outgoing{Channel: IOPub, Msg: m})
+			return true, k.deliverLocked(runs.Outgoing{Channel: IOPub, Msg: m})
 		}
 		h.idle = m
 		h.until = now.Add(maxHoldWaits * k.lateWait)
 		h.timer = time.AfterFunc(k.lateWait, func() { k.releaseIdle(id, h) })
 		return true, nil
 	}
-	slow := k.deliverLocked(Outgoing{Channel: IOPub, Msg: m})
+	slow := k.deliverLocked(runs.Outgoing{Channel: IOPub, Msg: m})
 	if h.idle != nil && now.Add(k.lateWait).Before(h.until) {
 		h.timer.Reset(k.lateWait) // more output: wait for the rest
 	}
@@ -167,7 +168,7 @@ func (k *Kernel) releaseLocked(id string, h *idleHold) []*Client {
 	if h.idle == nil || k.removed {
 		return nil
 	}
-	return k.deliverLocked(Outgoing{Channel: IOPub, Msg: h.idle})
+	return k.deliverLocked(runs.Outgoing{Channel: IOPub, Msg: h.idle})
 }
 
 // releaseIdle is a hold's timer: the request's output is taken to be in.

@@ -12,22 +12,11 @@ import (
 
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	"kernelgate/runs"
 	"kernelgate/workspace"
 )
 
 func newID() string { return uuid.NewString() }
-
-// newRunID is the id of a new run: a UUID whose leading bits are its
-// time (version 7), so that the store adds the records of new runs, and
-// prunes those of the oldest, at the two ends of its keys instead of all
-// over them (a random key dirtied a page of each of the store's trees per
-// run and commit).
-func newRunID() string {
-	if id, err := uuid.NewV7(); err == nil {
-		return id.String()
-	}
-	return newID()
-}
 
 // contextID is what a client may name a context.
 var contextID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
@@ -162,6 +151,7 @@ func (m *Manager) CreateContext(ctx context.Context, req ContextRequest) (*Conte
 		return nil, err
 	}
 	c := &Context{ID: req.ID, Language: req.Language, Cwd: cwd, Env: req.Env, m: m, spec: spec, ws: ws, wsBorrowed: borrowed, created: time.Now()}
+	c.initRuns()
 	if err := m.addContext(c); err != nil {
 		release() // another context of this id owns the folder
 		return nil, err
@@ -242,22 +232,20 @@ func (m *Manager) deleteContext(ctx context.Context, c *Context, stopping bool) 
 	already := c.deleted
 	c.deleted = true
 	k := c.kernel
-	queued := c.queue
-	c.queue = nil
-	running := c.running
 	c.mu.Unlock()
+	queued, running := c.runs.Close()
 	before, during := deletedBeforeStart(c), "context "+c.ID+" was deleted during the run and its kernel shut down"
 	if stopping {
 		before, during = stoppedBeforeStart, "the gateway stopped during the run and shut its kernel down"
 	}
 	for _, r := range queued {
-		r.lose(before)
+		r.Lose(before)
 	}
 	c.stopCommands(during)
 	// The running run ends first: the kernel's shutdown would end it
 	// without saying why.
 	if running != nil {
-		running.lose(during)
+		running.Lose(during)
 	}
 	if k != nil {
 		m.stopKernel(ctx, k)
@@ -265,24 +253,6 @@ func (m *Manager) deleteContext(ctx context.Context, c *Context, stopping bool) 
 	if !already {
 		m.deleteWorkspace(c)
 	}
-}
-
-// InterruptContext interrupts what a context is running.
-func (m *Manager) InterruptContext(ctx context.Context, id string) error {
-	c, err := m.Context(id)
-	if err != nil {
-		return err
-	}
-	return c.interrupt(ctx)
-}
-
-// RestartContext gives a context a fresh kernel; the id stays.
-func (m *Manager) RestartContext(ctx context.Context, id string) (*Context, error) {
-	c, err := m.Context(id)
-	if err != nil {
-		return nil, err
-	}
-	return c, c.restart(ctx)
 }
 
 // ExecuteRequest is POST /api/execute.
@@ -309,7 +279,7 @@ type ExecuteRequest struct {
 // Execute queues a run and returns it; it runs in the background and
 // outlives the caller. Isolated runs get their kernel before Execute
 // returns (REQUEST_TIMEOUT when the timeout ends first).
-func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*Run, error) {
+func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*runs.Run, error) {
 	if req.Isolated && req.Context != "" {
 		return nil, errorf(ErrBadRequest, "isolated runs get a fresh kernel: do not name a context")
 	}
@@ -345,22 +315,24 @@ func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*Run, error)
 			return nil, err
 		}
 	}
-	r := m.newRun(c, req)
-	inline, first, err := c.enqueueRun(r, req.Wait)
+	r := c.newRun("", req)
+	inline, first, err := c.runs.EnqueueRun(r, req.Wait)
 	if err != nil {
-		m.dropRun(r, err)
+		m.runs.Drop(r, err)
 		return nil, err
 	}
 	if !first {
 		// It waits behind another run: its record is committed now,
 		// before its id is handed out. (The next run to go is committed
 		// as its code is sent, or before it waits for its kernel.)
-		r.promise()
+		r.Promise()
 	}
 	if inline {
-		c.workInline()
+		m.wg.Add(1)
+		c.runs.WorkInline()
+		m.wg.Done()
 	} else if !req.Wait {
-		r.awaitDurable(ctx)
+		r.AwaitDurable(ctx)
 	}
 	return r, nil
 }
@@ -406,6 +378,7 @@ func (m *Manager) sharedContext(req ExecuteRequest) (*Context, error) {
 		return c, err
 	}
 	c = &Context{ID: id, Language: lang, Cwd: cwd, Env: req.Env, Shared: true, m: m, spec: spec, ws: ws, created: time.Now()}
+	c.initRuns()
 	m.contexts[id] = c
 	return c, nil
 }
@@ -424,14 +397,15 @@ func sameEnv(a, b map[string]string) bool {
 
 // executeIsolated runs code on a kernel of its own, from the warm pool when
 // one is ready, deleted after the run.
-func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*Run, error) {
+func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*runs.Run, error) {
 	choice, err := m.chooseKernel(req.Language, req.Kernelspec)
 	if err != nil {
 		return nil, err
 	}
 	lang, spec := choice.language, choice.spec
-	runID := newRunID()
+	runID := runs.NewID()
 	c := &Context{ID: "isolated-" + runID, Language: lang, Env: req.Env, Isolated: true, m: m, spec: spec, created: time.Now()}
+	c.initRuns()
 	if req.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, req.Timeout)
@@ -452,7 +426,7 @@ func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*Run
 		// take moved the kernel (and its place under MaxKernels) from
 		// the pool to the manager's kernels.
 		c.ws = k.ws
-		fail := func(err error) (*Run, error) {
+		fail := func(err error) (*runs.Run, error) {
 			m.stopKernel(context.Background(), k)
 			c.ws.Delete()
 			return nil, err
@@ -493,14 +467,14 @@ func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*Run
 	m.mu.Lock()
 	m.contexts[c.ID] = c
 	m.mu.Unlock()
-	r := m.newRunWithID(runID, c, req)
-	if err := c.enqueue(r); err != nil {
-		m.dropRun(r, err)
+	r := c.newRun(runID, req)
+	if err := c.runs.Enqueue(r); err != nil {
+		m.runs.Drop(r, err)
 		m.deleteContext(context.Background(), c, false)
 		return nil, err
 	}
 	if !req.Wait {
-		r.awaitDurable(ctx)
+		r.AwaitDurable(ctx)
 	}
 	return r, nil
 }
@@ -583,106 +557,11 @@ func (m *Manager) Pools() []PoolStats {
 	return out
 }
 
-func (m *Manager) newRun(c *Context, req ExecuteRequest) *Run {
-	return m.newRunWithID(newRunID(), c, req)
-}
-
-func (m *Manager) newRunWithID(id string, c *Context, req ExecuteRequest) *Run {
-	r := newRun(id, c.ID, c.Language, req.Code, req.Stdin, req.Timeout, m.cfg.RunLimits)
-	r.b.displayResults = displayResults(c.spec)
-	r.observer = m.cfg.Observer
-	r.onEnd = m.runEnded
-	if m.store != nil {
-		r.ps = &runStore{m: m}
-	} else {
-		r.madeDurable()
-	}
-	m.mu.Lock()
-	pruned := m.pruneRunsLocked()
-	m.runs[id] = r
-	m.runOrder = append(m.runOrder, r)
-	m.mu.Unlock()
-	m.deleteRuns(pruned)
-	return r
-}
-
-// dropRun forgets a run its queue refused, and ends it: nothing waits for
-// it, and no record of it is kept.
-func (m *Manager) dropRun(r *Run, why error) {
-	m.mu.Lock()
-	if m.runs[r.ID] == r {
-		delete(m.runs, r.ID)
-		// It is the newest run, or close to it.
-		for i := len(m.runOrder) - 1; i >= 0; i-- {
-			if m.runOrder[i] == r {
-				m.runOrder = append(m.runOrder[:i], m.runOrder[i+1:]...)
-				break
-			}
-		}
-	}
-	m.mu.Unlock()
-	r.refuse(why)
-	m.deleteRuns([]*Run{r})
-}
-
-// runEnded counts a finished run's memory and prunes the records.
-func (m *Manager) runEnded(r *Run) {
-	size := r.memory()
-	m.mu.Lock()
-	if m.runs[r.ID] == r && !r.counted {
-		r.counted = true
-		m.runBytes += size
-	}
-	pruned := m.pruneRunsLocked()
-	m.mu.Unlock()
-	m.deleteRuns(pruned)
-}
-
-// pruneRunsLocked forgets the oldest finished runs while more than
-// RunsKept runs or RunBytes of finished runs are kept, and those past the
-// retention time. It goes from the oldest run and stops at the first
-// finished run it keeps; runs still queued or running are passed over and
-// kept whatever their age, so one long run does not hold back the pruning
-// of those after it. It returns the runs pruned whose records the store
-// keeps, for deleteRuns once m.mu is released.
-func (m *Manager) pruneRunsLocked() (pruned []*Run) {
-	now := time.Now()
-	n := len(m.runOrder)
-	kept := m.runOrder[:0:0]
-	i := 0
-	for ; i < len(m.runOrder); i++ {
-		r := m.runOrder[i]
-		r.mu.Lock()
-		done, at, size := r.state == RunDone, r.finished, r.kept
-		r.mu.Unlock()
-		if !done {
-			kept = append(kept, r)
-			continue
-		}
-		if n <= m.cfg.RunsKept && m.runBytes <= m.cfg.RunBytes && now.Sub(at) <= m.cfg.RunRetention {
-			break
-		}
-		delete(m.runs, r.ID)
-		if m.store != nil {
-			pruned = append(pruned, r)
-		}
-		if r.counted {
-			m.runBytes -= size
-		}
-		n--
-	}
-	if n == len(m.runOrder) {
-		return nil
-	}
-	// The unfinished runs passed over go right before the first run kept
-	// after them, and the order starts there: the runs after it are not
-	// copied (a copy of the whole order per run was O(RunsKept) under
-	// m.mu); append reallocates once the front's room is used up.
-	start := i - len(kept)
-	copy(m.runOrder[start:i], kept)
-	clear(m.runOrder[:start])
-	m.runOrder = m.runOrder[start:]
-	return pruned
+// newRun makes a run of req on c, kept in the manager's runs; id "" is
+// a new id.
+func (c *Context) newRun(id string, req ExecuteRequest) *runs.Run {
+	return c.m.runs.New(runs.Spec{ID: id, Context: c.ID, Language: c.Language, Code: req.Code, Stdin: req.Stdin,
+		Timeout: req.Timeout, DisplayResults: displayResults(c.spec)})
 }
 
 // deletedBeforeStart says why a run queued on a deleted context ends.
@@ -690,35 +569,8 @@ func deletedBeforeStart(c *Context) string {
 	return "context " + c.ID + " was deleted before the run started; it never ran"
 }
 
-// keptRuns returns the ids whose runs are still kept, in their order.
-func (m *Manager) keptRuns(ids []string) []string {
-	m.mu.Lock()
-	pruned := m.pruneRunsLocked()
-	out := make([]string, 0, len(ids))
-	for _, id := range ids {
-		// A run whose record is not durable yet is not shown: its id
-		// is handed out only once it is (promise).
-		if r, ok := m.runs[id]; ok && r.isDurable() {
-			out = append(out, id)
-		}
-	}
-	m.mu.Unlock()
-	m.deleteRuns(pruned)
-	return out
-}
-
 // Run returns a run by id.
-func (m *Manager) Run(id string) (*Run, error) {
-	m.mu.Lock()
-	pruned := m.pruneRunsLocked()
-	r, ok := m.runs[id]
-	m.mu.Unlock()
-	m.deleteRuns(pruned)
-	if !ok {
-		return nil, errorf(ErrNotFound, "no run %q (finished runs are kept for %v)", id, m.cfg.RunRetention)
-	}
-	return r, nil
-}
+func (m *Manager) Run(id string) (*runs.Run, error) { return m.runs.Get(id) }
 
 // stoppedBeforeStart is what a run queued when the gateway stopped says.
 const stoppedBeforeStart = "the gateway stopped before the run started; it never ran"

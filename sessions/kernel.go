@@ -9,6 +9,7 @@ import (
 
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	"kernelgate/runs"
 	"kernelgate/workspace"
 
 	"kernelgate/internal/timefmt"
@@ -63,7 +64,7 @@ type Kernel struct {
 	reason   string
 	lastAct  time.Time
 	clients  map[*Client]struct{}
-	offline  queue
+	offline  runs.Outbox
 	restarts []time.Time
 	orphans  []*callRef
 	removed  bool
@@ -107,7 +108,7 @@ func (m *Manager) newKernel(id string, spec *kernelspecs.Spec, env map[string]st
 		state:   jupyter.StateStarting,
 		lastAct: now,
 		clients: make(map[*Client]struct{}),
-		offline: newQueue(m.cfg.ReplayMessages, m.cfg.ReplayBytes),
+		offline: runs.NewOutbox(m.cfg.ReplayMessages, m.cfg.ReplayBytes),
 	}, nil
 }
 
@@ -517,7 +518,7 @@ func (k *Kernel) onIOPub(m *Message) {
 	raised := k.noteLateLocked(m, now)
 	held, slow := k.holdLocked(m, now)
 	if !held {
-		slow = k.deliverLocked(Outgoing{Channel: IOPub, Msg: m})
+		slow = k.deliverLocked(runs.Outgoing{Channel: IOPub, Msg: m})
 	}
 	pickup := k.pickups[m.ParentID]
 	k.mu.Unlock()
@@ -536,10 +537,10 @@ func (k *Kernel) onIOPub(m *Message) {
 // deliverLocked gives o to every client, or keeps it for the next client
 // while none is connected. It detaches the clients whose queue overflowed
 // and returns them: the caller cuts them once it has released k.mu.
-func (k *Kernel) deliverLocked(o Outgoing) (slow []*Client) {
+func (k *Kernel) deliverLocked(o runs.Outgoing) (slow []*Client) {
 	if len(k.clients) == 0 {
 		if _, run := k.runs[o.Msg.ParentID]; !run || o.Msg.ParentID == "" {
-			k.offline.push(o)
+			k.offline.Push(o)
 		}
 		return nil
 	}
@@ -556,7 +557,7 @@ func (k *Kernel) deliverLocked(o Outgoing) (slow []*Client) {
 // calling sending with its msg_id just before; ended, called once the
 // run has ended, makes the kernel keep its later messages for the next
 // client again.
-func (k *Kernel) startRun(jk process, content jupyter.ExecuteContent, h jupyter.Handler, sending func(msgID string)) (c call, ended func(), err error) {
+func (k *Kernel) startRun(jk process, content jupyter.ExecuteContent, h jupyter.Handler, sending func(msgID string)) (c runs.Call, ended func(), err error) {
 	m, err := jk.NewMessage(jupyter.ExecuteRequest, content, nil)
 	if err != nil {
 		return nil, nil, err
@@ -618,7 +619,7 @@ func (k *Kernel) pushStatusLocked(state jupyter.ExecutionState) []*Client {
 	if err != nil {
 		return nil
 	}
-	return k.deliverLocked(Outgoing{Channel: IOPub, Msg: m})
+	return k.deliverLocked(runs.Outgoing{Channel: IOPub, Msg: m})
 }
 
 // Attach connects a client (a websocket) to the kernel. It first receives
@@ -632,7 +633,7 @@ func (k *Kernel) Attach(session string) (*Client, error) {
 	}
 	overflow := false
 	if len(k.clients) == 0 {
-		for _, o := range k.offline.take() {
+		for _, o := range k.offline.Take() {
 			overflow = !c.push(o) || overflow
 		}
 	}

@@ -7,13 +7,13 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	"kernelgate/runs"
 	"kernelgate/state"
 	"kernelgate/workspace"
 
@@ -66,7 +66,7 @@ type Config struct {
 	// table's r, whose kernel needs R).
 	OptionalLanguages []string
 	QueueLimit        int
-	RunLimits         Limits
+	RunLimits         runs.Limits
 	RunRetention      time.Duration
 	RunsKept          int
 	// RunBytes bounds the memory of the finished runs kept (their events
@@ -142,7 +142,7 @@ func DefaultConfig() Config {
 		Languages:          map[string]string{"python": "python3", "javascript": "deno", "typescript": "deno", "r": "ir"},
 		OptionalLanguages:  []string{"r"},
 		QueueLimit:         64,
-		RunLimits:          Limits{LogBytes: 8 << 20, ResultBytes: 32 << 20},
+		RunLimits:          runs.Limits{LogBytes: 8 << 20, ResultBytes: 32 << 20},
 		RunRetention:       10 * time.Minute,
 		RunsKept:           1000,
 		RunBytes:           512 << 20,
@@ -274,21 +274,15 @@ type Manager struct {
 	active chan struct{}
 	wg     sync.WaitGroup
 
-	// Runs whose writes the store refused (persist.go): behind, for the
-	// catch-up, which catchUpWake wakes (without blocking); storeStuck
-	// while the store has not committed a promise in time.
-	behindMu    sync.Mutex
-	behind      []*Run
-	catchUpWake chan struct{}
-	storeStuck  atomic.Bool
+	// runs are the code-interpreter's runs by id; journal writes them
+	// to the store (nil without one).
+	runs    *runs.Table
+	journal *runs.Journal
 
 	mu       sync.Mutex
 	kernels  map[string]*Kernel
 	sessions map[string]*Session
 	contexts map[string]*Context
-	runs     map[string]*Run
-	runOrder []*Run // recorded runs, oldest first
-	runBytes int64  // memory of the finished runs in runs
 	pools    map[string]*pool
 	// pooled counts the warm pools' kernels (starting or ready), stopping
 	// the kernels forgotten whose processes are still being stopped: with
@@ -319,12 +313,10 @@ func New(cfg Config, specs *kernelspecs.Catalog, prov jupyter.Provisioner, log *
 		kernels:  make(map[string]*Kernel),
 		sessions: make(map[string]*Session),
 		contexts: make(map[string]*Context),
-		runs:     make(map[string]*Run),
 		pools:    make(map[string]*pool),
 		room:     make(chan struct{}),
 
 		langVersions: make(map[string]string),
-		catchUpWake:  make(chan struct{}, 1),
 	}
 	m.closingCtx, m.cancelClosing = context.WithCancel(context.Background())
 	m.openWorkspaces()
@@ -336,9 +328,12 @@ func New(cfg Config, specs *kernelspecs.Catalog, prov jupyter.Provisioner, log *
 	}
 	if cfg.Store != nil {
 		m.store = cfg.Store
+		m.journal = runs.NewJournal(cfg.Store, log)
 		m.goroutine(m.checkpoint)
-		m.goroutine(m.catchUp)
+		m.goroutine(func() { m.journal.Run(m.closingCtx) })
 	}
+	m.runs = runs.NewTable(runs.TableConfig{Limits: cfg.RunLimits, Kept: cfg.RunsKept, Bytes: cfg.RunBytes,
+		Retention: cfg.RunRetention, Observer: cfg.Observer, Journal: m.journal})
 	if cfg.CullIdleTimeout > 0 {
 		m.goroutine(m.cull)
 	}
@@ -612,7 +607,7 @@ func (m *Manager) close(ctx context.Context, keep bool) {
 			}()
 		}
 		if keep {
-			m.freezeRuns()
+			m.runs.Freeze()
 		}
 		for _, k := range ks {
 			wg.Add(1)
@@ -628,7 +623,7 @@ func (m *Manager) close(ctx context.Context, keep bool) {
 		wg.Wait()
 		m.wg.Wait()
 		if m.store != nil {
-			if err := m.writeBehind(ctx); err != nil {
+			if err := m.journal.WriteBehind(ctx); err != nil {
 				m.log.Error("state: run records the store was behind on were not written", "err", err)
 			}
 			if err := m.store.Flush(ctx); err != nil {
@@ -637,23 +632,4 @@ func (m *Manager) close(ctx context.Context, keep bool) {
 		}
 		m.closeWorkspaces()
 	})
-}
-
-// freezeRuns stops writing the runs still running: the kernels running
-// them are left to the next gateway, which picks them up from their
-// records as they are now.
-func (m *Manager) freezeRuns() {
-	m.mu.Lock()
-	rs := make([]*Run, 0, len(m.runs))
-	for _, r := range m.runs {
-		rs = append(rs, r)
-	}
-	m.mu.Unlock()
-	for _, r := range rs {
-		r.mu.Lock()
-		if r.state != RunDone {
-			r.ps = nil
-		}
-		r.mu.Unlock()
-	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"kernelgate/jupyter"
+	"kernelgate/runs"
 )
 
 // Observer is told what the manager does, for metrics. Its methods are
@@ -16,17 +17,17 @@ type Observer interface {
 	KernelDied(spec string)
 	KernelCulled(spec string)
 	PoolTaken(spec string, hit bool)
-	RunEnded(language string, reason Reason, took time.Duration, truncated bool)
+	runs.Observer
 }
 
 type nopObserver struct{}
 
-func (nopObserver) KernelStarted(string, time.Duration, error)   {}
-func (nopObserver) KernelRestarted(string, string)               {}
-func (nopObserver) KernelDied(string)                            {}
-func (nopObserver) KernelCulled(string)                          {}
-func (nopObserver) PoolTaken(string, bool)                       {}
-func (nopObserver) RunEnded(string, Reason, time.Duration, bool) {}
+func (nopObserver) KernelStarted(string, time.Duration, error)        {}
+func (nopObserver) KernelRestarted(string, string)                    {}
+func (nopObserver) KernelDied(string)                                 {}
+func (nopObserver) KernelCulled(string)                               {}
+func (nopObserver) PoolTaken(string, bool)                            {}
+func (nopObserver) RunEnded(string, runs.Reason, time.Duration, bool) {}
 
 var _ Observer = nopObserver{}
 
@@ -57,9 +58,7 @@ func (m *Manager) KernelCounts() []KernelCount {
 func (m *Manager) QueuedRuns() int {
 	n := 0
 	for _, c := range m.Contexts() {
-		c.mu.Lock()
-		n += len(c.queue)
-		c.mu.Unlock()
+		n += c.runs.Len()
 	}
 	return n
 }

@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"context"
+	"kernelgate/runs"
 	"testing"
 )
 
@@ -23,7 +24,7 @@ func TestPoolHandsOutReadyKernelsAndRefills(t *testing.T) {
 	waitFor(t, "the pool to fill", func() bool { return ready() == 1 })
 
 	_, e := run(t, m, ExecuteRequest{Code: "print isolated", Isolated: true})
-	if e.Process.Reason != Completed || len(e.Logs.Stdout) != 1 {
+	if e.Process.Reason != runs.Completed || len(e.Logs.Stdout) != 1 {
 		t.Fatalf("isolated run: %+v %+v", e.Process, e.Logs)
 	}
 	if ps := m.Pools()[0]; ps.Hits != 1 || ps.Misses != 0 {
@@ -48,7 +49,7 @@ func TestPoolHandsOutReadyKernelsAndRefills(t *testing.T) {
 		return len(p.ready) == 1 && !p.ready[0].Running()
 	})
 	_, e = run(t, m, ExecuteRequest{Code: "print again", Isolated: true})
-	if e.Process.Reason != Completed {
+	if e.Process.Reason != runs.Completed {
 		t.Fatalf("isolated run after the pooled kernel died: %+v", e.Process)
 	}
 	if ps := m.Pools()[0]; ps.Misses != 1 {

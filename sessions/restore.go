@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"kernelgate/jupyter"
+	"kernelgate/runs"
 	"kernelgate/state"
 	"kernelgate/workspace"
 )
@@ -439,13 +439,14 @@ func (m *Manager) restoreContext(rec state.Context, kernels map[string]*Kernel, 
 	}
 	c := &Context{ID: rec.ID, Language: rec.Language, Cwd: rec.Cwd, Env: rec.Env, Shared: ex.Shared, m: m, spec: spec, ws: ws,
 		wsBorrowed: ex.Workspace != "", created: rec.Created, tokens: rec.Tokens}
+	c.initRuns()
 	if k := kernels[rec.KernelID]; k != nil {
 		// A lost kernel is at generation 0: its next process is the
 		// first, and the next run says the state is gone.
-		gen, _ := k.generation()
-		c.kernel, c.ranOn, c.ranGen = k, k, gen
+		c.kernel = k
+		c.runs.Restored(kernelRunner{k: k}, "")
 	} else if rec.KernelID != "" {
-		c.endedBefore = "was shut down with the gateway"
+		c.runs.Restored(nil, "was shut down with the gateway")
 	}
 	m.mu.Lock()
 	m.contexts[c.ID] = c
@@ -458,47 +459,17 @@ func (m *Manager) restoreContext(rec state.Context, kernels map[string]*Kernel, 
 // code was being sent) are picked up when their kernel is back, else
 // lost.
 func (m *Manager) restoreRuns(recs []state.Run, contexts map[string]*Context) (restored, pickedUp int) {
-	type kept struct {
-		r   *Run
-		rec runRecord
-	}
-	var runs []kept
-	for _, sr := range recs {
-		var rec runRecord
-		err := json.Unmarshal(sr.Data, &rec)
-		known := rec.State == RunQueued || rec.State == RunRunning || rec.State == RunDone
-		if err != nil || rec.Created.IsZero() || !known {
-			if err := m.store.DeleteRun(sr.ID); err != nil {
-				m.log.Warn("state: run record not deleted", "run", sr.ID, "err", err)
-			}
-			continue
-		}
-		runs = append(runs, kept{m.restoredRun(sr.ID, rec, sr.Events), rec})
-	}
-	sort.Slice(runs, func(i, j int) bool { return runs[i].r.created.Before(runs[j].r.created) })
-	m.mu.Lock()
-	for _, kr := range runs {
-		r := kr.r
-		m.runs[r.ID] = r
-		m.runOrder = append(m.runOrder, r)
-		if r.state == RunDone {
-			r.counted = true
-			m.runBytes += r.kept
-		}
-	}
-	m.mu.Unlock()
-	for _, kr := range runs {
-		r, rec := kr.r, kr.rec
+	kept := m.runs.Restore(recs)
+	for _, kr := range kept {
+		r := kr.Run
 		c := contexts[r.Context]
 		if c != nil {
-			c.mu.Lock()
-			c.runIDs = append(c.runIDs, r.ID)
-			c.mu.Unlock()
+			c.runs.NoteRun(r.ID)
 		}
-		switch r.state {
-		case RunQueued:
-			r.lose("the gateway restarted before the run started; it never ran")
-		case RunRunning:
+		switch r.State() {
+		case runs.RunQueued:
+			r.Lose("the gateway restarted before the run started; it never ran")
+		case runs.RunRunning:
 			var k *Kernel
 			live := false
 			if c != nil {
@@ -506,7 +477,7 @@ func (m *Manager) restoreRuns(recs []state.Run, contexts map[string]*Context) (r
 				k = c.kernel
 				c.mu.Unlock()
 			}
-			if k != nil && k.id == rec.Kernel && rec.MsgID != "" {
+			if k != nil && k.id == kr.Kernel && kr.MsgID != "" {
 				k.mu.Lock()
 				live = k.jk != nil || k.adopting != nil
 				k.mu.Unlock()
@@ -514,142 +485,17 @@ func (m *Manager) restoreRuns(recs []state.Run, contexts map[string]*Context) (r
 			if !live {
 				why := "the gateway restarted during the run and its kernel " + endedWhileDown + "; the next run starts a new kernel without the earlier state"
 				if c != nil {
-					c.lose(r, why)
+					c.runs.Lose(r, why)
 				} else {
-					r.lose(why)
+					r.Lose(why)
 				}
 				continue
 			}
 			pickedUp++
-			c.mu.Lock()
-			c.working, c.running = true, r
-			c.mu.Unlock()
-			m.goroutine(func() {
-				c.pickUp(r, k)
-				c.mu.Lock()
-				c.running = nil
-				c.mu.Unlock()
-				c.runQueue(false)
-			})
+			c.runs.PickUp(r, func() { c.pickUp(r, k) })
 		}
 	}
-	return len(runs), pickedUp
-}
-
-// restoredRun rebuilds a run from its record and events.
-func (m *Manager) restoredRun(id string, rec runRecord, evs []state.Event) *Run {
-	r := newRun(id, rec.Context, rec.Language, rec.Code, rec.Stdin, 0, m.cfg.RunLimits)
-	r.created, r.deadline = rec.Created, rec.Deadline
-	r.kernelID, r.msgID = rec.Kernel, rec.MsgID
-	r.observer = m.cfg.Observer
-	r.onEnd = m.runEnded
-	if m.store != nil {
-		r.ps = &runStore{m: m, stored: rec.State}
-	}
-	r.madeDurable()
-	r.events, r.eventMem = nil, 0
-	for i, e := range evs {
-		if e.Seq != uint64(i+1) {
-			break // a gap: the writes after it were lost
-		}
-		typ := eventType(e.Data)
-		r.events = append(r.events, event{typ: typ, raw: e.Data})
-		r.eventMem += len(e.Data)
-		if rec.State != RunDone {
-			r.b.replay(typ, e.Data)
-		}
-	}
-	if r.ps != nil {
-		r.ps.written = len(r.events)
-	}
-	r.state = rec.State
-	if rec.State == RunQueued && rec.MsgID != "" {
-		// Its code was being sent to its kernel (promise): it may run
-		// there, and is picked up as a running one.
-		r.state = RunRunning
-	}
-	switch r.state {
-	case RunDone:
-		r.finished = rec.Finished
-		json.Unmarshal(rec.Execution, &r.b.exec)
-		if rec.Failure != "" {
-			r.failure = errors.New(rec.Failure)
-		}
-		r.kept = int64(r.eventMem)
-		close(r.done)
-	case RunRunning:
-		r.b.started = true
-	}
-	return r
-}
-
-// eventType reads the type of an event's JSON.
-func eventType(js []byte) string {
-	var t struct {
-		Type string `json:"type"`
-	}
-	json.Unmarshal(js, &t)
-	return t.Type
-}
-
-// replay folds a kept event of a run that had not ended into its
-// Execution, as the builder did when the event was made.
-func (b *builder) replay(typ string, js []byte) {
-	switch typ {
-	case "stdout", "stderr":
-		var e struct{ Text string }
-		if json.Unmarshal(js, &e) == nil {
-			b.headBytes += len(e.Text) // a run not ended has emitted only its head
-			if typ == "stdout" {
-				b.exec.Logs.Stdout = append(b.exec.Logs.Stdout, e.Text)
-			} else {
-				b.exec.Logs.Stderr = append(b.exec.Logs.Stderr, e.Text)
-			}
-		}
-	case "result":
-		var e struct {
-			Data         map[string]json.RawMessage `json:"data"`
-			Metadata     map[string]json.RawMessage `json:"metadata"`
-			IsMainResult bool                       `json:"isMainResult"`
-			DisplayID    string                     `json:"displayId"`
-		}
-		if json.Unmarshal(js, &e) == nil {
-			r := newResult(e.Data, e.Metadata, e.IsMainResult, e.DisplayID)
-			b.resultBytes += r.size
-			b.sawMain = b.sawMain || e.IsMainResult
-			b.exec.Results = append(b.exec.Results, r)
-		}
-	case "display_update":
-		var e struct {
-			DisplayID string                     `json:"displayId"`
-			Data      map[string]json.RawMessage `json:"data"`
-			Metadata  map[string]json.RawMessage `json:"metadata"`
-		}
-		if json.Unmarshal(js, &e) == nil {
-			for i, r := range b.exec.Results {
-				if r.DisplayID == e.DisplayID {
-					next := newResult(e.Data, e.Metadata, r.IsMainResult, r.DisplayID)
-					b.resultBytes += next.size - r.size
-					b.exec.Results[i] = next
-				}
-			}
-		}
-	case "clear_output":
-		var e struct{ Wait bool }
-		if json.Unmarshal(js, &e) == nil {
-			if e.Wait {
-				b.clearPending = true
-			} else {
-				b.clearPending = false
-				b.clear()
-			}
-		}
-	case "error":
-		var e ExecError
-		if json.Unmarshal(js, &e) == nil && b.exec.Error == nil {
-			b.exec.Error = &e
-		}
-	}
+	return len(kept), pickedUp
 }
 
 // pickUp follows a run an earlier gateway started on k, which k still
@@ -659,16 +505,13 @@ func (b *builder) replay(typ string, js []byte) {
 // channel is done, reply and idle status (the shell runs requests in
 // order, iopub keeps their order): whichever comes first. A kernel still being adopted (adoption) is waited for: its
 // messages reach the run meanwhile; one that is lost loses the run.
-func (c *Context) pickUp(r *Run, k *Kernel) {
-	r.mu.Lock()
-	r.b.stream("stderr", LostOutputMarker)
-	msgID := r.msgID
-	r.mu.Unlock()
-	r.persist()
+func (c *Context) pickUp(r *runs.Run, k *Kernel) {
+	r.Output("stderr", LostOutputMarker)
+	msgID := r.MsgID()
 
 	idle := make(chan struct{})
-	var idleOnce, resultOnce sync.Once
-	late := lateOutput{more: make(chan struct{}, 1), result: make(chan struct{})}
+	var idleOnce sync.Once
+	late := runs.NewLateOutput()
 	k.mu.Lock()
 	if k.pickups == nil {
 		k.pickups = map[string]func(*Message){}
@@ -679,17 +522,11 @@ func (c *Context) pickUp(r *Run, k *Kernel) {
 	k.runs[msgID] = struct{}{}
 	k.state = jupyter.StateBusy
 	k.pickups[msgID] = func(m *Message) {
-		r.handle(m, IOPub)
-		switch {
-		case m.Type() == jupyter.ExecuteResult || m.Type() == jupyter.ErrorMsg:
-			resultOnce.Do(func() { close(late.result) })
-		case m.ExecutionState() == jupyter.StateIdle:
+		r.Handle(m, IOPub)
+		if m.ExecutionState() == jupyter.StateIdle {
 			idleOnce.Do(func() { close(idle) })
 		}
-		select {
-		case late.more <- struct{}{}:
-		default:
-		}
+		late.Note(m)
 	}
 	k.mu.Unlock()
 	defer func() {
@@ -699,21 +536,16 @@ func (c *Context) pickUp(r *Run, k *Kernel) {
 		k.mu.Unlock()
 	}()
 
-	stop := make(chan Reason, 1)
-	r.mu.Lock()
-	r.cancel = func(reason Reason) {
+	stop := make(chan runs.Reason, 1)
+	r.SetControls(runs.Controls{Cancel: func(reason runs.Reason) {
 		select {
 		case stop <- reason:
 		default:
 		}
-	}
-	r.mu.Unlock()
-	if !r.deadline.IsZero() {
-		t := time.AfterFunc(time.Until(r.deadline), r.expire)
-		defer t.Stop()
-	}
+	}})
+	r.ArmDeadline(r.Expire)
 
-	var barrier call
+	var barrier runs.Call
 	var barrierDone, jkDone <-chan struct{}
 	var jk process
 	follow := func(p process) {
@@ -744,7 +576,7 @@ func (c *Context) pickUp(r *Run, k *Kernel) {
 	if jk != nil {
 		follow(jk)
 	} else if adopting == nil {
-		c.lose(r, "the gateway restarted during the run and its kernel was lost; the next run starts a new kernel without the earlier state")
+		c.runs.Lose(r, "the gateway restarted during the run and its kernel was lost; the next run starts a new kernel without the earlier state")
 		return
 	}
 	var grace <-chan time.Time
@@ -760,7 +592,7 @@ func (c *Context) pickUp(r *Run, k *Kernel) {
 				if endedBy == "" {
 					endedBy = "was restarted or shut down"
 				}
-				c.lose(r, "the gateway restarted during the run and its kernel "+endedBy+"; the next run starts a new kernel without the earlier state")
+				c.runs.Lose(r, "the gateway restarted during the run and its kernel "+endedBy+"; the next run starts a new kernel without the earlier state")
 				return
 			}
 			follow(p)
@@ -777,20 +609,14 @@ func (c *Context) pickUp(r *Run, k *Kernel) {
 			// A kernel that answered it without its idle status (lost)
 			// has run it, behind the run, all the same.
 			if _, err := barrier.Result(); err != nil && !errors.Is(err, jupyter.ErrRequestDropped) {
-				c.lose(r, lostMessage(err))
+				c.runs.Lose(r, runs.LostMessage(err))
 				return
 			}
 		case <-jkDone:
-			c.lose(r, lostMessage(jk.Err()))
+			c.runs.Lose(r, runs.LostMessage(jk.Err()))
 			return
 		case why := <-stop:
-			r.mu.Lock()
-			if why == TimedOut {
-				r.timedOut = true
-			} else {
-				r.interrupted = true
-			}
-			r.mu.Unlock()
+			r.Stopping(why)
 			ictx, cancel := context.WithTimeout(context.Background(), c.m.cfg.InterruptGrace)
 			k.Interrupt(ictx)
 			cancel()
@@ -801,30 +627,14 @@ func (c *Context) pickUp(r *Run, k *Kernel) {
 		case <-grace:
 			// The kernel did not stop, as in execute: restart it; the
 			// run's state is lost.
-			c.m.log.Warn("kernel did not stop after an interrupt: restarting it", "context", c.ID, "run", r.ID)
-			rctx, rcancel := context.WithTimeout(context.Background(), c.m.cfg.StartTimeout)
-			if err := c.restart(rctx); err != nil {
-				c.m.log.Info("restarting the kernel failed; the next run starts one", "context", c.ID, "err", err)
-			}
-			rcancel()
-			c.lose(r, "the kernel did not stop after an interrupt and was restarted; its state is gone")
+			c.runs.RestartAfterInterrupt(r)
+			c.runs.Lose(r, "the kernel did not stop after an interrupt and was restarted; its state is gone")
 			return
 		}
 		break
 	}
-	c.settle(k, late)
-	r.mu.Lock()
-	reason := Completed
-	switch {
-	case r.timedOut:
-		reason = TimedOut
-	case r.interrupted:
-		reason = Interrupted
-	case r.b.exec.Error != nil:
-		reason = Errored
-	}
-	r.mu.Unlock()
-	r.end(reason, nil)
+	late.Settle(kernelRunner{k: k}.LateWait())
+	r.Finish(r.FollowedReason(), nil)
 }
 
 // contextExtraOf reads what the manager kept of a context beyond

@@ -4,6 +4,7 @@ import (
 	"archive/zip"
 	"context"
 	"encoding/json"
+	"kernelgate/runs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,7 +40,7 @@ func waitPool(t *testing.T, m *Manager, what string, cond func(PoolStats) bool) 
 	return got
 }
 
-func stdout(e Execution) string { return strings.Join(e.Logs.Stdout, "") }
+func stdout(e runs.Execution) string { return strings.Join(e.Logs.Stdout, "") }
 
 // pureWheel writes a pure-Python wheel of module name whose VALUE is value.
 func pureWheel(t *testing.T, dir, name, value string) {
@@ -142,7 +143,7 @@ print(json.dumps({
 		t.Errorf("pool workspaces left: %d before the refill, %d after (want the new pool kernel's only)", len(runs), len(after))
 	}
 	// A restart starts the next process as the context's.
-	if _, err := m.RestartContext(context.Background(), c.ID); err != nil {
+	if _, err := restartContext(m, context.Background(), c.ID); err != nil {
 		t.Fatal(err)
 	}
 	if _, e := run(t, m, ExecuteRequest{Context: c.ID, Code: `import os, kgwarm; print(os.getcwd(), os.environ["GREETING"], kgwarm.VALUE)`}); strings.TrimSpace(stdout(e)) != wantCwd+" hello 7" {
