@@ -154,7 +154,7 @@ func TestExecuteErrorCodes(t *testing.T) {
 	dir := t.TempDir()
 	os.MkdirAll(dir+"/broken", 0o755)
 	os.WriteFile(dir+"/broken/kernel.json", []byte(`{"argv":["/usr/bin/python3","-c","import sys; print('kernel exploded', file=sys.stderr); sys.exit(1)","{connection_file}"],"display_name":"b","language":"python"}`), 0o644)
-	g.mgr.Specs() // the catalog is fixed: make the broken spec visible through a second gateway
+	g.mgr.Catalog().Specs() // the catalog is fixed: make the broken spec visible through a second gateway
 	gb := newGatewayWithDirs(t, []string{dir}, func(m *sessions.Config, _ *Config) {
 		m.Languages = map[string]string{"python": "broken"}
 	})

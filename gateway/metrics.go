@@ -139,7 +139,7 @@ func (s *Server) healthz(c echo.Context) error {
 // readyz answers 200 when kernels can be started, 503 with the reasons
 // otherwise.
 func (s *Server) readyz(c echo.Context) error {
-	if problems := s.mgr.Ready(); len(problems) > 0 {
+	if problems := s.mgr.Catalog().Ready(); len(problems) > 0 {
 		return c.JSON(http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "problems": problems})
 	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})

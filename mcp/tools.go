@@ -26,7 +26,7 @@ func schema(s string) json.RawMessage { return json.RawMessage(s) }
 // languageEnum is the "enum" member of the language argument's schema:
 // the languages the gateway serves (none when it serves none).
 func (h *Handler) languageEnum() string {
-	langs := h.mgr.Languages()
+	langs := h.mgr.Catalog().Languages()
 	if len(langs) == 0 {
 		return ""
 	}

@@ -106,7 +106,7 @@ func (m *Manager) RunCommand(ctx context.Context, req CommandRequest) (*runs.Run
 	}
 	var pathFirst []string
 	if c.ws != nil && strings.EqualFold(c.spec.Language, "python") {
-		pip := m.pipEnv(c.ws)
+		pip := m.catalog.pipEnv(c.ws)
 		for k, v := range pip {
 			env[k] = v
 		}
@@ -187,7 +187,7 @@ func (m *Manager) commandContext(id string) (*Context, error) {
 	if err == nil || !errors.Is(err, ErrNoSuchContext) {
 		return c, err
 	}
-	for _, lang := range m.Languages() {
+	for _, lang := range m.catalog.Languages() {
 		if id == sharedID(lang) {
 			return m.sharedContext(ExecuteRequest{Language: lang})
 		}

@@ -72,7 +72,7 @@ func (k *Kernel) noteLateLocked(m *Message, now time.Time) time.Duration {
 // duration such as "20ms"; 0 turns it off) when the kernelspec sets it,
 // else the manager's LateOutputWait for the kernels it names by
 // implementation (impl, from kernel_info), else none.
-func (m *Manager) lateOutputWait(spec *kernelspecs.Spec, impl string) (time.Duration, error) {
+func (cat *Catalog) lateOutputWait(spec *kernelspecs.Spec, impl string) (time.Duration, error) {
 	md, _ := spec.Metadata["kernelgate"].(map[string]any)
 	if v, ok := md["late_output_wait"]; ok {
 		switch x := v.(type) {
@@ -87,8 +87,8 @@ func (m *Manager) lateOutputWait(spec *kernelspecs.Spec, impl string) (time.Dura
 		}
 		return 0, fmt.Errorf("kernelspec %s: metadata.kernelgate.late_output_wait: want seconds or a duration from 0 to 1m, got %v", spec.Name, v)
 	}
-	if m.cfg.LateOutputWait > 0 && contains(m.cfg.LateOutputKernels, impl) {
-		return m.cfg.LateOutputWait, nil
+	if cat.cfg.LateOutputWait > 0 && contains(cat.cfg.LateOutputKernels, impl) {
+		return cat.cfg.LateOutputWait, nil
 	}
 	return 0, nil
 }

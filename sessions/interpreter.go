@@ -28,7 +28,7 @@ func sharedID(language string) string { return "code-" + language }
 // choice: one that is not 1 to 128 of A-Z a-z 0-9 . _ -, "." and ".."
 // (which clients that normalise URLs cannot reach), and the id of another
 // shared kernel (whose default runs would go to this one).
-func (m *Manager) checkContextID(id string, choice kernelChoice) error {
+func (cat *Catalog) checkContextID(id string, choice kernelChoice) error {
 	if !contextID.MatchString(id) || id == "." || id == ".." {
 		return errorf(ErrBadRequest, "a context id has 1 to 128 of A-Z a-z 0-9 . _ - and is not . or ..")
 	}
@@ -36,12 +36,12 @@ func (m *Manager) checkContextID(id string, choice kernelChoice) error {
 		return nil
 	}
 	if lang, ok := strings.CutPrefix(id, "code-"); ok {
-		if _, configured := m.cfg.Languages[lang]; configured {
+		if _, configured := cat.cfg.Languages[lang]; configured {
 			return errorf(ErrBadRequest, "context id %s is the shared %s kernel's: create it with language %s, or choose another id", id, lang, lang)
 		}
 	}
 	if name, ok := strings.CutPrefix(id, sharedSpecPrefix); ok {
-		if _, err := m.specs.Get(name); err == nil {
+		if _, err := cat.specs.Get(name); err == nil {
 			return errorf(ErrBadRequest, "context id %s is the shared kernel of kernelspec %s: create it with kernelspec %s, or choose another id", id, name, name)
 		}
 	}
@@ -49,10 +49,10 @@ func (m *Manager) checkContextID(id string, choice kernelChoice) error {
 }
 
 // Languages lists the languages whose kernelspec is available.
-func (m *Manager) Languages() []string {
+func (cat *Catalog) Languages() []string {
 	var out []string
-	for lang, spec := range m.cfg.Languages {
-		if _, err := m.specs.Get(spec); err == nil {
+	for lang, spec := range cat.cfg.Languages {
+		if _, err := cat.specs.Get(spec); err == nil {
 			out = append(out, lang)
 		}
 	}
@@ -65,23 +65,23 @@ const defaultLanguage = "python"
 
 // requestSpec returns the language of a request (the default when it names
 // none) and its kernelspec.
-func (m *Manager) requestSpec(language string) (string, *kernelspecs.Spec, error) {
+func (cat *Catalog) requestSpec(language string) (string, *kernelspecs.Spec, error) {
 	if language == "" {
 		language = defaultLanguage
 	}
-	spec, err := m.languageSpec(language)
+	spec, err := cat.languageSpec(language)
 	return language, spec, err
 }
 
 // languageSpec returns the kernelspec of a language.
-func (m *Manager) languageSpec(language string) (*kernelspecs.Spec, error) {
-	name, ok := m.cfg.Languages[language]
+func (cat *Catalog) languageSpec(language string) (*kernelspecs.Spec, error) {
+	name, ok := cat.cfg.Languages[language]
 	if ok {
-		if s, err := m.specs.Get(name); err == nil {
+		if s, err := cat.specs.Get(name); err == nil {
 			return s, nil
 		}
 	}
-	return nil, errorf(ErrInvalidLanguage, "language %q is not available; available: %s", language, strings.Join(m.Languages(), ", "))
+	return nil, errorf(ErrInvalidLanguage, "language %q is not available; available: %s", language, strings.Join(cat.Languages(), ", "))
 }
 
 // checkEnv validates caller-supplied variables.
@@ -114,7 +114,7 @@ type ContextRequest struct {
 
 // CreateContext creates a context and starts its kernel.
 func (m *Manager) CreateContext(ctx context.Context, req ContextRequest) (*Context, error) {
-	choice, err := m.chooseKernel(req.Language, req.Kernelspec)
+	choice, err := m.catalog.chooseKernel(req.Language, req.Kernelspec)
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +122,7 @@ func (m *Manager) CreateContext(ctx context.Context, req ContextRequest) (*Conte
 	req.Language = choice.language
 	if req.ID == "" {
 		req.ID = newID()
-	} else if err := m.checkContextID(req.ID, choice); err != nil {
+	} else if err := m.catalog.checkContextID(req.ID, choice); err != nil {
 		return nil, err
 	}
 	if err := checkEnv(req.Env); err != nil {
@@ -340,7 +340,7 @@ func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*runs.Run, e
 // sharedContext returns the shared context of the request's language (or
 // kernelspec), creating it with the request's cwd and env on first use.
 func (m *Manager) sharedContext(req ExecuteRequest) (*Context, error) {
-	choice, err := m.chooseKernel(req.Language, req.Kernelspec)
+	choice, err := m.catalog.chooseKernel(req.Language, req.Kernelspec)
 	if err != nil {
 		return nil, err
 	}
@@ -398,7 +398,7 @@ func sameEnv(a, b map[string]string) bool {
 // executeIsolated runs code on a kernel of its own, from the warm pool when
 // one is ready, deleted after the run.
 func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*runs.Run, error) {
-	choice, err := m.chooseKernel(req.Language, req.Kernelspec)
+	choice, err := m.catalog.chooseKernel(req.Language, req.Kernelspec)
 	if err != nil {
 		return nil, err
 	}
@@ -530,7 +530,7 @@ func (m *Manager) pool(spec *kernelspecs.Spec) *pool {
 // Prewarm fills the warm pools of the given languages now.
 func (m *Manager) Prewarm(languages []string) error {
 	for _, lang := range languages {
-		spec, err := m.languageSpec(lang)
+		spec, err := m.catalog.languageSpec(lang)
 		if err != nil {
 			return err
 		}

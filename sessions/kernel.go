@@ -94,9 +94,9 @@ type Kernel struct {
 
 // newKernel makes a kernel record; it starts nothing.
 func (m *Manager) newKernel(id string, spec *kernelspecs.Spec, env map[string]string, wd workDir, policy restartPolicy) (*Kernel, error) {
-	limits, sandbox, err := m.isolation(spec)
+	limits, sandbox, err := m.catalog.isolation(spec)
 	if err == nil {
-		_, err = m.lateOutputWait(spec, "")
+		_, err = m.catalog.lateOutputWait(spec, "")
 	}
 	if err != nil {
 		return nil, errorf(ErrKernelStart, "%v", err)
@@ -181,7 +181,7 @@ func (k *Kernel) chdirCode() string {
 	if !ok {
 		return ""
 	}
-	return k.m.packageCode(k.spec, k.ws) + code
+	return k.m.catalog.packageCode(k.spec, k.ws) + code
 }
 
 // enterCwd moves a freshly started kernel into its working directory.
@@ -250,7 +250,7 @@ func (k *Kernel) launch(ctx context.Context) error {
 		return ErrKernelGone
 	}
 	k.jk = jk
-	k.lateWait, _ = k.m.lateOutputWait(k.spec, jk.Info().Implementation)
+	k.lateWait, _ = k.m.catalog.lateOutputWait(k.spec, jk.Info().Implementation)
 	k.gen++
 	k.state = jupyter.StateIdle
 	k.reason = ""

@@ -295,6 +295,7 @@ type Manager struct {
 	langVersions map[string]string
 
 	wsRoot  *workspace.Root
+	catalog *Catalog
 	wsOwned bool // a temporary root, removed by Close
 }
 
@@ -320,6 +321,7 @@ func New(cfg Config, specs *kernelspecs.Catalog, prov jupyter.Provisioner, log *
 	}
 	m.closingCtx, m.cancelClosing = context.WithCancel(context.Background())
 	m.openWorkspaces()
+	m.catalog = &Catalog{cfg: &m.cfg, specs: specs, wsRoot: m.wsRoot}
 	m.start = startJupyter(prov)
 	m.reconnect = reconnectJupyter(prov)
 	m.promptAdopt = promptAdopt
@@ -350,27 +352,27 @@ func (m *Manager) goroutine(fn func()) {
 }
 
 // Specs is the kernelspec catalog.
-func (m *Manager) Specs() *kernelspecs.Catalog { return m.specs }
+func (cat *Catalog) Specs() *kernelspecs.Catalog { return cat.specs }
 
 // DefaultKernel is the kernelspec used when none is named.
-func (m *Manager) DefaultKernel() string {
-	if _, err := m.specs.Get(m.cfg.DefaultKernel); err == nil {
-		return m.cfg.DefaultKernel
+func (cat *Catalog) DefaultKernel() string {
+	if _, err := cat.specs.Get(cat.cfg.DefaultKernel); err == nil {
+		return cat.cfg.DefaultKernel
 	}
-	if names := m.specs.Names(); len(names) > 0 {
+	if names := cat.specs.Names(); len(names) > 0 {
 		return names[0]
 	}
-	return m.cfg.DefaultKernel
+	return cat.cfg.DefaultKernel
 }
 
 // Spec returns the named kernelspec ("" is the default one).
-func (m *Manager) Spec(name string) (*kernelspecs.Spec, error) {
+func (cat *Catalog) Spec(name string) (*kernelspecs.Spec, error) {
 	if name == "" {
-		name = m.DefaultKernel()
+		name = cat.DefaultKernel()
 	}
-	s, err := m.specs.Get(name)
+	s, err := cat.specs.Get(name)
 	if err != nil {
-		return nil, errorf(ErrNoSuchSpec, "no kernelspec named %q; available: %s", name, strings.Join(m.specs.Names(), ", "))
+		return nil, errorf(ErrNoSuchSpec, "no kernelspec named %q; available: %s", name, strings.Join(cat.specs.Names(), ", "))
 	}
 	return s, nil
 }
@@ -392,11 +394,11 @@ type StartOptions struct {
 const MaxEnvValue = 4096
 
 // filterEnv keeps the allowed variables of a kernel-create request.
-func (m *Manager) filterEnv(env map[string]string) (map[string]string, string, error) {
+func (cat *Catalog) filterEnv(env map[string]string) (map[string]string, string, error) {
 	out := map[string]string{}
 	cwd := ""
 	for k, v := range env {
-		if !strings.HasPrefix(k, "KERNEL_") && !contains(m.cfg.EnvAllow, k) {
+		if !strings.HasPrefix(k, "KERNEL_") && !contains(cat.cfg.EnvAllow, k) {
 			continue
 		}
 		out[k] = v
@@ -405,7 +407,7 @@ func (m *Manager) filterEnv(env map[string]string) (map[string]string, string, e
 		return nil, "", err
 	}
 	if dir := out["KERNEL_WORKING_DIR"]; dir != "" {
-		if fi, err := os.Stat(dir); err == nil && fi.IsDir() && m.checkCwd(dir) == nil {
+		if fi, err := os.Stat(dir); err == nil && fi.IsDir() && cat.checkCwd(dir) == nil {
 			cwd = dir
 		}
 	}
@@ -423,7 +425,7 @@ func contains(list []string, s string) bool {
 
 // StartKernel starts a kernel and returns once it is ready.
 func (m *Manager) StartKernel(ctx context.Context, o StartOptions) (*Kernel, error) {
-	spec, err := m.Spec(o.Name)
+	spec, err := m.catalog.Spec(o.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -438,7 +440,7 @@ func (m *Manager) StartKernel(ctx context.Context, o StartOptions) (*Kernel, err
 	} else {
 		id = uuid.NewString()
 	}
-	env, cwd, err := m.filterEnv(o.Env)
+	env, cwd, err := m.catalog.filterEnv(o.Env)
 	if err != nil {
 		return nil, err
 	}

@@ -78,7 +78,7 @@ func (m *Manager) Restore(ctx context.Context) (RestoreReport, error) {
 	}
 	workspaces := map[string]*workspace.Workspace{}
 	for _, rec := range snap.Contexts {
-		spec, err := m.contextSpec(rec.Language, contextExtraOf(rec).Kernelspec)
+		spec, err := m.catalog.contextSpec(rec.Language, contextExtraOf(rec).Kernelspec)
 		if err != nil {
 			continue
 		}
@@ -187,7 +187,7 @@ func (m *Manager) restoreKernel(ctx context.Context, rec state.Kernel, wanted bo
 		}
 		m.log.Info("kept kernel stopped", "kernel", rec.ID, "why", why)
 	}
-	spec, err := m.Spec(rec.Spec)
+	spec, err := m.catalog.Spec(rec.Spec)
 	if err != nil || (ex.Policy == restartLazily && !wanted) {
 		why := "a warm-pool or isolated-run kernel"
 		if err != nil {
@@ -264,7 +264,7 @@ func (m *Manager) restoreKernel(ctx context.Context, rec state.Kernel, wanted bo
 // adopted makes jk, a kept kernel's process that answered with its key,
 // the kernel's process.
 func (k *Kernel) adopted(jk process) {
-	lateWait, _ := k.m.lateOutputWait(k.spec, jk.Info().Implementation)
+	lateWait, _ := k.m.catalog.lateOutputWait(k.spec, jk.Info().Implementation)
 	k.mu.Lock()
 	k.jk = jk
 	k.lateWait = lateWait
@@ -430,7 +430,7 @@ func (m *Manager) stopAdoptee(ctx context.Context, id string, a *adoption) {
 // back.
 func (m *Manager) restoreContext(rec state.Context, kernels map[string]*Kernel, workspaces map[string]*workspace.Workspace) *Context {
 	ex := contextExtraOf(rec)
-	spec, err := m.contextSpec(rec.Language, ex.Kernelspec)
+	spec, err := m.catalog.contextSpec(rec.Language, ex.Kernelspec)
 	ws := workspaces[contextWorkspaceOf(rec)]
 	if err != nil || ws == nil {
 		m.log.Warn("kept context dropped", "context", rec.ID, "err", err)
