@@ -281,7 +281,6 @@ type Manager struct {
 
 	mu       sync.Mutex
 	kernels  map[string]*Kernel
-	sessions map[string]*Session
 	contexts map[string]*Context
 	pools    map[string]*pool
 	// pooled counts the warm pools' kernels (starting or ready), stopping
@@ -296,7 +295,9 @@ type Manager struct {
 
 	wsRoot  *workspace.Root
 	catalog *Catalog
-	wsOwned bool // a temporary root, removed by Close
+	// jsessions are the Jupyter sessions.
+	jsessions *JupyterSessions
+	wsOwned   bool // a temporary root, removed by Close
 }
 
 // New returns a manager of kernels started from specs with prov.
@@ -312,7 +313,6 @@ func New(cfg Config, specs *kernelspecs.Catalog, prov jupyter.Provisioner, log *
 		closing:  make(chan struct{}),
 		active:   make(chan struct{}, 1),
 		kernels:  make(map[string]*Kernel),
-		sessions: make(map[string]*Session),
 		contexts: make(map[string]*Context),
 		pools:    make(map[string]*pool),
 		room:     make(chan struct{}),
@@ -321,6 +321,7 @@ func New(cfg Config, specs *kernelspecs.Catalog, prov jupyter.Provisioner, log *
 	}
 	m.closingCtx, m.cancelClosing = context.WithCancel(context.Background())
 	m.openWorkspaces()
+	m.jsessions = &JupyterSessions{m: m, byID: map[string]*Session{}}
 	m.catalog = &Catalog{cfg: &m.cfg, specs: specs, wsRoot: m.wsRoot}
 	m.start = startJupyter(prov)
 	m.reconnect = reconnectJupyter(prov)

@@ -177,30 +177,6 @@ func (m *Manager) deleteContextRecord(c *Context) {
 	}
 }
 
-// putSession records a Jupyter session.
-func (m *Manager) putSession(s Session) {
-	if m.store == nil {
-		return
-	}
-	ctx, cancel := storeCtx()
-	defer cancel()
-	rec := state.Session{ID: s.ID, Path: s.Path, Name: s.Name, Type: s.Type, KernelID: s.KernelID, Created: s.created}
-	if err := m.store.PutSession(ctx, rec); err != nil {
-		m.log.Error("state: session not recorded: a restart of the gateway loses it", "session", s.ID, "err", err)
-	}
-}
-
-func (m *Manager) deleteSessionRecord(id string) {
-	if m.store == nil {
-		return
-	}
-	ctx, cancel := storeCtx()
-	defer cancel()
-	if err := m.store.DeleteSession(ctx, id); err != nil {
-		m.log.Error("state: session record not deleted", "session", id, "err", err)
-	}
-}
-
 // checkpoint writes, now and then, the last activity of the kernels
 // whose record is CheckpointInterval or more behind it, so that cull
 // timers go on from there after a restart. It sleeps until a kernel's

@@ -46,7 +46,7 @@ func TestRecordsAreKeptWhenCallsReturn(t *testing.T) {
 		t.Fatal(err)
 	}
 	path, typ := "work.ipynb", "notebook"
-	sm, err := m.CreateSession(ctx, SessionRequest{Path: &path, Type: &typ})
+	sm, err := m.JupyterSessions().Create(ctx, SessionRequest{Path: &path, Type: &typ})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestRecordsAreKeptWhenCallsReturn(t *testing.T) {
 		t.Fatalf("kernels kept: %+v", snap.Kernels)
 	}
 
-	if err := m.DeleteSession(ctx, sm.ID); err != nil {
+	if err := m.JupyterSessions().Delete(ctx, sm.ID); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.DeleteContext(ctx, "agent"); err != nil {
@@ -131,7 +131,7 @@ func TestRestoreWithKernelsGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	path, typ := "work.ipynb", "notebook"
-	sm, err := m1.CreateSession(ctx, SessionRequest{Path: &path, Type: &typ})
+	sm, err := m1.JupyterSessions().Create(ctx, SessionRequest{Path: &path, Type: &typ})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestRestoreWithKernelsGone(t *testing.T) {
 		t.Fatalf("the first run after the restore: %+v", e.Process)
 	}
 	waitFor(t, "the session's kernel to start again", func() bool {
-		got, err := m2.Session(sm.ID)
+		got, err := m2.JupyterSessions().Get(sm.ID)
 		return err == nil && got.Kernel.ID == sm.Kernel.ID && got.Kernel.ExecutionState == "idle"
 	})
 }

@@ -139,13 +139,13 @@ func (m *Manager) Restore(ctx context.Context) (RestoreReport, error) {
 	}
 	for _, rec := range snap.Sessions {
 		if _, ok := kernels[rec.KernelID]; !ok {
-			m.deleteSessionRecord(rec.ID)
+			m.jsessions.deleteRecord(rec.ID)
 			continue
 		}
 		s := &Session{ID: rec.ID, Path: rec.Path, Name: rec.Name, Type: rec.Type, KernelID: rec.KernelID, created: rec.Created}
-		m.mu.Lock()
-		m.sessions[s.ID] = s
-		m.mu.Unlock()
+		m.jsessions.mu.Lock()
+		m.jsessions.byID[s.ID] = s
+		m.jsessions.mu.Unlock()
 		rep.Sessions++
 	}
 	rep.Runs, rep.PickedUp = m.restoreRuns(snap.Runs, contexts)
