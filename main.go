@@ -324,7 +324,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 				log.Info("kernels start without a font cache seed; their first plot builds it", "err", err)
 			}
 		}
-		if err := mgr.Prewarm(cfg.PoolPrewarm); err != nil {
+		if err := mgr.WarmPools().Prewarm(cfg.PoolPrewarm); err != nil {
 			log.Warn("warm pool not filled at start", "err", err)
 		}
 	}()

@@ -380,14 +380,13 @@ func (s *Server) restartContext(c echo.Context) error {
 // ones included: they fail from now on, also after a restart.
 func (s *Server) revokeContextTokens(c echo.Context) error {
 	id := c.Param("id")
-	if _, err := s.mgr.Context(id); err != nil {
+	ctx, err := s.mgr.Context(id)
+	if err != nil {
 		return err
 	}
 	s.tokens.revoke(id)
 	s.closeTokenSockets(id)
-	if err := s.mgr.RevokeContextTokens(id); err != nil {
-		return err
-	}
+	ctx.RevokeTokens()
 	s.log.Info("context tokens revoked", "context", id)
 	return c.NoContent(http.StatusNoContent)
 }
@@ -426,8 +425,6 @@ func (s *Server) mintContextToken(c echo.Context) error {
 	tok, exp := s.tokens.mint(ctx.ID, ctx.Created(), ttl)
 	// Kept with the context (hashed): with a state store the token
 	// works after a restart.
-	if err := s.mgr.KeepContextToken(ctx.ID, sessions.ContextToken{Hash: sha256.Sum256([]byte(tok)), Expires: exp}); err != nil {
-		return err
-	}
+	ctx.KeepToken(sessions.ContextToken{Hash: sha256.Sum256([]byte(tok)), Expires: exp})
 	return c.JSON(http.StatusCreated, map[string]string{"token": tok, "expiresAt": timefmt.Format(exp)})
 }

@@ -742,7 +742,7 @@ func TestPoolKernelsAreNeverReused(t *testing.T) {
 	poolHas := func(hits int) {
 		t.Helper()
 		eventually(t, 60*time.Second, func() bool {
-			for _, p := range g.mgr.Pools() {
+			for _, p := range g.mgr.WarmPools().Stats() {
 				if p.Spec == "python3" {
 					return p.Ready == 1 && p.Hits >= hits
 				}

@@ -116,7 +116,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, kc := range c.s.mgr.KernelCounts() {
 		ch <- prometheus.MustNewConstMetric(c.kernels, prometheus.GaugeValue, float64(kc.N), kc.Spec, kc.State)
 	}
-	for _, p := range c.s.mgr.Pools() {
+	for _, p := range c.s.mgr.WarmPools().Stats() {
 		ch <- prometheus.MustNewConstMetric(c.poolReady, prometheus.GaugeValue, float64(p.Ready), p.Spec)
 	}
 	ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(c.s.mgr.QueuedRuns()))

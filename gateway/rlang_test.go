@@ -205,7 +205,7 @@ func TestRContextsAndIsolatedRuns(t *testing.T) {
 		for i, want := range []int{0, 1} {
 			if i > 0 {
 				eventually(t, 60*time.Second, func() bool {
-					for _, p := range g.mgr.Pools() {
+					for _, p := range g.mgr.WarmPools().Stats() {
 						if p.Spec == "ir" {
 							return p.Ready == 1
 						}
@@ -219,7 +219,7 @@ func TestRContextsAndIsolatedRuns(t *testing.T) {
 				t.Fatalf("isolated run %d: %+v %+v", i, e, e.Error)
 			}
 			hits := -1
-			for _, p := range g.mgr.Pools() {
+			for _, p := range g.mgr.WarmPools().Stats() {
 				if p.Spec == "ir" {
 					hits = p.Hits
 				}

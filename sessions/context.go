@@ -51,7 +51,7 @@ type Context struct {
 	// commands are the commands running beside its kernel (commands.go).
 	commands map[*runs.Run]*commandRun
 	// tokens are the hashes of the context tokens minted for it
-	// (KeepContextToken).
+	// (KeepToken).
 	tokens []ContextToken
 }
 
@@ -136,7 +136,7 @@ func (c *Context) ensureKernel(ctx context.Context) (*Kernel, process, error) {
 	}
 	c.kernel = k
 	c.mu.Unlock()
-	c.m.putContext(c)
+	c.m.records.putContext(c)
 	jk, err := k.running(ctx)
 	return k, jk, err
 }

@@ -226,7 +226,7 @@ func (m *Manager) deleteContext(ctx context.Context, c *Context, stopping bool) 
 	}
 	m.mu.Unlock()
 	if mine {
-		m.deleteContextRecord(c)
+		m.records.deleteContext(c)
 	}
 	c.mu.Lock()
 	already := c.deleted
@@ -251,7 +251,7 @@ func (m *Manager) deleteContext(ctx context.Context, c *Context, stopping bool) 
 		m.stopKernel(ctx, k)
 	}
 	if !already {
-		m.deleteWorkspace(c)
+		c.deleteWorkspace()
 	}
 }
 
@@ -416,7 +416,7 @@ func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*run
 	_, canSetup := setupCode(spec, "", req.Env)
 	var k *Kernel
 	if canSetup {
-		if p := m.pool(spec); p != nil {
+		if p := m.warm.get(spec); p != nil {
 			if k = p.take(); k != nil {
 				c.pool = p
 			}
@@ -507,54 +507,6 @@ func runSetup(ctx context.Context, k *Kernel, code string) error {
 		return errorf(ErrBadRequest, "cwd or env could not be applied: %s", s.EValue)
 	}
 	return nil
-}
-
-// pool returns the warm pool of a kernelspec, or nil when pools are off.
-func (m *Manager) pool(spec *kernelspecs.Spec) *pool {
-	if m.cfg.PoolSize <= 0 {
-		return nil
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return nil
-	}
-	p, ok := m.pools[spec.Name]
-	if !ok {
-		p = &pool{m: m, spec: spec, floor: m.cfg.PoolSize, ceiling: m.cfg.PoolMax, idle: m.cfg.PoolIdle}
-		m.pools[spec.Name] = p
-	}
-	return p
-}
-
-// Prewarm fills the warm pools of the given languages now.
-func (m *Manager) Prewarm(languages []string) error {
-	for _, lang := range languages {
-		spec, err := m.catalog.languageSpec(lang)
-		if err != nil {
-			return err
-		}
-		if p := m.pool(spec); p != nil {
-			p.refill()
-		}
-	}
-	return nil
-}
-
-// Pools reports the warm pools.
-func (m *Manager) Pools() []PoolStats {
-	m.mu.Lock()
-	ps := make([]*pool, 0, len(m.pools))
-	for _, p := range m.pools {
-		ps = append(ps, p)
-	}
-	m.mu.Unlock()
-	out := make([]PoolStats, 0, len(ps))
-	for _, p := range ps {
-		out = append(out, p.stats())
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Spec < out[j].Spec })
-	return out
 }
 
 // newRun makes a run of req on c, kept in the manager's runs; id "" is

@@ -257,7 +257,7 @@ func (k *Kernel) launch(ctx context.Context) error {
 	k.lastAct = time.Now()
 	k.m.goroutine(func() { k.watch(jk) })
 	k.mu.Unlock()
-	k.m.putKernel(k, jk)
+	k.m.records.putKernel(k, jk)
 	return nil
 }
 
@@ -496,7 +496,7 @@ func (k *Kernel) shutdown(ctx context.Context) {
 	} else if left != nil {
 		k.m.stopAdoptee(ctx, k.id, left)
 	}
-	k.m.deleteKernel(k.id)
+	k.m.records.deleteKernel(k.id)
 }
 
 // onIOPub is subscribed to every process of the kernel: it keeps the
@@ -523,7 +523,7 @@ func (k *Kernel) onIOPub(m *Message) {
 	pickup := k.pickups[m.ParentID]
 	k.mu.Unlock()
 	if behind {
-		k.m.noteActivity()
+		k.m.records.noteActivity()
 	}
 	cut(slow)
 	if raised > 0 {
@@ -658,7 +658,7 @@ func (k *Kernel) detach(c *Client) {
 	behind := k.behindLocked()
 	k.mu.Unlock()
 	if behind {
-		k.m.noteActivity()
+		k.m.records.noteActivity()
 	}
 }
 

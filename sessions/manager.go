@@ -269,10 +269,9 @@ type Manager struct {
 	// when the manager starts closing.
 	closingCtx    context.Context
 	cancelClosing context.CancelFunc
-	// active is signalled (without blocking) when a kernel's activity is
-	// CheckpointInterval past its record: it wakes the checkpoint.
-	active chan struct{}
-	wg     sync.WaitGroup
+	// records keeps the kernels and contexts in the store.
+	records *records
+	wg      sync.WaitGroup
 
 	// runs are the code-interpreter's runs by id; journal writes them
 	// to the store (nil without one).
@@ -282,7 +281,6 @@ type Manager struct {
 	mu       sync.Mutex
 	kernels  map[string]*Kernel
 	contexts map[string]*Context
-	pools    map[string]*pool
 	// pooled counts the warm pools' kernels (starting or ready), stopping
 	// the kernels forgotten whose processes are still being stopped: with
 	// the kernels, all count toward MaxKernels. room is closed (and
@@ -297,7 +295,9 @@ type Manager struct {
 	catalog *Catalog
 	// jsessions are the Jupyter sessions.
 	jsessions *JupyterSessions
-	wsOwned   bool // a temporary root, removed by Close
+	// warm are the warm pools.
+	warm    *WarmPools
+	wsOwned bool // a temporary root, removed by Close
 }
 
 // New returns a manager of kernels started from specs with prov.
@@ -311,16 +311,16 @@ func New(cfg Config, specs *kernelspecs.Catalog, prov jupyter.Provisioner, log *
 		session:  uuid.NewString(),
 		started:  time.Now(),
 		closing:  make(chan struct{}),
-		active:   make(chan struct{}, 1),
 		kernels:  make(map[string]*Kernel),
 		contexts: make(map[string]*Context),
-		pools:    make(map[string]*pool),
 		room:     make(chan struct{}),
 
 		langVersions: make(map[string]string),
 	}
 	m.closingCtx, m.cancelClosing = context.WithCancel(context.Background())
 	m.openWorkspaces()
+	m.records = &records{store: cfg.Store, log: log, cfg: &m.cfg, active: make(chan struct{}, 1)}
+	m.warm = &WarmPools{m: m, bySpec: map[string]*pool{}}
 	m.jsessions = &JupyterSessions{m: m, byID: map[string]*Session{}}
 	m.catalog = &Catalog{cfg: &m.cfg, specs: specs, wsRoot: m.wsRoot}
 	m.start = startJupyter(prov)
@@ -332,7 +332,7 @@ func New(cfg Config, specs *kernelspecs.Catalog, prov jupyter.Provisioner, log *
 	if cfg.Store != nil {
 		m.store = cfg.Store
 		m.journal = runs.NewJournal(cfg.Store, log)
-		m.goroutine(m.checkpoint)
+		m.goroutine(func() { m.records.checkpoint(m.closing, m.Kernels) })
 		m.goroutine(func() { m.journal.Run(m.closingCtx) })
 	}
 	m.runs = runs.NewTable(runs.TableConfig{Limits: cfg.RunLimits, Kept: cfg.RunsKept, Bytes: cfg.RunBytes,
@@ -582,8 +582,8 @@ func (m *Manager) close(ctx context.Context, keep bool) {
 		for _, c := range m.contexts {
 			ctxs = append(ctxs, c)
 		}
-		pools := m.pools
 		m.mu.Unlock()
+		pools := m.warm.close()
 		close(m.closing)
 		m.cancelClosing()
 		// Every kernel stops at once, in parallel: each shutdown is

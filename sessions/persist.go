@@ -3,6 +3,7 @@ package sessions
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"time"
 
 	"kernelgate/jupyter"
@@ -66,6 +67,18 @@ type infoProcess interface {
 	ProvisionerInfo() (jupyter.ProvisionerInfo, error)
 }
 
+// records keeps the manager's kernels and contexts in its store
+// (Config.Store; nil: memory only), and wakes the checkpoint of the
+// kernels' last activity.
+type records struct {
+	store state.Store
+	log   *slog.Logger
+	cfg   *Config
+	// active is signalled (without blocking) when a kernel's activity is
+	// CheckpointInterval past its record: it wakes the checkpoint.
+	active chan struct{}
+}
+
 // Store is the store the manager keeps its records in (Config.Store), nil
 // when they are kept in memory only. Packages built on the manager (e2b)
 // keep their own records of the contexts they make beside them.
@@ -76,8 +89,8 @@ func storeCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), storeTimeout)
 }
 
-// kernelRecord is k as the store keeps it, with how to reach jk.
-func (m *Manager) kernelRecord(k *Kernel, jk process) state.Kernel {
+// kernel is k as the store keeps it, with how to reach jk.
+func (rs *records) kernel(k *Kernel, jk process) state.Kernel {
 	// env, cwd and ws change once, when a context takes a pooled kernel.
 	k.mu.Lock()
 	env, cwd, ws := k.env, k.cwd, k.ws
@@ -96,7 +109,7 @@ func (m *Manager) kernelRecord(k *Kernel, jk process) state.Kernel {
 			rec.Provisioner = info.Provisioner
 			rec.ProvisionerInfo, _ = info.Marshal()
 		} else {
-			m.log.Warn("kernel cannot be found again after a restart of the gateway", "kernel", k.id, "err", err)
+			rs.log.Warn("kernel cannot be found again after a restart of the gateway", "kernel", k.id, "err", err)
 		}
 	}
 	k.mu.Lock()
@@ -106,15 +119,15 @@ func (m *Manager) kernelRecord(k *Kernel, jk process) state.Kernel {
 }
 
 // putKernel records k with its running process jk.
-func (m *Manager) putKernel(k *Kernel, jk process) {
-	if m.store == nil {
+func (rs *records) putKernel(k *Kernel, jk process) {
+	if rs.store == nil {
 		return
 	}
 	ctx, cancel := storeCtx()
 	defer cancel()
-	rec := m.kernelRecord(k, jk)
-	if err := m.store.PutKernel(ctx, rec); err != nil {
-		m.log.Error("state: kernel not recorded: a restart of the gateway loses it", "kernel", k.id, "err", err)
+	rec := rs.kernel(k, jk)
+	if err := rs.store.PutKernel(ctx, rec); err != nil {
+		rs.log.Error("state: kernel not recorded: a restart of the gateway loses it", "kernel", k.id, "err", err)
 		return
 	}
 	k.mu.Lock()
@@ -124,21 +137,21 @@ func (m *Manager) putKernel(k *Kernel, jk process) {
 	k.mu.Unlock()
 }
 
-// deleteKernel forgets k's record.
-func (m *Manager) deleteKernel(id string) {
-	if m.store == nil {
+// deleteKernel forgets the record of kernel id.
+func (rs *records) deleteKernel(id string) {
+	if rs.store == nil {
 		return
 	}
 	ctx, cancel := storeCtx()
 	defer cancel()
-	if err := m.store.DeleteKernel(ctx, id); err != nil {
-		m.log.Error("state: kernel record not deleted", "kernel", id, "err", err)
+	if err := rs.store.DeleteKernel(ctx, id); err != nil {
+		rs.log.Error("state: kernel record not deleted", "kernel", id, "err", err)
 	}
 }
 
 // putContext records c (not an isolated run's).
-func (m *Manager) putContext(c *Context) {
-	if m.store == nil || c.Isolated {
+func (rs *records) putContext(c *Context) {
+	if rs.store == nil || c.Isolated {
 		return
 	}
 	c.mu.Lock()
@@ -152,7 +165,7 @@ func (m *Manager) putContext(c *Context) {
 		return
 	}
 	ex := contextExtra{Shared: c.Shared}
-	if c.spec != nil && m.cfg.Languages[c.Language] != c.spec.Name {
+	if c.spec != nil && rs.cfg.Languages[c.Language] != c.spec.Name {
 		ex.Kernelspec = c.spec.Name
 	}
 	if c.wsBorrowed && c.ws != nil {
@@ -161,19 +174,20 @@ func (m *Manager) putContext(c *Context) {
 	rec.Extra, _ = json.Marshal(ex)
 	ctx, cancel := storeCtx()
 	defer cancel()
-	if err := m.store.PutContext(ctx, rec); err != nil {
-		m.log.Error("state: context not recorded: a restart of the gateway loses it", "context", c.ID, "err", err)
+	if err := rs.store.PutContext(ctx, rec); err != nil {
+		rs.log.Error("state: context not recorded: a restart of the gateway loses it", "context", c.ID, "err", err)
 	}
 }
 
-func (m *Manager) deleteContextRecord(c *Context) {
-	if m.store == nil || c.Isolated {
+// deleteContext forgets c's record.
+func (rs *records) deleteContext(c *Context) {
+	if rs.store == nil || c.Isolated {
 		return
 	}
 	ctx, cancel := storeCtx()
 	defer cancel()
-	if err := m.store.DeleteContext(ctx, c.ID); err != nil {
-		m.log.Error("state: context record not deleted", "context", c.ID, "err", err)
+	if err := rs.store.DeleteContext(ctx, c.ID); err != nil {
+		rs.log.Error("state: context record not deleted", "context", c.ID, "err", err)
 	}
 }
 
@@ -183,28 +197,29 @@ func (m *Manager) deleteContextRecord(c *Context) {
 // activity gets that far ahead of its record (noteActivity), then waits
 // CheckpointInterval to gather what follows: idle kernels, and kernels
 // whose record is recent (just started), cost no wakeup and no write.
-func (m *Manager) checkpoint() {
+// It returns once closing is closed; kernels lists the kernels.
+func (rs *records) checkpoint(closing <-chan struct{}, kernels func() []*Kernel) {
 	for {
 		select {
-		case <-m.active:
-		case <-m.closing:
+		case <-rs.active:
+		case <-closing:
 			return
 		}
-		t := time.NewTimer(m.cfg.CheckpointInterval)
+		t := time.NewTimer(rs.cfg.CheckpointInterval)
 		select {
 		case <-t.C:
-		case <-m.closing:
+		case <-closing:
 			t.Stop()
 			return
 		}
-		for _, k := range m.Kernels() {
+		for _, k := range kernels() {
 			k.mu.Lock()
 			jk, behind, removed := k.jk, k.behindLocked(), k.removed
 			k.mu.Unlock()
 			if removed || jk == nil || !behind {
 				continue
 			}
-			m.putKernel(k, jk)
+			rs.putKernel(k, jk)
 		}
 	}
 }
@@ -217,9 +232,9 @@ func (k *Kernel) behindLocked() bool {
 
 // noteActivity wakes the checkpoint: a kernel's record is behind (see
 // behindLocked). It never blocks (one signal stands for any number).
-func (m *Manager) noteActivity() {
+func (rs *records) noteActivity() {
 	select {
-	case m.active <- struct{}{}:
+	case rs.active <- struct{}{}:
 	default:
 	}
 }
@@ -248,7 +263,7 @@ func (k *Kernel) leave() {
 	if jk == nil {
 		return
 	}
-	k.m.putKernel(k, jk)
+	k.m.records.putKernel(k, jk)
 	if d, ok := jk.(interface{ Detach() }); ok {
 		d.Detach()
 		return
@@ -273,14 +288,10 @@ func (c *Context) stopRuns(keep bool) {
 // the token) and its expiry.
 type ContextToken = state.TokenHash
 
-// KeepContextToken keeps the hash of a token minted for context id, with
-// the context's record: with a store it works after a restart. The
-// context's expired tokens are dropped.
-func (m *Manager) KeepContextToken(id string, t ContextToken) error {
-	c, err := m.Context(id)
-	if err != nil {
-		return err
-	}
+// KeepToken keeps the hash of a token minted for the context, with its
+// record: with a store it works after a restart. The context's expired
+// tokens are dropped.
+func (c *Context) KeepToken(t ContextToken) {
 	now := time.Now()
 	c.mu.Lock()
 	kept := c.tokens[:0:0]
@@ -291,8 +302,7 @@ func (m *Manager) KeepContextToken(id string, t ContextToken) error {
 	}
 	c.tokens = append(kept, t)
 	c.mu.Unlock()
-	m.putContext(c)
-	return nil
+	c.m.records.putContext(c)
 }
 
 // Tokens are the context tokens kept of the context that have not

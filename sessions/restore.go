@@ -194,7 +194,7 @@ func (m *Manager) restoreKernel(ctx context.Context, rec state.Kernel, wanted bo
 			why = "its kernelspec is gone"
 		}
 		stop(why)
-		m.deleteKernel(rec.ID)
+		m.records.deleteKernel(rec.ID)
 		if strings.HasPrefix(ex.Workspace, "runs/") && m.wsRoot != nil {
 			if ws, err := m.wsRoot.Open(ex.Workspace, nil); err == nil {
 				ws.Delete()
@@ -209,7 +209,7 @@ func (m *Manager) restoreKernel(ctx context.Context, rec state.Kernel, wanted bo
 	k, err := m.newKernel(rec.ID, spec, ex.Env, workDir{ws: ws, cwd: rec.Cwd}, ex.Policy)
 	if err != nil {
 		stop(err.Error())
-		m.deleteKernel(rec.ID)
+		m.records.deleteKernel(rec.ID)
 		return nil, stopped
 	}
 	k.created = rec.Created
@@ -434,7 +434,7 @@ func (m *Manager) restoreContext(rec state.Context, kernels map[string]*Kernel, 
 	ws := workspaces[contextWorkspaceOf(rec)]
 	if err != nil || ws == nil {
 		m.log.Warn("kept context dropped", "context", rec.ID, "err", err)
-		m.deleteContextRecord(&Context{ID: rec.ID})
+		m.records.deleteContext(&Context{ID: rec.ID})
 		return nil
 	}
 	c := &Context{ID: rec.ID, Language: rec.Language, Cwd: rec.Cwd, Env: rec.Env, Shared: ex.Shared, m: m, spec: spec, ws: ws,

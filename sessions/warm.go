@@ -92,7 +92,7 @@ func (c *Context) takeWarm(ctx context.Context) *Kernel {
 	if ok, _ := c.m.catalog.warmable(c.spec, c.Env); !ok {
 		return nil
 	}
-	p := c.m.pool(c.spec)
+	p := c.m.warm.get(c.spec)
 	if p == nil {
 		return nil
 	}
@@ -150,7 +150,7 @@ func (c *Context) adoptWarm(ctx context.Context, k *Kernel) (err error) {
 	if err != nil {
 		return err
 	}
-	c.m.putKernel(k, jk)
+	c.m.records.putKernel(k, jk)
 	return nil
 }
 

@@ -17,7 +17,7 @@ import (
 func warmManager(t *testing.T, cfg Config, language string) *Manager {
 	t.Helper()
 	m := newRealManager(t, cfg)
-	if err := m.Prewarm([]string{language}); err != nil {
+	if err := m.WarmPools().Prewarm([]string{language}); err != nil {
 		t.Fatal(err)
 	}
 	waitPool(t, m, "the pool to fill", func(ps PoolStats) bool { return ps.Ready == cfg.PoolSize })
@@ -30,7 +30,7 @@ func waitPool(t *testing.T, m *Manager, what string, cond func(PoolStats) bool) 
 	t.Helper()
 	var got PoolStats
 	waitWithin(t, time.Minute, what, func() bool {
-		ps := m.Pools()
+		ps := m.WarmPools().Stats()
 		if len(ps) != 1 || !cond(ps[0]) {
 			return false
 		}
@@ -82,7 +82,7 @@ func TestContextFromPoolIsTheContexts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ps := m.Pools()[0]; ps.Hits != 1 {
+	if ps := m.WarmPools().Stats()[0]; ps.Hits != 1 {
 		t.Fatalf("pool %+v: the context did not take the ready kernel", ps)
 	}
 	ws := c.Workspace().Dir()
@@ -173,7 +173,7 @@ func TestPooledKernelsHandedOutOnce(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	if ps := m.Pools()[0]; ps.Hits < 2 {
+	if ps := m.WarmPools().Stats()[0]; ps.Hits < 2 {
 		t.Errorf("pool %+v: the two ready kernels were not taken", ps)
 	}
 	seen := map[string]string{}
@@ -199,7 +199,7 @@ func TestStartOnlyEnvStartsFreshKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ps := m.Pools()[0]; ps.Hits != 0 || ps.Ready != 1 {
+	if ps := m.WarmPools().Stats()[0]; ps.Hits != 0 || ps.Ready != 1 {
 		t.Errorf("pool %+v: a context with TZ took the pooled kernel", ps)
 	}
 	if _, e := run(t, m, ExecuteRequest{Context: c.ID, Code: "import time; print(time.strftime('%Z'))"}); strings.TrimSpace(stdout(e)) != "JST" {
@@ -215,7 +215,7 @@ func TestDenoContextFromPool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ps := m.Pools()[0]; ps.Hits != 1 {
+	if ps := m.WarmPools().Stats()[0]; ps.Hits != 1 {
 		t.Fatalf("pool %+v: the Deno context did not take the ready kernel", ps)
 	}
 	code := `const out = new Deno.Command("sh", {args: ["-c", "printf %s \"$GREETING\""]}).outputSync();
@@ -262,20 +262,20 @@ func TestPoolGrowsAndShrinks(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if ps := m.Pools()[0]; ps.Hits == 0 {
+	if ps := m.WarmPools().Stats()[0]; ps.Hits == 0 {
 		t.Errorf("pool %+v: no context took a ready kernel", ps)
 	}
 	// Three takes within the window: the pool refills to three.
 	waitPool(t, m, "the pool to grow to 3", func(ps PoolStats) bool { return ps.Ready+ps.Starting == 3 })
 	waitPool(t, m, "the pool to shrink to 1", func(ps PoolStats) bool { return ps.Ready == 1 && ps.Starting == 0 })
-	p := m.pool(m.Contexts()[0].spec)
+	p := m.warm.get(m.Contexts()[0].spec)
 	p.mu.Lock()
 	armed := p.shrink != nil
 	p.mu.Unlock()
 	if armed {
 		t.Error("a pool at its floor holds a timer")
 	}
-	if ps := m.Pools()[0]; ps.Target != 1 {
+	if ps := m.WarmPools().Stats()[0]; ps.Target != 1 {
 		t.Errorf("pool %+v: target above the floor when idle", ps)
 	}
 }
@@ -293,7 +293,7 @@ func TestSharedAndSandboxContextsFromPool(t *testing.T) {
 	if got := strings.TrimSpace(stdout(e)); got != shared.Workspace().Dir() {
 		t.Errorf("the shared kernel works in %q, want %q", got, shared.Workspace().Dir())
 	}
-	if ps := m.Pools()[0]; ps.Hits != 1 {
+	if ps := m.WarmPools().Stats()[0]; ps.Hits != 1 {
 		t.Fatalf("pool %+v: the shared kernel did not take the ready kernel", ps)
 	}
 
@@ -307,7 +307,7 @@ func TestSharedAndSandboxContextsFromPool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ps := m.Pools()[0]; ps.Hits != 2 {
+	if ps := m.WarmPools().Stats()[0]; ps.Hits != 2 {
 		t.Fatalf("pool %+v: the sandbox's context did not take the ready kernel", ps)
 	}
 	if _, e := run(t, m, ExecuteRequest{Context: c.ID, Code: "import os; open('made-here', 'w').close(); print(os.getcwd())"}); strings.TrimSpace(stdout(e)) != ws.Dir() {

@@ -371,7 +371,7 @@ func (m *Manager) LanguageInfos() []LanguageInfo {
 // deleteWorkspace removes the workspace of a deleted context; at shutdown
 // a context's workspace is kept (its files outlive the gateway where the
 // root is kept), an isolated run's removed.
-func (m *Manager) deleteWorkspace(c *Context) {
+func (c *Context) deleteWorkspace() {
 	// Its kernel is stopped (a kept one's context is not deleted).
 	c.deleteSpare()
 	if c.ws == nil || c.wsBorrowed {
@@ -379,7 +379,7 @@ func (m *Manager) deleteWorkspace(c *Context) {
 	}
 	closing := false
 	select {
-	case <-m.closing:
+	case <-c.m.closing:
 		closing = true
 	default:
 	}
@@ -388,7 +388,7 @@ func (m *Manager) deleteWorkspace(c *Context) {
 		return
 	}
 	if err := c.ws.Delete(); err != nil && !errors.Is(err, workspace.ErrClosed) {
-		m.log.Warn("workspace not removed", "context", c.ID, "err", err)
+		c.m.log.Warn("workspace not removed", "context", c.ID, "err", err)
 	}
 }
 
