@@ -437,7 +437,7 @@ func (k *Kernel) Restart(ctx context.Context) error {
 	k.mu.Unlock()
 	cut(held)
 	if jk == nil && left != nil {
-		k.m.stopAdoptee(ctx, k.id, left)
+		k.stopAdoptee(ctx, left)
 	}
 	if jk != nil {
 		jk.Shutdown(ctx)
@@ -494,7 +494,7 @@ func (k *Kernel) shutdown(ctx context.Context) {
 	if jk != nil {
 		jk.Shutdown(ctx)
 	} else if left != nil {
-		k.m.stopAdoptee(ctx, k.id, left)
+		k.stopAdoptee(ctx, left)
 	}
 	k.m.records.deleteKernel(k.id)
 }

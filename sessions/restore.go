@@ -55,6 +55,10 @@ type RestoreReport struct {
 	Keep []string
 }
 
+// restoration is a Restore in progress: its steps take the kept
+// kernels, contexts and runs over.
+type restoration struct{ m *Manager }
+
 // Restore loads what the store kept and takes it over: call it once,
 // before serving. Without a store it does nothing.
 func (m *Manager) Restore(ctx context.Context) (RestoreReport, error) {
@@ -67,6 +71,7 @@ func (m *Manager) Restore(ctx context.Context) (RestoreReport, error) {
 		return rep, err
 	}
 	t0 := time.Now()
+	rt := restoration{m}
 
 	// The contexts say which kernels of the lazy policy are theirs; the
 	// others (warm pool, isolated runs) end.
@@ -101,7 +106,7 @@ func (m *Manager) Restore(ctx context.Context) (RestoreReport, error) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			k, outcome := m.restoreKernel(ctx, rec, wanted[rec.ID] != nil, workspaces)
+			k, outcome := rt.kernel(ctx, rec, wanted[rec.ID] != nil, workspaces)
 			mu.Lock()
 			defer mu.Unlock()
 			switch outcome {
@@ -131,7 +136,7 @@ func (m *Manager) Restore(ctx context.Context) (RestoreReport, error) {
 
 	contexts := map[string]*Context{}
 	for _, rec := range snap.Contexts {
-		c := m.restoreContext(rec, kernels, workspaces)
+		c := rt.context(rec, kernels, workspaces)
 		if c != nil {
 			contexts[c.ID] = c
 			rep.Contexts++
@@ -148,7 +153,7 @@ func (m *Manager) Restore(ctx context.Context) (RestoreReport, error) {
 		m.jsessions.mu.Unlock()
 		rep.Sessions++
 	}
-	rep.Runs, rep.PickedUp = m.restoreRuns(snap.Runs, contexts)
+	rep.Runs, rep.PickedUp = rt.runs(snap.Runs, contexts)
 	m.log.Info("state restored", "kernels", rep.Adopted, "pending", rep.Pending, "lost", rep.Lost, "stopped", rep.Stopped,
 		"contexts", rep.Contexts, "sessions", rep.Sessions, "runs", rep.Runs, "picked_up", rep.PickedUp,
 		"took", time.Since(t0).Round(time.Millisecond))
@@ -164,14 +169,15 @@ const (
 	stopped
 )
 
-// restoreKernel connects to the kept kernel rec names, if it is the same
+// kernel connects to the kept kernel rec names, if it is the same
 // live process and answers with its key. A kernel of a context (wanted)
 // or of the Jupyter surface comes back under its id either way: adopted;
 // pending, when it has not answered within promptAdopt (it is adopted
 // once it does); or dead as if it had died (a context's next run starts a
 // new process and says the state was lost; a Jupyter kernel restarts
 // now). Others (warm pool, isolated runs) are stopped.
-func (m *Manager) restoreKernel(ctx context.Context, rec state.Kernel, wanted bool, workspaces map[string]*workspace.Workspace) (*Kernel, restoreOutcome) {
+func (rt restoration) kernel(ctx context.Context, rec state.Kernel, wanted bool, workspaces map[string]*workspace.Workspace) (*Kernel, restoreOutcome) {
+	m := rt.m
 	var ex kernelExtra
 	if len(rec.Extra) > 0 {
 		json.Unmarshal(rec.Extra, &ex)
@@ -384,7 +390,7 @@ func (k *Kernel) awaitAdoption(a *adoption) {
 	// It died, or signs with another key: a live one is stopped.
 	m.log.Warn("kept kernel lost", "kernel", k.id, "spec", k.spec.Name, "err", err)
 	sctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
-	m.stopAdoptee(sctx, k.id, a)
+	k.stopAdoptee(sctx, a)
 	cancel()
 	why := "could not be adopted after the gateway restarted (" + err.Error() + ")"
 	k.lostKept(why, "the kernel "+why)
@@ -419,16 +425,17 @@ func (k *Kernel) cancelAdoption() *adoption {
 	return a
 }
 
-// stopAdoptee stops the kept process of an adoption given up.
-func (m *Manager) stopAdoptee(ctx context.Context, id string, a *adoption) {
-	if err := m.stopKept(ctx, a.info); err != nil && !errors.Is(err, jupyter.ErrNotAdoptable) {
-		m.log.Warn("kept kernel not stopped", "kernel", id, "err", err)
+// stopAdoptee stops the kept process of an adoption of k given up.
+func (k *Kernel) stopAdoptee(ctx context.Context, a *adoption) {
+	if err := k.m.stopKept(ctx, a.info); err != nil && !errors.Is(err, jupyter.ErrNotAdoptable) {
+		k.m.log.Warn("kept kernel not stopped", "kernel", k.id, "err", err)
 	}
 }
 
-// restoreContext takes a kept context over, with its kernel when that is
+// context takes a kept context over, with its kernel when that is
 // back.
-func (m *Manager) restoreContext(rec state.Context, kernels map[string]*Kernel, workspaces map[string]*workspace.Workspace) *Context {
+func (rt restoration) context(rec state.Context, kernels map[string]*Kernel, workspaces map[string]*workspace.Workspace) *Context {
+	m := rt.m
 	ex := contextExtraOf(rec)
 	spec, err := m.catalog.contextSpec(rec.Language, ex.Kernelspec)
 	ws := workspaces[contextWorkspaceOf(rec)]
@@ -454,11 +461,12 @@ func (m *Manager) restoreContext(rec state.Context, kernels map[string]*Kernel, 
 	return c
 }
 
-// restoreRuns takes the kept run records over: ended ones as they are,
+// runs takes the kept run records over: ended ones as they are,
 // queued ones end (they never ran), running ones (and queued ones whose
 // code was being sent) are picked up when their kernel is back, else
 // lost.
-func (m *Manager) restoreRuns(recs []state.Run, contexts map[string]*Context) (restored, pickedUp int) {
+func (rt restoration) runs(recs []state.Run, contexts map[string]*Context) (restored, pickedUp int) {
+	m := rt.m
 	kept := m.runs.Restore(recs)
 	for _, kr := range kept {
 		r := kr.Run
