@@ -18,21 +18,9 @@ import (
 //     down; its last activity is written now and then (checkpoint);
 //   - a context and a Jupyter session are written, durably, before the
 //     call that made or changed them returns, and deleted with them;
-//   - a run's record is committed before its id leaves the gateway
-//     (promise). The run next to go on an idle context is committed as
-//     its code is sent, naming its kernel and its execute_request: the
-//     commit is started and the code goes at once, the disk working
-//     while the kernel does; its id, and its end, wait for the commit.
-//     A run that waits for its turn or its kernel is committed at once,
-//     and again, naming its request, before the kernel gets its code.
-//     Commits of runs starting together share an fsync. Later, its record is
-//     written when it starts and ends, and its events as they come;
-//     those writes are queued by the store and committed together (one
-//     fsync for many), and never waited for: while the store's queue is
-//     full (a slow or hung disk, state.ErrBusy) the run is behind, its
-//     writes wait in the run's own memory, and the catch-up writes them
-//     in one go once the store has committed what it had queued. A
-//     kernel's reader never waits on the disk.
+//   - runs are written by a runs.Journal over the same store (see
+//     package runs): a run's record is committed before its id leaves
+//     the gateway, its later writes are queued and never waited for.
 //
 // With no store (an empty --state-dir) nothing of this runs.
 
