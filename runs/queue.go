@@ -75,7 +75,8 @@ type QueueConfig struct {
 	// before its kernel is restarted; StartTimeout bounds that restart.
 	InterruptGrace, StartTimeout time.Duration
 	Log                          *slog.Logger
-	// Go runs fn on a goroutine its owner waits for at shutdown.
+	// Go runs fn on a goroutine its owner waits for at shutdown; it is
+	// never called with the queue's lock held.
 	Go func(fn func())
 	// NoInline: runs never run on the caller's goroutine (Execute's
 	// wait); every run goes to a worker.
@@ -139,13 +140,14 @@ func (q *Queue) EnqueueRun(r *Run, inline bool) (bool, bool, error) {
 	r.mu.Unlock()
 	first := !q.working
 	inline = inline && !q.working && !q.cfg.NoInline
-	if !q.working {
-		q.working = true
-		if !inline {
-			q.cfg.Go(q.work)
-		}
-	}
+	startWorker := !q.working && !inline
+	q.working = true
 	q.mu.Unlock()
+	// working is set: no other worker starts meanwhile. The owner's Go
+	// is called without the queue's lock.
+	if startWorker {
+		q.cfg.Go(q.work)
+	}
 	r.ArmDeadline(r.Expire)
 	return inline, first, nil
 }
@@ -322,9 +324,10 @@ func (q *Queue) runQueue(justOne bool) {
 			return
 		}
 		if ran && justOne {
-			// The caller's run is done: a worker takes the rest.
-			q.cfg.Go(q.work)
+			// The caller's run is done: a worker takes the rest (working
+			// stays set for it).
 			q.mu.Unlock()
+			q.cfg.Go(q.work)
 			return
 		}
 		r := q.queue[0]
