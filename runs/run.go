@@ -74,13 +74,13 @@ type Run struct {
 	// longer changes then): written once for the store and the answer.
 	execJSON []byte
 
-	// set by the context while the run executes
+	// set by its queue (or its driver, SetControls) while the run executes
 	interrupted bool
 	timedOut    bool
 	cancel      func(Reason) // ends a queued run or interrupts a running one
 	input       func(value string) error
 	awaiting    bool // an input_request waits for an answer
-	// set for a command (commands.go): any input is taken, Kill kills
+	// set for a command (Controls): any input is taken, Kill kills
 	// its process group, and exitCode is its exit status once it ended.
 	anyInput   bool
 	kill       func()
@@ -476,7 +476,8 @@ type Controls struct {
 	AnyInput bool
 	// CloseInput ends its input.
 	CloseInput func()
-	// ExitCode: the run ends with an exit status (SetExitCode).
+	// ExitCode: the run is a process of its own that ends with an exit
+	// status (SetExitCode), and Kill cancels it with Killed.
 	ExitCode bool
 }
 
@@ -491,7 +492,8 @@ func (r *Run) SetControls(c Controls) {
 	if c.ExitCode && r.exitCode == nil {
 		r.exitCode = new(int)
 	}
-	if c.Cancel != nil {
+	if c.ExitCode && c.Cancel != nil {
+		// A process of its own: Kill ends it killed.
 		r.kill = func() { c.Cancel(Killed) }
 	}
 }
