@@ -213,11 +213,14 @@ func (q *Queue) Close() (queued []*Run, running *Run) {
 // Restored notes the kernel and generation the last run before a restart
 // of the gateway ran on, or, with k nil, how its kernel ended.
 func (q *Queue) Restored(k Kernel, endedBefore string) {
+	gen := 0
+	if k != nil {
+		gen, _ = k.Generation()
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if k != nil {
-		q.ranOn = k
-		q.ranGen, _ = k.Generation()
+		q.ranOn, q.ranGen = k, gen
 	}
 	q.endedBefore = endedBefore
 }
@@ -443,8 +446,9 @@ func (q *Queue) execute(r *Run) {
 			return
 		}
 	}
+	notice := q.startedOn(k)
 	r.mu.Lock()
-	r.notice = q.startedOn(k)
+	r.notice = notice
 	r.cancel = func(reason Reason) {
 		select {
 		case stop <- reason:
@@ -532,20 +536,27 @@ func (q *Queue) execute(r *Run) {
 // what the run must say about it: that the process the previous run ran on
 // was replaced and its state is gone, unless a lost run said so already.
 func (q *Queue) startedOn(k Kernel) string {
+	// The kernels are asked before the queue's lock is taken: only the
+	// queue's one worker changes ranOn.
+	id := k.ID()
 	gen, endedBy := k.Generation()
+	q.mu.Lock()
+	prev := q.ranOn
+	q.mu.Unlock()
+	other := prev != nil && prev.ID() != id
+	if other {
+		_, endedBy = prev.Generation()
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	notice := ""
-	if q.ranOn != nil && (q.ranOn.ID() != k.ID() || q.ranGen != gen) && !q.told {
-		if q.ranOn.ID() != k.ID() {
-			_, endedBy = q.ranOn.Generation()
-		}
+	if prev != nil && (other || q.ranGen != gen) && !q.told {
 		if endedBy == "" {
 			endedBy = "was replaced"
 		}
 		notice = "the kernel " + endedBy + " after the previous run; this run started on a new kernel without the earlier state"
 	}
-	if q.ranOn == nil && q.endedBefore != "" && !q.told {
+	if prev == nil && q.endedBefore != "" && !q.told {
 		notice = "the kernel " + q.endedBefore + " after the previous run; this run started on a new kernel without the earlier state"
 	}
 	q.endedBefore = ""
