@@ -219,14 +219,15 @@ func commandDir(c *Context, cwd string) (string, error) {
 // false when c was deleted meanwhile.
 func (c *Context) addCommand(r *runs.Run, cr *commandRun) bool {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.deleted {
+		c.mu.Unlock()
 		return false
 	}
 	if c.commands == nil {
 		c.commands = map[*runs.Run]*commandRun{}
 	}
 	c.commands[r] = cr
+	c.mu.Unlock()
 	c.runs.NoteRun(r.ID)
 	return true
 }
