@@ -584,9 +584,6 @@ func (q *Queue) RestartAfterInterrupt(r *Run) {
 	rcancel()
 }
 
-// InterruptGrace is how long a run has to stop after an interrupt.
-func (q *Queue) InterruptGrace() time.Duration { return q.cfg.InterruptGrace }
-
 // LostMessage says why a run lost its kernel.
 func LostMessage(err error) string {
 	var died *jupyter.DiedError
