@@ -290,22 +290,6 @@ func (q *Queue) work() { q.runQueue(false) }
 // the caller waits for its own run only.
 func (q *Queue) WorkInline() { q.runQueue(true) }
 
-// PickUp makes r, which an earlier gateway started on the queue's kernel,
-// the queue's running run: follow follows it to its end on a worker,
-// which then runs what was queued meanwhile.
-func (q *Queue) PickUp(r *Run, follow func()) {
-	q.mu.Lock()
-	q.working, q.running = true, r
-	q.mu.Unlock()
-	q.cfg.Go(func() {
-		follow()
-		q.mu.Lock()
-		q.running = nil
-		q.mu.Unlock()
-		q.runQueue(false)
-	})
-}
-
 // deletedBeforeStart says why a run queued on a deleted context ends.
 func (q *Queue) deletedBeforeStart() string {
 	return "context " + q.id + " was deleted before the run started; it never ran"
@@ -498,7 +482,7 @@ func (q *Queue) execute(r *Run) {
 			r.Finish(r.repliedReason(), nil)
 			return
 		case why := <-stop:
-			r.Stopping(why)
+			r.stopping(why)
 			if grace == nil {
 				grace = time.After(q.cfg.InterruptGrace)
 				again = time.After(q.cfg.InterruptGrace / 3)
@@ -525,7 +509,7 @@ func (q *Queue) execute(r *Run) {
 		case <-grace:
 			// The kernel did not stop: restart it; the run's state is lost.
 			k.Forget(call)
-			q.RestartAfterInterrupt(r)
+			q.restartAfterInterrupt(r)
 			q.Lose(r, "the kernel did not stop after an interrupt and was restarted; its state is gone")
 			return
 		}
@@ -573,9 +557,9 @@ func (q *Queue) Lose(r *Run, why string) {
 	r.Lose(why)
 }
 
-// RestartAfterInterrupt restarts the kernel of a run that did not stop
+// restartAfterInterrupt restarts the kernel of a run that did not stop
 // after an interrupt: the run's state is lost.
-func (q *Queue) RestartAfterInterrupt(r *Run) {
+func (q *Queue) restartAfterInterrupt(r *Run) {
 	q.cfg.Log.Warn("kernel did not stop after an interrupt: restarting it", "context", q.id, "run", r.ID)
 	rctx, rcancel := context.WithTimeout(context.Background(), q.cfg.StartTimeout)
 	if err := q.host.Restart(rctx); err != nil {

@@ -527,17 +527,9 @@ func (r *Run) Output(name, text string) {
 	r.persist()
 }
 
-// MsgID is the id of the execute_request that sent the run's code, once
-// it was sent.
-func (r *Run) MsgID() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.msgID
-}
-
-// Stopping notes that the run is being stopped for why (TimedOut or
+// stopping notes that the run is being stopped for why (TimedOut or
 // Interrupted): it ends so once its kernel stops it.
-func (r *Run) Stopping(why Reason) {
+func (r *Run) stopping(why Reason) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if why == TimedOut {
@@ -547,9 +539,9 @@ func (r *Run) Stopping(why Reason) {
 	}
 }
 
-// FollowedReason is how a run followed without its reply (picked up
+// followedReason is how a run followed without its reply (picked up
 // after a restart) ended: as it was stopped, or by its error.
-func (r *Run) FollowedReason() Reason {
+func (r *Run) followedReason() Reason {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {

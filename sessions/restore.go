@@ -31,11 +31,6 @@ const stopTimeout = 20 * time.Second
 // restoreParallel is how many kept kernels are connected to at once.
 const restoreParallel = 16
 
-// LostOutputMarker is the text a run picked up after a restart of the
-// gateway gets on stderr: ZeroMQ drops what a kernel publishes while no
-// gateway subscribes.
-const LostOutputMarker = "\n[kernelgate] the gateway restarted during this run: output the kernel published while no gateway was running, or just before the restart, is lost\n"
-
 // endedWhileDown is how a kept kernel that is gone is said to have ended.
 const endedWhileDown = "ended while no gateway was running"
 
@@ -500,26 +495,19 @@ func (rt restoration) runs(recs []state.Run, contexts map[string]*Context) (rest
 				continue
 			}
 			pickedUp++
-			c.runs.PickUp(r, func() { c.pickUp(r, k) })
+			c.runs.PickUp(r, kernelFollowed{k})
 		}
 	}
 	return len(kept), pickedUp
 }
 
-// pickUp follows a run an earlier gateway started on k, which k still
-// runs (or ran while no gateway was there), until it ends. The kernel's
-// reply went to that gateway's connection; the run ends when its status
-// turns idle, or when a kernel_info request sent behind it on the shell
-// channel is done, reply and idle status (the shell runs requests in
-// order, iopub keeps their order): whichever comes first. A kernel still being adopted (adoption) is waited for: its
-// messages reach the run meanwhile; one that is lost loses the run.
-func (c *Context) pickUp(r *runs.Run, k *Kernel) {
-	r.Output("stderr", LostOutputMarker)
-	msgID := r.MsgID()
+// kernelFollowed is a kept kernel as a picked-up run's runs.Followed.
+type kernelFollowed struct{ k *Kernel }
 
-	idle := make(chan struct{})
-	var idleOnce sync.Once
-	late := runs.NewLateOutput()
+var _ runs.Followed = kernelFollowed{}
+
+func (f kernelFollowed) Route(msgID string, h func(*Message)) (undo func()) {
+	k := f.k
 	k.mu.Lock()
 	if k.pickups == nil {
 		k.pickups = map[string]func(*Message){}
@@ -529,120 +517,55 @@ func (c *Context) pickUp(r *runs.Run, k *Kernel) {
 	}
 	k.runs[msgID] = struct{}{}
 	k.state = jupyter.StateBusy
-	k.pickups[msgID] = func(m *Message) {
-		r.Handle(m, IOPub)
-		if m.ExecutionState() == jupyter.StateIdle {
-			idleOnce.Do(func() { close(idle) })
-		}
-		late.Note(m)
-	}
+	k.pickups[msgID] = h
 	k.mu.Unlock()
-	defer func() {
+	return func() {
 		k.mu.Lock()
 		delete(k.pickups, msgID)
 		delete(k.runs, msgID)
 		k.mu.Unlock()
-	}()
-
-	stop := make(chan runs.Reason, 1)
-	r.SetControls(runs.Controls{Cancel: func(reason runs.Reason) {
-		select {
-		case stop <- reason:
-		default:
-		}
-	}})
-	r.ArmDeadline(r.Expire)
-
-	var barrier runs.Call
-	var barrierDone, jkDone <-chan struct{}
-	var jk process
-	follow := func(p process) {
-		jk, jkDone = p, p.Done()
-		if m, err := jk.NewMessage(jupyter.KernelInfoRequest, nil, nil); err == nil {
-			// Its idle status too: iopub is ordered, so the run's
-			// messages have all come once it has, whereas the reply,
-			// on another socket, may come first (Deno's does).
-			barrier, _ = jk.Request(Shell, m, nil, jupyter.CallOptions{IOPub: true})
-		}
-		if barrier != nil {
-			barrierDone = barrier.Done()
-		}
 	}
-	defer func() {
-		if barrier != nil {
-			jk.Forget(barrier)
-		}
-	}()
+}
+
+func (f kernelFollowed) Process() (runs.Process, <-chan struct{}) {
+	k := f.k
 	k.mu.Lock()
-	var adopting <-chan struct{}
+	defer k.mu.Unlock()
 	if k.jk != nil {
-		jk = k.jk
-	} else if k.adopting != nil {
-		adopting = k.adopting.done
+		return followedProcess{k.jk}, nil
 	}
-	k.mu.Unlock()
-	if jk != nil {
-		follow(jk)
-	} else if adopting == nil {
-		c.runs.Lose(r, "the gateway restarted during the run and its kernel was lost; the next run starts a new kernel without the earlier state")
-		return
+	if k.adopting != nil {
+		return nil, k.adopting.done
 	}
-	var grace <-chan time.Time
-	var idleCh <-chan struct{} = idle
-	for {
-		select {
-		case <-adopting:
-			adopting = nil
-			k.mu.Lock()
-			p, endedBy := k.jk, k.endedBy
-			k.mu.Unlock()
-			if p == nil {
-				if endedBy == "" {
-					endedBy = "was restarted or shut down"
-				}
-				c.runs.Lose(r, "the gateway restarted during the run and its kernel "+endedBy+"; the next run starts a new kernel without the earlier state")
-				return
-			}
-			follow(p)
-			continue
-		case <-idleCh:
-			if barrierDone != nil {
-				// The barrier follows at once, and its status comes
-				// after what the run published late (Deno may publish
-				// its result after its idle status).
-				idleCh = nil
-				continue
-			}
-		case <-barrierDone:
-			// A kernel that answered it without its idle status (lost)
-			// has run it, behind the run, all the same.
-			if _, err := barrier.Result(); err != nil && !errors.Is(err, jupyter.ErrRequestDropped) {
-				c.runs.Lose(r, runs.LostMessage(err))
-				return
-			}
-		case <-jkDone:
-			c.runs.Lose(r, runs.LostMessage(jk.Err()))
-			return
-		case why := <-stop:
-			r.Stopping(why)
-			ictx, cancel := context.WithTimeout(context.Background(), c.m.cfg.InterruptGrace)
-			k.Interrupt(ictx)
-			cancel()
-			if grace == nil {
-				grace = time.After(c.m.cfg.InterruptGrace)
-			}
-			continue
-		case <-grace:
-			// The kernel did not stop, as in execute: restart it; the
-			// run's state is lost.
-			c.runs.RestartAfterInterrupt(r)
-			c.runs.Lose(r, "the kernel did not stop after an interrupt and was restarted; its state is gone")
-			return
-		}
-		break
+	return nil, nil
+}
+
+func (f kernelFollowed) Adopted() (runs.Process, string) {
+	k := f.k
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.jk == nil {
+		return nil, k.endedBy
 	}
-	late.Settle(kernelRunner{k: k}.LateWait())
-	r.Finish(r.FollowedReason(), nil)
+	return followedProcess{k.jk}, ""
+}
+
+func (f kernelFollowed) Interrupt(ctx context.Context) error { return f.k.Interrupt(ctx) }
+func (f kernelFollowed) LateWait() time.Duration             { return kernelRunner{k: f.k}.LateWait() }
+
+// followedProcess is a kernel's process as runs.Process.
+type followedProcess struct{ jk process }
+
+func (p followedProcess) Done() <-chan struct{} { return p.jk.Done() }
+func (p followedProcess) Err() error            { return p.jk.Err() }
+func (p followedProcess) Forget(c runs.Call)    { p.jk.Forget(c) }
+
+func (p followedProcess) Barrier() (runs.Call, error) {
+	m, err := p.jk.NewMessage(jupyter.KernelInfoRequest, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	return p.jk.Request(Shell, m, nil, jupyter.CallOptions{IOPub: true})
 }
 
 // contextExtraOf reads what the manager kept of a context beyond
