@@ -8,7 +8,6 @@
 //
 // It knows a kernel only through the small interfaces its queue's Host
 // hands it (Kernel; Followed for a run picked up), and the store only
-// through Store: it never imports
-// sessions, and knows nothing of how kernels are started, restarted or
-// found again.
+// through Store: it never imports sessions, and knows nothing of how
+// kernels are started, restarted or found again.
 package runs
