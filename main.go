@@ -24,6 +24,7 @@ import (
 	"kernelgate/kernelspecs"
 	kubeprov "kernelgate/provision/kubernetes"
 	localprov "kernelgate/provision/local"
+	"kernelgate/runs"
 	"kernelgate/sessions"
 	"kernelgate/state"
 	"kernelgate/web"
@@ -272,7 +273,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		EnvAllow:         cfg.EnvAllow,
 		Languages:        langs,
 		QueueLimit:       cfg.QueueLimit,
-		RunLimits:        sessions.Limits{LogBytes: cfg.MaxLogBytes, ResultBytes: cfg.MaxResultBytes},
+		RunLimits:        runs.Limits{LogBytes: cfg.MaxLogBytes, ResultBytes: cfg.MaxResultBytes},
 		RunRetention:     cfg.RunRetention,
 		RunsKept:         cfg.RunsKept,
 		InterruptGrace:   cfg.InterruptGrace,
@@ -325,7 +326,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 				log.Info("kernels start without a font cache seed; their first plot builds it", "err", err)
 			}
 		}
-		if err := mgr.Prewarm(cfg.PoolPrewarm); err != nil {
+		if err := mgr.WarmPools().Prewarm(cfg.PoolPrewarm); err != nil {
 			log.Warn("warm pool not filled at start", "err", err)
 		}
 	}()

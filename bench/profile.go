@@ -16,6 +16,7 @@ import (
 	"kernelgate/gateway"
 	"kernelgate/kernelspecs"
 	"kernelgate/provision/local"
+	"kernelgate/runs"
 	"kernelgate/sessions"
 	"kernelgate/state"
 )
@@ -46,7 +47,7 @@ func inProcessGateway(poolSize int) (*server, func(), error) {
 	metrics := gateway.NewMetrics()
 	mgr := sessions.New(sessions.Config{
 		DefaultKernel: "python3", StartTimeout: time.Minute, QueueLimit: 64,
-		RunLimits: sessions.Limits{LogBytes: 8 << 20, ResultBytes: 32 << 20}, RunRetention: 10 * time.Minute,
+		RunLimits: runs.Limits{LogBytes: 8 << 20, ResultBytes: 32 << 20}, RunRetention: 10 * time.Minute,
 		RunsKept: 1000, InterruptGrace: 3 * time.Second, PoolSize: poolSize, LateOutputWait: 20 * time.Millisecond,
 		Observer:     metrics,
 		KernelLimits: local.Limits{MemoryBytes: 4 << 30, Pids: 1024, NoFile: 4096},

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	"kernelgate/sessions"
+	"kernelgate/runs"
 )
 
 // do sends a request with the server's token and returns status and body.
@@ -119,7 +119,7 @@ func checkExecution(status int, out []byte, want string) (missing bool, err erro
 	if len(e.Results) == 0 {
 		return true, nil
 	}
-	if got := sessions.StripANSI(e.Results[0].Text); got != want {
+	if got := runs.StripANSI(e.Results[0].Text); got != want {
 		return false, fmt.Errorf("POST /api/execute: %w: %q, want %q", errWrong, got, want)
 	}
 	return false, nil

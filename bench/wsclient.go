@@ -19,7 +19,7 @@ import (
 
 	"kernelgate/internal/jsonscan"
 	"kernelgate/jupyter"
-	"kernelgate/sessions"
+	"kernelgate/runs"
 
 	"kernelgate/internal/timefmt"
 )
@@ -210,7 +210,7 @@ func (c *kernelWS) await(ctx context.Context, id, replyType string, idle bool, m
 			case m.typ == "status" && m.state == "idle":
 				gotIdle = true
 			case m.typ == "execute_result":
-				o.text = sessions.StripANSI(m.text)
+				o.text = runs.StripANSI(m.text)
 			case m.typ == "stream":
 				o.streamBytes += m.size
 				if gotReply && gotIdle {

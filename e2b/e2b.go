@@ -322,7 +322,7 @@ func (h *Handler) sandboxModel(sb *sandbox, withTokens bool) map[string]any {
 	end, token := sb.end, sb.token
 	h.mu.Unlock()
 	// What its Python kernel, made at create, may use.
-	res, _ := h.mgr.Resources("python")
+	res, _ := h.mgr.Catalog().Resources("python")
 	m := map[string]any{
 		"sandboxID": sb.id, "templateID": sb.template, "alias": sb.template, "clientID": "kernelgate",
 		"envdVersion": envdVersion, "startedAt": timefmt.Format(sb.started), "endAt": timefmt.Format(end),
@@ -643,7 +643,7 @@ func (h *Handler) deleteContexts(id string) {
 // workspaceLanguage is the language whose kernels' user owns a sandbox's
 // files: python, else the first language served.
 func (h *Handler) workspaceLanguage() string {
-	langs := h.mgr.Languages()
+	langs := h.mgr.Catalog().Languages()
 	for _, l := range langs {
 		if l == "python" {
 			return l

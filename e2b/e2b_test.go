@@ -7,12 +7,12 @@ import (
 	"strings"
 	"testing"
 
-	"kernelgate/sessions"
+	"kernelgate/runs"
 	"kernelgate/workspace"
 )
 
 func TestResultLine(t *testing.T) {
-	r := &sessions.Result{IsMainResult: true, Data: map[string]json.RawMessage{
+	r := &runs.Result{IsMainResult: true, Data: map[string]json.RawMessage{
 		"text/plain":                  json.RawMessage(`"'hello'"`),
 		"text/html":                   json.RawMessage(`"<b>hi</b>"`),
 		"image/png":                   json.RawMessage(`"iVBORw0KGgo="`),
@@ -33,7 +33,7 @@ func mustJSON(v any) string { js, _ := json.Marshal(v); return string(js) }
 
 func TestTranslateEnd(t *testing.T) {
 	var buf bytes.Buffer
-	end := sessions.Event{Type: "end", JSON: []byte(`{"type":"end","seq":9,"executionCount":4,"process":{"reason":"lost"},"truncated":false}`)}
+	end := runs.Event{Type: "end", JSON: []byte(`{"type":"end","seq":9,"executionCount":4,"process":{"reason":"lost"},"truncated":false}`)}
 	if err := translate(&buf, end, false); err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestTranslateEnd(t *testing.T) {
 		t.Fatalf("end of a lost run = %q", lines)
 	}
 	buf.Reset()
-	errEv := sessions.Event{Type: "error", JSON: []byte(`{"type":"error","seq":3,"name":"ValueError","value":"bad","message":"bad","traceback":["a","b"]}`)}
+	errEv := runs.Event{Type: "error", JSON: []byte(`{"type":"error","seq":3,"name":"ValueError","value":"bad","message":"bad","traceback":["a","b"]}`)}
 	translate(&buf, errEv, true)
 	if got := strings.TrimSpace(buf.String()); got != `{"type":"error","name":"ValueError","value":"bad","traceback":"a\nb"}` {
 		t.Fatalf("error line = %s", got)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"kernelgate/internal/timefmt"
+	"kernelgate/runs"
 	"kernelgate/sessions"
 )
 
@@ -83,7 +84,7 @@ func (h *Handler) execute(w http.ResponseWriter, r *http.Request, sb *sandbox) {
 	}
 	run, err := h.mgr.Execute(r.Context(), sessions.ExecuteRequest{Code: *body.Code, Context: ctxID})
 	if err != nil {
-		if errors.Is(err, sessions.ErrNoSuchContext) {
+		if errors.Is(err, sessions.ErrNoSuchContext) || errors.Is(err, runs.ErrQueueClosed) {
 			textError(w, http.StatusNotFound, "Context "+ctxID+" not found")
 			return
 		}
@@ -101,7 +102,7 @@ func (h *Handler) describeText(w http.ResponseWriter, err error) {
 
 // stream writes the run's events as E2B's NDJSON until its end; a client
 // that goes away interrupts the run, as E2B's server does.
-func (h *Handler) stream(w http.ResponseWriter, r *http.Request, run *sessions.Run) {
+func (h *Handler) stream(w http.ResponseWriter, r *http.Request, run *runs.Run) {
 	w.Header().Set("Content-Type", "application/x-ndjson")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.Header().Set("X-Accel-Buffering", "no")
@@ -182,7 +183,7 @@ type (
 
 // translate appends the E2B lines of one kernelgate event to buf;
 // errSent says an error line was written for the run already.
-func translate(buf *bytes.Buffer, e sessions.Event, errSent bool) error {
+func translate(buf *bytes.Buffer, e runs.Event, errSent bool) error {
 	line := func(v any) error {
 		js, err := json.Marshal(v)
 		if err != nil {
@@ -202,21 +203,21 @@ func translate(buf *bytes.Buffer, e sessions.Event, errSent bool) error {
 		}
 		return line(outputLine{Type: e.Type, Text: ev.Text, Timestamp: timefmt.Format(time.Now())})
 	case "result":
-		var res sessions.Result
+		var res runs.Result
 		if err := json.Unmarshal(e.JSON, &res); err != nil {
 			return err
 		}
 		return line(resultLine(&res))
 	case "error":
-		var ev sessions.ExecError
+		var ev runs.ExecError
 		if err := json.Unmarshal(e.JSON, &ev); err != nil {
 			return err
 		}
 		return line(errorLine{Type: "error", Name: ev.Name, Value: ev.Value, Traceback: strings.Join(ev.Traceback, "\n")})
 	case "end":
 		var ev struct {
-			ExecutionCount *int                  `json:"executionCount"`
-			Process        sessions.ProcessState `json:"process"`
+			ExecutionCount *int              `json:"executionCount"`
+			Process        runs.ProcessState `json:"process"`
 		}
 		if err := json.Unmarshal(e.JSON, &ev); err != nil {
 			return err
@@ -228,9 +229,9 @@ func translate(buf *bytes.Buffer, e sessions.Event, errSent bool) error {
 		}
 		if !errSent {
 			switch ev.Process.Reason {
-			case sessions.Lost:
+			case runs.Lost:
 				line(errorLine{Type: "error", Name: "ContextRestarting", Value: "the kernel stopped during the run; the next run starts a fresh one. " + ev.Process.Message})
-			case sessions.TimedOut:
+			case runs.TimedOut:
 				line(errorLine{Type: "error", Name: "TimeoutError", Value: "the run timed out; the kernel was interrupted and keeps its state"})
 			}
 		}
@@ -248,7 +249,7 @@ var knownMIME = map[string]string{
 
 // resultLine is a result as E2B's server sends it: a field per common
 // MIME type, the others under extra.
-func resultLine(r *sessions.Result) map[string]any {
+func resultLine(r *runs.Result) map[string]any {
 	out := map[string]any{"type": "result", "is_main_result": r.IsMainResult}
 	extra := map[string]json.RawMessage{}
 	for mt, raw := range r.Data {
@@ -267,7 +268,7 @@ func resultLine(r *sessions.Result) map[string]any {
 				continue
 			}
 			if field == "text" {
-				s = sessions.StripANSI(s) // Deno colours its values
+				s = runs.StripANSI(s) // Deno colours its values
 			}
 			if field == "text" && len(s) >= 2 && strings.HasPrefix(s, "'") && strings.HasSuffix(s, "'") {
 				s = s[1 : len(s)-1] // E2B drops the quotes of a string's repr
@@ -368,7 +369,11 @@ func (h *Handler) restartContext(w http.ResponseWriter, r *http.Request, sb *san
 	if !ok {
 		return
 	}
-	if _, err := h.mgr.RestartContext(r.Context(), id); err != nil {
+	c, err := h.mgr.Context(id)
+	if err == nil {
+		err = c.Restart(r.Context())
+	}
+	if err != nil {
 		if errors.Is(err, sessions.ErrNoSuchContext) {
 			textError(w, http.StatusNotFound, "Context "+id+" not found")
 			return

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"kernelgate/runs"
 	"kernelgate/sessions"
 )
 
@@ -45,7 +46,7 @@ type processTable struct {
 // process is a command of a sandbox.
 type process struct {
 	sandbox string
-	run     *sessions.Run
+	run     *runs.Run
 	config  processConfig
 	tag     string
 }
@@ -82,7 +83,7 @@ func (t *processTable) add(p *process) uint32 {
 // is known (and streamed), not once their record is stored too.
 func (t *processTable) pruneLocked() {
 	for pid, p := range t.procs {
-		if p.run.State() == sessions.RunDone {
+		if p.run.State() == runs.RunDone {
 			delete(t.procs, pid)
 		}
 	}
@@ -416,7 +417,7 @@ func (h *Handler) startProcess(r *http.Request, sb *sandbox, cfg processConfig, 
 
 // followProcess writes the run's output events after seq after and its
 // end; a client that goes away leaves the command running.
-func (h *Handler) followProcess(r *http.Request, s *streamWriter, run *sessions.Run, after int, keepalive time.Duration) {
+func (h *Handler) followProcess(r *http.Request, s *streamWriter, run *runs.Run, after int, keepalive time.Duration) {
 	ctx := r.Context()
 	last := after
 	t := time.NewTimer(keepalive)
@@ -463,7 +464,7 @@ func (h *Handler) followProcess(r *http.Request, s *streamWriter, run *sessions.
 
 // processEvent is envd's ProcessEvent for a run event: output as data,
 // the end with the exit code; false for events envd has none of.
-func processEvent(e sessions.Event) (map[string]any, bool) {
+func processEvent(e runs.Event) (map[string]any, bool) {
 	switch e.Type {
 	case "stdout", "stderr":
 		var ev struct {
@@ -475,7 +476,7 @@ func processEvent(e sessions.Event) (map[string]any, bool) {
 		return map[string]any{"data": map[string]string{e.Type: base64.StdEncoding.EncodeToString([]byte(ev.Text))}}, true
 	case "end":
 		var ev struct {
-			Process sessions.ProcessState `json:"process"`
+			Process runs.ProcessState `json:"process"`
 		}
 		if json.Unmarshal(e.JSON, &ev) != nil {
 			return nil, false
@@ -484,8 +485,8 @@ func processEvent(e sessions.Event) (map[string]any, bool) {
 		if ev.Process.ExitCode != nil {
 			code = *ev.Process.ExitCode
 		}
-		end := map[string]any{"exitCode": code, "exited": ev.Process.Reason == sessions.Completed, "status": processStatus(ev.Process, code)}
-		if ev.Process.Reason != sessions.Completed {
+		end := map[string]any{"exitCode": code, "exited": ev.Process.Reason == runs.Completed, "status": processStatus(ev.Process, code)}
+		if ev.Process.Reason != runs.Completed {
 			msg := string(ev.Process.Reason)
 			if ev.Process.Message != "" {
 				msg += ": " + ev.Process.Message
@@ -498,9 +499,9 @@ func processEvent(e sessions.Event) (map[string]any, bool) {
 }
 
 // processStatus is how envd words a process's end.
-func processStatus(p sessions.ProcessState, code int) string {
+func processStatus(p runs.ProcessState, code int) string {
 	switch {
-	case p.Reason == sessions.Completed:
+	case p.Reason == runs.Completed:
 		return "exit status " + strconv.Itoa(code)
 	case code > 128:
 		return "signal: " + strconv.Itoa(code-128)

@@ -15,6 +15,7 @@ import (
 
 	"kernelgate/internal/needs"
 	"kernelgate/jupyter"
+	"kernelgate/runs"
 	"kernelgate/sessions"
 )
 
@@ -63,7 +64,7 @@ func markerCount(t *testing.T, text string) (dropped, at int) {
 func TestLongOutputKeepsHeadAndTail(t *testing.T) {
 	const logLimit = 64 << 10
 	g := newGateway(t, func(m *sessions.Config, _ *Config) {
-		m.RunLimits = sessions.Limits{LogBytes: logLimit, ResultBytes: 1 << 20}
+		m.RunLimits = runs.Limits{LogBytes: logLimit, ResultBytes: 1 << 20}
 		m.ReplayMessages = 100
 	})
 	line := func(i int) string { return fmt.Sprintf("line %05d %s\n", i, strings.Repeat("x", 100)) }
@@ -74,7 +75,7 @@ func TestLongOutputKeepsHeadAndTail(t *testing.T) {
 	resp := startStream(t, g, map[string]any{"code": code})
 	defer resp.Body.Close()
 	live, liveErr, end := eventTexts(t, bufio.NewScanner(resp.Body))
-	if !end.Truncated || end.Process.Reason != sessions.Completed {
+	if !end.Truncated || end.Process.Reason != runs.Completed {
 		t.Fatalf("end %s", end.Raw)
 	}
 	dropped, at := markerCount(t, live)
@@ -96,15 +97,15 @@ func TestLongOutputKeepsHeadAndTail(t *testing.T) {
 	}
 
 	// The run record and its replayed events say the same.
-	var runs []string
+	var ids []string
 	_, body := g.do("GET", "/api/contexts/code-python", nil)
 	decodeInto(t, body, &struct {
 		ProcessIDs *[]string `json:"processIds"`
-	}{&runs})
-	id := runs[len(runs)-1]
+	}{&ids})
+	id := ids[len(ids)-1]
 	_, body = g.do("GET", "/api/runs/"+id, nil)
 	var rec struct {
-		Execution sessions.Execution `json:"execution"`
+		Execution runs.Execution `json:"execution"`
 	}
 	decodeInto(t, body, &rec)
 	if got := strings.Join(rec.Execution.Logs.Stdout, ""); got != live {
@@ -246,13 +247,13 @@ func TestGigabyteOfOutputKeepsKernelAndMemory(t *testing.T) {
 				t.Fatalf("POST /api/execute: %d %.200s", status, out)
 			}
 			var e struct {
-				Process   sessions.ProcessState
+				Process   runs.ProcessState
 				Truncated bool
 			}
 			if err := json.Unmarshal(out, &e); err != nil {
 				t.Fatal(err)
 			}
-			if e.Process.Reason != sessions.Completed || !e.Truncated {
+			if e.Process.Reason != runs.Completed || !e.Truncated {
 				t.Fatalf("run ended %+v, truncated %v; want completed and truncated", e.Process, e.Truncated)
 			}
 			t.Logf("gateway peak RSS growth %d MiB", peak>>20)

@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"kernelgate/runs"
 	"kernelgate/sessions"
 )
 
@@ -257,7 +258,7 @@ func (ws *wsConn) closeWith(code int, text string) {
 }
 
 // write sends one message in the connection's framing.
-func (ws *wsConn) write(buf []byte, o sessions.Outgoing) ([]byte, error) {
+func (ws *wsConn) write(buf []byte, o runs.Outgoing) ([]byte, error) {
 	ch := o.Channel.String()
 	if ws.proto == v1 {
 		w, err := ws.conn.NextWriter(websocket.BinaryMessage)

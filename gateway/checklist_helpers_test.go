@@ -30,6 +30,7 @@ import (
 	"kernelgate/internal/sysproc"
 	"kernelgate/jupyter"
 	"kernelgate/provision/local"
+	"kernelgate/runs"
 	"kernelgate/sessions"
 )
 
@@ -85,10 +86,10 @@ func b4HostDir(t *testing.T) string {
 }
 
 // b4Stdout is the stdout of a run.
-func b4Stdout(e sessions.Execution) string { return strings.Join(e.Logs.Stdout, "") }
+func b4Stdout(e runs.Execution) string { return strings.Join(e.Logs.Stdout, "") }
 
 // b4Result is the text of the run's main result, or "".
-func b4Result(e sessions.Execution) string {
+func b4Result(e runs.Execution) string {
 	for _, r := range e.Results {
 		if r.IsMainResult {
 			return r.Text

@@ -19,6 +19,7 @@ import (
 
 	"kernelgate/internal/leakcheck"
 	"kernelgate/provision/local"
+	"kernelgate/runs"
 	"kernelgate/sessions"
 )
 
@@ -66,14 +67,14 @@ func TestB4_21_ResourceLimits(t *testing.T) {
 	sc := bufio.NewScanner(resp.Body)
 	first := readEvents(t, sc, func(e event) bool { return e.Type == "start" })
 	eventually(t, 10*time.Second, func() bool {
-		return decode[sessions.RunModel](t, mustGet(t, g, "/api/runs/"+first[0].Run)).State != sessions.RunQueued
+		return decode[runs.RunModel](t, mustGet(t, g, "/api/runs/"+first[0].Run)).State != runs.RunQueued
 	})
 	// A run queued behind the allocation is the next run after the death:
 	// it must start a fresh kernel ("lost ... the next run starts a kernel
 	// without the earlier state").
-	queued := make(chan sessions.Execution, 1)
+	queued := make(chan runs.Execution, 1)
 	go func() {
-		var e sessions.Execution
+		var e runs.Execution
 		defer func() { queued <- e }()
 		req, _ := http.NewRequest("POST", g.url+"/api/execute", strings.NewReader(`{"code":"6*7","context":"hog"}`))
 		req.Header.Set("Authorization", "token "+testToken)
@@ -92,7 +93,7 @@ func TestB4_21_ResourceLimits(t *testing.T) {
 		t.Errorf("run on another context during the allocation: %+v", e)
 	}
 	evs := readEvents(t, sc, func(e event) bool { return e.Type == "end" })
-	if end := evs[len(evs)-1]; end.Type != "end" || end.Process.Reason != sessions.Lost || end.Process.ExitCode != nil || !strings.Contains(end.Process.Message, "out of memory") {
+	if end := evs[len(evs)-1]; end.Type != "end" || end.Process.Reason != runs.Lost || end.Process.ExitCode != nil || !strings.Contains(end.Process.Message, "out of memory") {
 		t.Errorf("1 GiB in 256 MiB: %s, want lost, out of memory", end.Raw)
 	}
 	if grew := rssBytes(t) - before; grew > 64<<20 {
@@ -101,7 +102,7 @@ func TestB4_21_ResourceLimits(t *testing.T) {
 	if e := g.run(map[string]any{"code": "kept", "context": "calm"}); b4Result(e) != "'calm'" {
 		t.Errorf("the other context after the OOM: %+v", e)
 	}
-	if next := <-queued; next.Process.Reason != sessions.Completed || b4Result(next) != "42" {
+	if next := <-queued; next.Process.Reason != runs.Completed || b4Result(next) != "42" {
 		t.Errorf("the run queued behind the one that killed the kernel: %s, want completed on a fresh kernel (runs sent before the gateway has cleaned up the dead process end lost without running)", next.Process.Reason)
 		eventually(t, 15*time.Second, func() bool {
 			return !decode[sessions.ContextModel](t, mustGet(t, g, "/api/contexts/hog")).Active
@@ -109,7 +110,7 @@ func TestB4_21_ResourceLimits(t *testing.T) {
 	}
 
 	e := g.run(map[string]any{"code": b4ForkBomb, "context": "hog"})
-	if e.Error == nil || e.Error.Name != "BlockingIOError" || e.Process.Reason != sessions.Errored {
+	if e.Error == nil || e.Error.Name != "BlockingIOError" || e.Process.Reason != runs.Errored {
 		t.Errorf("fork bomb under pids 64: %+v, want BlockingIOError", e)
 	}
 	e = g.run(map[string]any{"code": "fds = []\ntry:\n    while len(fds) < 100000:\n        fds.append(open('/dev/null'))\nfinally:\n    n = len(fds)\n    [f.close() for f in fds]", "context": "hog"})
@@ -126,7 +127,7 @@ func TestB4_21_ResourceLimits(t *testing.T) {
 		b4Context(t, g, map[string]any{"id": "filler"})
 		b4Context(t, g, map[string]any{"id": "bystander"})
 		e := g.run(map[string]any{"code": "import os\nwith open('/tmp/fill', 'wb') as f:\n    for i in range(1024):\n        f.write(b'x' * (1 << 20))", "context": "filler"})
-		if e.Process.Reason != sessions.Lost && (e.Error == nil || !strings.Contains(e.Error.Value, "No space")) {
+		if e.Process.Reason != runs.Lost && (e.Error == nil || !strings.Contains(e.Error.Value, "No space")) {
 			t.Errorf("1 GiB into the sandbox's /tmp under 256 MiB: %+v %+v, want lost (OOM) or ENOSPC", e.Process, e.Error)
 		}
 		t.Logf("filling /tmp: run ended %s", e.Process.Reason)

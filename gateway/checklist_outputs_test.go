@@ -19,6 +19,7 @@ import (
 	"kernelgate/internal/needs"
 	"kernelgate/jupyter"
 	"kernelgate/provision/local"
+	"kernelgate/runs"
 	"kernelgate/sessions"
 	"kernelgate/web"
 )
@@ -60,7 +61,7 @@ HTML('<script>alert("main")</script>')`
 		}
 	}
 	check("POST /api/execute", resp.Header, "application/json")
-	e := decode[sessions.Execution](t, body)
+	e := decode[runs.Execution](t, body)
 	var html, js, svg, main bool
 	for _, r := range e.Results {
 		html = html || strings.Contains(r.HTML, `<script>alert("html")</script>`)
@@ -334,7 +335,7 @@ func TestB4_30_StdinNeverBlocks(t *testing.T) {
 		}
 		evs := readEvents(t, sc, func(e event) bool { return e.Type == "end" })
 		end := evs[len(evs)-1]
-		if end.Type != "end" || end.Process.Reason != sessions.Interrupted || time.Since(t0) > 5*time.Second {
+		if end.Type != "end" || end.Process.Reason != runs.Interrupted || time.Since(t0) > 5*time.Second {
 			t.Errorf("end %s after %v, want interrupted", end.Raw, time.Since(t0))
 		}
 		if e := g.run(map[string]any{"code": "6*7", "context": "stdin"}); b4Result(e) != "42" {
@@ -358,7 +359,7 @@ func TestB4_30_StdinNeverBlocks(t *testing.T) {
 			t.Errorf("DELETE: %d after %v", dresp.StatusCode, time.Since(t0))
 		}
 		evs := readEvents(t, sc, func(e event) bool { return e.Type == "end" })
-		if end := evs[len(evs)-1]; end.Type != "end" || end.Process.Reason != sessions.Lost {
+		if end := evs[len(evs)-1]; end.Type != "end" || end.Process.Reason != runs.Lost {
 			t.Errorf("the waiting run ended with %s, want lost", end.Raw)
 		}
 	})

@@ -18,18 +18,19 @@ import (
 	"time"
 
 	"kernelgate/provision/local"
+	"kernelgate/runs"
 	"kernelgate/sessions"
 	"kernelgate/state"
 )
 
 // command runs a command in a context and returns its Execution.
-func (g *testGateway) command(ctx string, body map[string]any) sessions.Execution {
+func (g *testGateway) command(ctx string, body map[string]any) runs.Execution {
 	g.t.Helper()
 	status, out := g.do("POST", "/api/contexts/"+ctx+"/commands", body)
 	if status != http.StatusOK {
 		g.t.Fatalf("POST /api/contexts/%s/commands %v: %d %s", ctx, body, status, out)
 	}
-	return decode[sessions.Execution](g.t, out)
+	return decode[runs.Execution](g.t, out)
 }
 
 // background starts a command in the background and returns its run id.
@@ -44,24 +45,24 @@ func (g *testGateway) background(ctx string, body map[string]any) string {
 }
 
 // runModel reads GET /api/runs/{id}.
-func (g *testGateway) runModel(id string) (state string, e sessions.Execution) {
+func (g *testGateway) runModel(id string) (state string, e runs.Execution) {
 	g.t.Helper()
 	status, out := g.do("GET", "/api/runs/"+id, nil)
 	if status != http.StatusOK {
 		g.t.Fatalf("GET /api/runs/%s: %d %s", id, status, out)
 	}
 	var m struct {
-		State     string             `json:"state"`
-		Execution sessions.Execution `json:"execution"`
+		State     string         `json:"state"`
+		Execution runs.Execution `json:"execution"`
 	}
 	decodeInto(g.t, out, &m)
 	return m.State, m.Execution
 }
 
 // waitRun waits for a run to end and returns its Execution.
-func (g *testGateway) waitRun(id string, d time.Duration) sessions.Execution {
+func (g *testGateway) waitRun(id string, d time.Duration) runs.Execution {
 	g.t.Helper()
-	var e sessions.Execution
+	var e runs.Execution
 	checkFor(g.t, d, "run "+id+" to end", func() bool {
 		var state string
 		state, e = g.runModel(id)
@@ -79,11 +80,11 @@ func (g *testGateway) waitStdout(id, want string, d time.Duration) {
 	})
 }
 
-func process(e sessions.Execution) string {
+func process(e runs.Execution) string {
 	return string(e.Process.Reason) + "/" + exitCode(e)
 }
 
-func stderrOf(e sessions.Execution) string { return strings.Join(e.Logs.Stderr, "") }
+func stderrOf(e runs.Execution) string { return strings.Join(e.Logs.Stderr, "") }
 
 // TestCommandBasics: a shell string and an argv, exit codes, stdout and
 // stderr apart, the context's env and folder shared with its kernel, a
@@ -307,7 +308,7 @@ func TestCommandStopsWithContext(t *testing.T) {
 		t.Fatalf("delete: %d", status)
 	}
 	e = g.waitRun(id, 30*time.Second)
-	if e.Process.Reason != sessions.Lost || !strings.Contains(e.Process.Message, "deleted") {
+	if e.Process.Reason != runs.Lost || !strings.Contains(e.Process.Message, "deleted") {
 		t.Errorf("command of a deleted context: %+v", e.Process)
 	}
 	checkFor(t, 30*time.Second, "the command's processes to go", func() bool {
@@ -326,7 +327,7 @@ func TestCommandStopsWithContext(t *testing.T) {
 func TestCommandOutputBounded(t *testing.T) {
 	const limit = 64 << 10
 	g := newGateway(t, func(m *sessions.Config, _ *Config) {
-		m.RunLimits = sessions.Limits{LogBytes: limit, ResultBytes: limit}
+		m.RunLimits = runs.Limits{LogBytes: limit, ResultBytes: limit}
 	})
 	b4Context(t, g, map[string]any{"id": "flood"})
 	e := g.command("flood", map[string]any{"cmd": "echo first; head -c 50000000 /dev/zero | tr '\\0' x; echo; echo last"})
@@ -374,7 +375,7 @@ func TestCommandForkBomb(t *testing.T) {
 		t.Fatalf("a command's cgroups %q, its kernel's %q", b4Stdout(e), cg)
 	}
 	e := g.command("bomb", map[string]any{"cmd": "b() { b | b & }; b; sleep 60", "timeout": 3})
-	if e.Process.Reason != sessions.TimedOut {
+	if e.Process.Reason != runs.TimedOut {
 		t.Errorf("fork bomb: %s", process(e))
 	}
 	if r := b4Result(g.run(map[string]any{"context": "bomb", "code": "6*7", "timeout": 30})); r != "42" {
@@ -569,7 +570,7 @@ func TestCommandLostWithKernel(t *testing.T) {
 		t.Fatalf("restart: %d %s", status, out)
 	}
 	e := g.waitRun(id, 30*time.Second)
-	if e.Process.Reason != sessions.Lost || !strings.Contains(e.Process.Message, "restarted") {
+	if e.Process.Reason != runs.Lost || !strings.Contains(e.Process.Message, "restarted") {
 		t.Errorf("a command whose kernel restarted: %+v", e.Process)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"kernelgate/internal/sysproc"
+	"kernelgate/runs"
 	"kernelgate/sessions"
 )
 
@@ -188,7 +189,7 @@ func TestTinyTimeoutsBoundTheRun(t *testing.T) {
 		timeout := 0.001 * float64(1+i%9)
 		e := g.run(map[string]any{"code": "import time; time.sleep(0.3)", "timeout": timeout})
 		// Interrupted (exitCode 1), or timed out before its turn (none).
-		if e.Process.Reason != sessions.TimedOut || exitCode(e) == "0" || len(e.Results) != 0 {
+		if e.Process.Reason != runs.TimedOut || exitCode(e) == "0" || len(e.Results) != 0 {
 			t.Errorf("timeout %v: process %+v", timeout, e.Process)
 		}
 	}
@@ -271,7 +272,7 @@ func TestEventsAfterTheEndGiveTheEnd(t *testing.T) {
 		body := mustGet(t, g, "/api/runs/"+e.ID+"/events?after="+after)
 		lines := strings.Split(strings.TrimSpace(string(body)), "\n")
 		var end event
-		if len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &end) != nil || end.Type != "end" || end.Process.Reason != sessions.Completed {
+		if len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &end) != nil || end.Type != "end" || end.Process.Reason != runs.Completed {
 			t.Errorf("events after %s of a finished run: %q", after, body)
 		}
 	}
@@ -331,7 +332,7 @@ func TestRunsOfADeletedContextSayWhyTheyAreLost(t *testing.T) {
 	for name, sc := range map[string]*bufio.Scanner{"running": rsc, "queued": qsc} {
 		evs := readEvents(t, sc, func(e event) bool { return e.Type == "end" })
 		end := evs[len(evs)-1]
-		if end.Type != "end" || end.Process.Reason != sessions.Lost || !strings.Contains(end.Process.Message, "deleted") {
+		if end.Type != "end" || end.Process.Reason != runs.Lost || !strings.Contains(end.Process.Message, "deleted") {
 			t.Errorf("%s run: %s", name, end.Raw)
 		}
 	}

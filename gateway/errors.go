@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"kernelgate/mcp"
+	"kernelgate/runs"
 	"kernelgate/sessions"
 	"kernelgate/workspace"
 )
@@ -25,8 +26,8 @@ func newError(status int, code, msg string) *apiError {
 	return &apiError{status: status, code: code, msg: msg}
 }
 
-// errorTable maps the sessions sentinels to a status and a code of the
-// code-interpreter API; the Jupyter surface uses the status alone.
+// errorTable maps the sessions and runs sentinels to a status and a code
+// of the code-interpreter API; the Jupyter surface uses the status alone.
 var errorTable = []struct {
 	err    error
 	status int
@@ -40,12 +41,14 @@ var errorTable = []struct {
 	{sessions.ErrNoSuchKernel, http.StatusNotFound, "NOT_FOUND"},
 	{sessions.ErrNoSuchSession, http.StatusNotFound, "NOT_FOUND"},
 	{sessions.ErrNoSuchSpec, http.StatusNotFound, "NOT_FOUND"},
-	{sessions.ErrNotFound, http.StatusNotFound, "NOT_FOUND"},
+	{runs.ErrNoSuchRun, http.StatusNotFound, "NOT_FOUND"},
+	{runs.ErrQueueClosed, http.StatusNotFound, "SESSION_NOT_FOUND"},
+	{runs.ErrNotAwaitingInput, http.StatusBadRequest, "BAD_REQUEST"},
 	{sessions.ErrNameConflict, http.StatusConflict, "NAME_CONFLICT"},
 	{sessions.ErrConflict, http.StatusConflict, "NAME_CONFLICT"},
 	{sessions.ErrUnsupported, http.StatusConflict, "UNSUPPORTED_OPERATION"},
 	{sessions.ErrKernelGone, http.StatusGone, "SESSION_NOT_FOUND"},
-	{sessions.ErrQueueFull, http.StatusTooManyRequests, "QUEUE_FULL"},
+	{runs.ErrQueueFull, http.StatusTooManyRequests, "QUEUE_FULL"},
 	{sessions.ErrTooManyKernels, http.StatusTooManyRequests, "RESOURCE_EXHAUSTED"},
 	{sessions.ErrStartTimeout, http.StatusRequestTimeout, "REQUEST_TIMEOUT"},
 	{sessions.ErrTimeout, http.StatusRequestTimeout, "REQUEST_TIMEOUT"},

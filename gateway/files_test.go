@@ -20,6 +20,7 @@ import (
 
 	"kernelgate/internal/needs"
 	"kernelgate/provision/local"
+	"kernelgate/runs"
 	"kernelgate/sessions"
 	"kernelgate/workspace"
 )
@@ -64,9 +65,9 @@ func (g *testGateway) get(id, path string, headers map[string]string) (*http.Res
 	return resp, out
 }
 
-func stdoutOf(e sessions.Execution) string { return strings.Join(e.Logs.Stdout, "") }
+func stdoutOf(e runs.Execution) string { return strings.Join(e.Logs.Stdout, "") }
 
-func mustRun(t *testing.T, g *testGateway, body map[string]any) sessions.Execution {
+func mustRun(t *testing.T, g *testGateway, body map[string]any) runs.Execution {
 	t.Helper()
 	e := g.run(body)
 	if e.Error != nil {

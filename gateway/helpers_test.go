@@ -20,6 +20,7 @@ import (
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
 	"kernelgate/provision/local"
+	"kernelgate/runs"
 	"kernelgate/sessions"
 )
 
@@ -379,4 +380,4 @@ func resultText(t *testing.T, iopub []wsMsg) string {
 }
 
 // stripANSI is the product's own: the Execution's text mirror uses it.
-func stripANSI(s string) string { return sessions.StripANSI(s) }
+func stripANSI(s string) string { return runs.StripANSI(s) }

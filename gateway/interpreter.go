@@ -12,6 +12,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"kernelgate/runs"
 	"kernelgate/sessions"
 
 	"kernelgate/internal/seconds"
@@ -143,7 +144,7 @@ var keepaliveEvery = 5 * time.Second
 
 // streamRun writes the run's events after seq `after` and follows it live
 // until its end.
-func (s *Server) streamRun(c echo.Context, run *sessions.Run, after int, format streamFormat) error {
+func (s *Server) streamRun(c echo.Context, run *runs.Run, after int, format streamFormat) error {
 	w := c.Response()
 	h := w.Header()
 	if format == sse {
@@ -199,7 +200,7 @@ func (s *Server) streamRun(c echo.Context, run *sessions.Run, after int, format 
 		case <-changed:
 			t.Stop()
 		case <-t.C:
-			if err := write(last, sessions.KeepaliveJSON(last)); err != nil {
+			if err := write(last, runs.KeepaliveJSON(last)); err != nil {
 				return nil
 			}
 		case <-ctx.Done():
@@ -210,7 +211,7 @@ func (s *Server) streamRun(c echo.Context, run *sessions.Run, after int, format 
 }
 
 // run returns the run of the route, checking a context token against it.
-func (s *Server) run(c echo.Context) (*sessions.Run, error) {
+func (s *Server) run(c echo.Context) (*runs.Run, error) {
 	run, err := s.mgr.Run(c.Param("id"))
 	if err != nil {
 		return nil, err
@@ -351,7 +352,11 @@ func (s *Server) interruptContext(c echo.Context) error {
 	if err := s.checkContext(c, c.Param("id")); err != nil {
 		return err
 	}
-	if err := s.mgr.InterruptContext(c.Request().Context(), c.Param("id")); err != nil {
+	ctx, err := s.mgr.Context(c.Param("id"))
+	if err != nil {
+		return err
+	}
+	if err := ctx.Interrupt(c.Request().Context()); err != nil {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
@@ -361,8 +366,11 @@ func (s *Server) restartContext(c echo.Context) error {
 	if err := s.checkContext(c, c.Param("id")); err != nil {
 		return err
 	}
-	ctx, err := s.mgr.RestartContext(c.Request().Context(), c.Param("id"))
+	ctx, err := s.mgr.Context(c.Param("id"))
 	if err != nil {
+		return err
+	}
+	if err := ctx.Restart(c.Request().Context()); err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, ctx.Model())
@@ -372,14 +380,13 @@ func (s *Server) restartContext(c echo.Context) error {
 // ones included: they fail from now on, also after a restart.
 func (s *Server) revokeContextTokens(c echo.Context) error {
 	id := c.Param("id")
-	if _, err := s.mgr.Context(id); err != nil {
+	ctx, err := s.mgr.Context(id)
+	if err != nil {
 		return err
 	}
 	s.tokens.revoke(id)
 	s.closeTokenSockets(id)
-	if err := s.mgr.RevokeContextTokens(id); err != nil {
-		return err
-	}
+	ctx.RevokeTokens()
 	s.log.Info("context tokens revoked", "context", id)
 	return c.NoContent(http.StatusNoContent)
 }
@@ -418,8 +425,6 @@ func (s *Server) mintContextToken(c echo.Context) error {
 	tok, exp := s.tokens.mint(ctx.ID, ctx.Created(), ttl)
 	// Kept with the context (hashed): with a state store the token
 	// works after a restart.
-	if err := s.mgr.KeepContextToken(ctx.ID, sessions.ContextToken{Hash: sha256.Sum256([]byte(tok)), Expires: exp}); err != nil {
-		return err
-	}
+	ctx.KeepToken(sessions.ContextToken{Hash: sha256.Sum256([]byte(tok)), Expires: exp})
 	return c.JSON(http.StatusCreated, map[string]string{"token": tok, "expiresAt": timefmt.Format(exp)})
 }

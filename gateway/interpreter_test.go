@@ -16,20 +16,21 @@ import (
 	"time"
 
 	"kernelgate/internal/sysproc"
+	"kernelgate/runs"
 	"kernelgate/sessions"
 )
 
 // run posts /api/execute and decodes the Execution.
-func (g *testGateway) run(body map[string]any) sessions.Execution {
+func (g *testGateway) run(body map[string]any) runs.Execution {
 	g.t.Helper()
 	status, out := g.do("POST", "/api/execute", body)
 	if status != 200 {
 		g.t.Fatalf("POST /api/execute %v: %d %s", body, status, out)
 	}
-	return decode[sessions.Execution](g.t, out)
+	return decode[runs.Execution](g.t, out)
 }
 
-func exitCode(e sessions.Execution) string {
+func exitCode(e runs.Execution) string {
 	if e.Process.ExitCode == nil {
 		return "none"
 	}
@@ -47,7 +48,7 @@ func TestExecuteSeeds(t *testing.T) {
 		if e.ExecutionCount == nil || *e.ExecutionCount != 2 || e.Error != nil || e.Context != "code-python" {
 			t.Errorf("execution %+v", e)
 		}
-		if e.Process.Reason != sessions.Completed || exitCode(e) != "0" {
+		if e.Process.Reason != runs.Completed || exitCode(e) != "0" {
 			t.Errorf("process %+v", e.Process)
 		}
 	})
@@ -83,7 +84,7 @@ func TestExecuteSeeds(t *testing.T) {
 	t.Run("isolated has no state", func(t *testing.T) {
 		g.run(map[string]any{"code": "value = 42"})
 		e := g.run(map[string]any{"code": "print(value)", "isolated": true})
-		if e.Error == nil || e.Error.Name != "NameError" || e.Process.Reason != sessions.Errored || exitCode(e) != "1" {
+		if e.Error == nil || e.Error.Name != "NameError" || e.Process.Reason != runs.Errored || exitCode(e) != "1" {
 			t.Fatalf("execution %+v", e)
 		}
 		for _, line := range e.Error.Traceback {
@@ -153,7 +154,7 @@ func TestExecuteErrorCodes(t *testing.T) {
 	dir := t.TempDir()
 	os.MkdirAll(dir+"/broken", 0o755)
 	os.WriteFile(dir+"/broken/kernel.json", []byte(`{"argv":["/usr/bin/python3","-c","import sys; print('kernel exploded', file=sys.stderr); sys.exit(1)","{connection_file}"],"display_name":"b","language":"python"}`), 0o644)
-	g.mgr.Specs() // the catalog is fixed: make the broken spec visible through a second gateway
+	g.mgr.Catalog().Specs() // the catalog is fixed: make the broken spec visible through a second gateway
 	gb := newGatewayWithDirs(t, []string{dir}, func(m *sessions.Config, _ *Config) {
 		m.Languages = map[string]string{"python": "broken"}
 	})
@@ -227,7 +228,7 @@ func TestExecuteErrorCodes(t *testing.T) {
 		if got := decode[map[string]any](t, body); status != 409 || got["code"] != "UNSUPPORTED_OPERATION" {
 			t.Fatalf("%d %s", status, body)
 		}
-		if e := g.run(map[string]any{"code": "2", "env": map[string]string{"A": "1"}}); e.Process.Reason != sessions.Completed {
+		if e := g.run(map[string]any{"code": "2", "env": map[string]string{"A": "1"}}); e.Process.Reason != runs.Completed {
 			t.Errorf("same env refused: %+v", e.Process)
 		}
 	})
@@ -281,16 +282,16 @@ func startStream(t *testing.T, g *testGateway, body map[string]any) *http.Respon
 }
 
 type event struct {
-	Type           string                `json:"type"`
-	Seq            int                   `json:"seq"`
-	Text           string                `json:"text"`
-	Run            string                `json:"run"`
-	Prompt         string                `json:"prompt"`
-	Process        sessions.ProcessState `json:"process"`
-	ExecutionCount *int                  `json:"executionCount"`
-	Truncated      bool                  `json:"truncated"`
-	Result         *sessions.Result      `json:"-"`
-	Raw            json.RawMessage       `json:"-"`
+	Type           string            `json:"type"`
+	Seq            int               `json:"seq"`
+	Text           string            `json:"text"`
+	Run            string            `json:"run"`
+	Prompt         string            `json:"prompt"`
+	Process        runs.ProcessState `json:"process"`
+	ExecutionCount *int              `json:"executionCount"`
+	Truncated      bool              `json:"truncated"`
+	Result         *runs.Result      `json:"-"`
+	Raw            json.RawMessage   `json:"-"`
 }
 
 func readEvents(t *testing.T, sc *bufio.Scanner, stop func(event) bool) []event {
@@ -321,11 +322,11 @@ func TestTimeouts(t *testing.T) {
 	readEvents(t, sc, func(e event) bool { return e.Type == "stdout" })
 	// Queued behind it; its timeout ends before its turn.
 	q := g.run(map[string]any{"code": "print('never')", "timeout": 1})
-	if q.Process.Reason != sessions.TimedOut || q.Process.ExitCode != nil || len(q.Logs.Stdout) != 0 {
+	if q.Process.Reason != runs.TimedOut || q.Process.ExitCode != nil || len(q.Logs.Stdout) != 0 {
 		t.Errorf("queued run: %+v", q)
 	}
 	evs := readEvents(t, sc, func(e event) bool { return e.Type == "end" })
-	if end := evs[len(evs)-1]; end.Type != "end" || end.Process.Reason != sessions.TimedOut || end.Process.ExitCode == nil || *end.Process.ExitCode != 1 {
+	if end := evs[len(evs)-1]; end.Type != "end" || end.Process.Reason != runs.TimedOut || end.Process.ExitCode == nil || *end.Process.ExitCode != 1 {
 		t.Fatalf("timed out run: %s", end.Raw)
 	}
 	if e := g.run(map[string]any{"code": "kept"}); len(e.Results) != 1 || e.Results[0].Text != "'yes'" {
@@ -338,7 +339,7 @@ func TestWedgedDenoIsRestarted(t *testing.T) {
 	g.run(map[string]any{"code": "let before = 1", "language": "typescript"})
 	t0 := time.Now()
 	e := g.run(map[string]any{"code": "await new Promise((r) => setTimeout(r, 30000))", "language": "typescript", "timeout": 1})
-	if e.Process.Reason != sessions.Lost || time.Since(t0) > 10*time.Second {
+	if e.Process.Reason != runs.Lost || time.Since(t0) > 10*time.Second {
 		t.Fatalf("process %+v after %v", e.Process, time.Since(t0))
 	}
 	after := g.run(map[string]any{"code": "typeof before", "language": "typescript"})
@@ -366,7 +367,7 @@ func TestDenoResultEndsTheLateOutputWait(t *testing.T) {
 		}
 		out, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		e := decode[sessions.Execution](t, out)
+		e := decode[runs.Execution](t, out)
 		stdout, stderr := strings.Join(e.Logs.Stdout, ""), strings.Join(e.Logs.Stderr, "")
 		if len(e.Results) != 1 || e.Results[0].Text != strconv.Itoa(i*2) || stdout != "a\nc\n" || stderr != "b\n" {
 			t.Fatalf("run %d: results %+v, stdout %q, stderr %q", i, e.Results, stdout, stderr)
@@ -413,7 +414,7 @@ func TestWaitedRunsRunInArrivalOrder(t *testing.T) {
 	}
 	type answer struct {
 		i int
-		e sessions.Execution
+		e runs.Execution
 	}
 	answers := make(chan answer, 3)
 	post := func(i int, code string) {
@@ -421,7 +422,7 @@ func TestWaitedRunsRunInArrivalOrder(t *testing.T) {
 		req, _ := http.NewRequest("POST", g.url+"/api/execute", strings.NewReader(string(js)))
 		req.Header.Set("Authorization", "token "+g.token)
 		req.Header.Set("Content-Type", "application/json")
-		var e sessions.Execution
+		var e runs.Execution
 		if resp, err := http.DefaultClient.Do(req); err == nil {
 			json.NewDecoder(resp.Body).Decode(&e)
 			resp.Body.Close()
@@ -437,7 +438,7 @@ func TestWaitedRunsRunInArrivalOrder(t *testing.T) {
 	if err := os.WriteFile(goAhead, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	got := make([]sessions.Execution, 3)
+	got := make([]runs.Execution, 3)
 	for range 3 {
 		select {
 		case a := <-answers:
@@ -473,7 +474,7 @@ func TestKilledContextKernelIsLost(t *testing.T) {
 	sysproc.Kill(*ctx.KernelProcessID, syscall.SIGKILL)
 	evs := readEvents(t, sc, func(e event) bool { return e.Type == "end" })
 	end := evs[len(evs)-1]
-	if end.Type != "end" || end.Process.Reason != sessions.Lost || end.Process.ExitCode != nil || !strings.Contains(end.Process.Message, "killed") {
+	if end.Type != "end" || end.Process.Reason != runs.Lost || end.Process.ExitCode != nil || !strings.Contains(end.Process.Message, "killed") {
 		t.Fatalf("end %s", end.Raw)
 	}
 	if took := time.Since(t0); took > 5*time.Second {
@@ -556,12 +557,12 @@ func TestStreamingAndResume(t *testing.T) {
 	if strings.Join(outs, "") != "1\n2\n" {
 		t.Errorf("resumed stdout %q, want the rest once", outs)
 	}
-	if end := rest[len(rest)-1]; end.Type != "end" || end.Process.Reason != sessions.Completed {
+	if end := rest[len(rest)-1]; end.Type != "end" || end.Process.Reason != runs.Completed {
 		t.Errorf("end %+v", end)
 	}
 	// The record stays readable.
-	rm := decode[sessions.RunModel](t, mustGet(t, g, "/api/runs/"+runID))
-	if rm.State != sessions.RunDone {
+	rm := decode[runs.RunModel](t, mustGet(t, g, "/api/runs/"+runID))
+	if rm.State != runs.RunDone {
 		t.Errorf("run state %s", rm.State)
 	}
 }
@@ -601,7 +602,7 @@ func TestRunInterrupt(t *testing.T) {
 		t.Fatalf("interrupt: %d", status)
 	}
 	evs = readEvents(t, sc, func(e event) bool { return e.Type == "end" })
-	if end := evs[len(evs)-1]; end.Process.Reason != sessions.Interrupted || end.Process.ExitCode == nil || *end.Process.ExitCode != 1 {
+	if end := evs[len(evs)-1]; end.Process.Reason != runs.Interrupted || end.Process.ExitCode == nil || *end.Process.ExitCode != 1 {
 		t.Errorf("end %s", end.Raw)
 	}
 }
@@ -698,14 +699,14 @@ func TestContextInterruptRestartAndRuns(t *testing.T) {
 	if len(cm.ProcessIDs) != 2 || cm.ProcessIDs[0] != first.ID {
 		t.Fatalf("processIds %v", cm.ProcessIDs)
 	}
-	if run := decode[sessions.RunModel](t, mustGet(t, g, "/api/runs/"+cm.ProcessIDs[1])); run.State == sessions.RunDone {
+	if run := decode[runs.RunModel](t, mustGet(t, g, "/api/runs/"+cm.ProcessIDs[1])); run.State == runs.RunDone {
 		t.Fatalf("the run ended with its client: %+v", run)
 	}
 	if err := os.WriteFile(release, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, func() bool {
-		return decode[sessions.RunModel](t, mustGet(t, g, "/api/runs/"+cm.ProcessIDs[1])).State == sessions.RunDone
+		return decode[runs.RunModel](t, mustGet(t, g, "/api/runs/"+cm.ProcessIDs[1])).State == runs.RunDone
 	})
 	if e := g.run(map[string]any{"code": "y", "context": "ops"}); len(e.Results) != 1 || e.Results[0].Text != "2" {
 		t.Errorf("the abandoned run did not finish: %+v", e)
@@ -719,7 +720,7 @@ func TestContextInterruptRestartAndRuns(t *testing.T) {
 		t.Fatalf("interrupt: %d %s", status, body)
 	}
 	evs := readEvents(t, sc, func(e event) bool { return e.Type == "end" })
-	if end := evs[len(evs)-1]; end.Process.Reason != sessions.Interrupted {
+	if end := evs[len(evs)-1]; end.Process.Reason != runs.Interrupted {
 		t.Errorf("end %s", end.Raw)
 	}
 	// Restart: state gone, id kept.
@@ -741,7 +742,7 @@ func TestPoolKernelsAreNeverReused(t *testing.T) {
 	poolHas := func(hits int) {
 		t.Helper()
 		eventually(t, 60*time.Second, func() bool {
-			for _, p := range g.mgr.Pools() {
+			for _, p := range g.mgr.WarmPools().Stats() {
 				if p.Spec == "python3" {
 					return p.Ready == 1 && p.Hits >= hits
 				}

@@ -62,14 +62,14 @@ func (s *Server) specModel(sp *kernelspecs.Spec) kernelspecModel {
 
 func (s *Server) listKernelspecs(c echo.Context) error {
 	specs := map[string]kernelspecModel{}
-	for _, sp := range s.mgr.Specs().All() {
+	for _, sp := range s.mgr.Catalog().Specs().All() {
 		specs[sp.Name] = s.specModel(sp)
 	}
-	return c.JSON(http.StatusOK, map[string]any{"default": s.mgr.DefaultKernel(), "kernelspecs": specs})
+	return c.JSON(http.StatusOK, map[string]any{"default": s.mgr.Catalog().DefaultKernel(), "kernelspecs": specs})
 }
 
 func (s *Server) getKernelspec(c echo.Context) error {
-	sp, err := s.mgr.Specs().Get(c.Param("name"))
+	sp, err := s.mgr.Catalog().Specs().Get(c.Param("name"))
 	if err != nil {
 		return newError(http.StatusNotFound, "NOT_FOUND", "Kernel spec "+c.Param("name")+" not found")
 	}
@@ -78,7 +78,7 @@ func (s *Server) getKernelspec(c echo.Context) error {
 
 func (s *Server) getKernelspecResource(c echo.Context) error {
 	notFound := newError(http.StatusNotFound, "NOT_FOUND", "no such kernelspec resource")
-	sp, err := s.mgr.Specs().Get(c.Param("name"))
+	sp, err := s.mgr.Catalog().Specs().Get(c.Param("name"))
 	if err != nil {
 		return notFound
 	}

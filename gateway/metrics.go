@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"kernelgate/runs"
 	"kernelgate/sessions"
 )
 
@@ -81,7 +82,7 @@ func (m *Metrics) PoolTaken(spec string, hit bool) {
 	}
 	m.poolTakes.WithLabelValues(spec, result).Inc()
 }
-func (m *Metrics) RunEnded(language string, reason sessions.Reason, took time.Duration, truncated bool) {
+func (m *Metrics) RunEnded(language string, reason runs.Reason, took time.Duration, truncated bool) {
 	m.runs.WithLabelValues(language, string(reason)).Inc()
 	m.runLatency.WithLabelValues(language).Observe(took.Seconds())
 	if truncated {
@@ -115,7 +116,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, kc := range c.s.mgr.KernelCounts() {
 		ch <- prometheus.MustNewConstMetric(c.kernels, prometheus.GaugeValue, float64(kc.N), kc.Spec, kc.State)
 	}
-	for _, p := range c.s.mgr.Pools() {
+	for _, p := range c.s.mgr.WarmPools().Stats() {
 		ch <- prometheus.MustNewConstMetric(c.poolReady, prometheus.GaugeValue, float64(p.Ready), p.Spec)
 	}
 	ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(c.s.mgr.QueuedRuns()))
@@ -138,7 +139,7 @@ func (s *Server) healthz(c echo.Context) error {
 // readyz answers 200 when kernels can be started, 503 with the reasons
 // otherwise.
 func (s *Server) readyz(c echo.Context) error {
-	if problems := s.mgr.Ready(); len(problems) > 0 {
+	if problems := s.mgr.Catalog().Ready(); len(problems) > 0 {
 		return c.JSON(http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "problems": problems})
 	}
 	return c.JSON(http.StatusOK, map[string]string{"status": "ready"})

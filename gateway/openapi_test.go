@@ -23,6 +23,7 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/labstack/echo/v4"
 
+	"kernelgate/runs"
 	"kernelgate/sessions"
 )
 
@@ -563,7 +564,7 @@ func TestOpenAPIOperations(t *testing.T) {
 	if status != http.StatusOK {
 		t.Fatalf("POST /api/execute: %d %s", status, body)
 	}
-	run := decode[sessions.Execution](t, body).ID
+	run := decode[runs.Execution](t, body).ID
 
 	k, s, c, r := map[string]string{"id": kernel}, map[string]string{"id": session}, map[string]string{"id": "ops"}, map[string]string{"id": run}
 	cf := map[string]string{"id": "ops", "file": "hello.txt"}

@@ -15,6 +15,7 @@ import (
 	"kernelgate/internal/needs"
 	"kernelgate/internal/testkernels"
 	"kernelgate/jupyter"
+	"kernelgate/runs"
 	"kernelgate/sessions"
 )
 
@@ -35,8 +36,8 @@ type contextKernel struct {
 }
 
 // mainResults returns the results a run marked as its main result.
-func mainResults(e sessions.Execution) []*sessions.Result {
-	var out []*sessions.Result
+func mainResults(e runs.Execution) []*runs.Result {
+	var out []*runs.Result
 	for _, r := range e.Results {
 		if r.IsMainResult {
 			out = append(out, r)
@@ -107,7 +108,7 @@ sum(sales)`})
 	t.Run("error", func(t *testing.T) {
 		e := g.run(map[string]any{"language": "r", "code": `cat("before\n"); stop("boom")`})
 		if e.Error == nil || !strings.Contains(e.Error.Value, "boom") || e.Error.Message != e.Error.Value ||
-			e.Process.Reason != sessions.Errored || exitCode(e) != "1" || stdoutOf(e) != "before\n" {
+			e.Process.Reason != runs.Errored || exitCode(e) != "1" || stdoutOf(e) != "before\n" {
 			t.Fatalf("execution %+v (error %+v)", e, e.Error)
 		}
 	})
@@ -153,7 +154,7 @@ func TestRContextsAndIsolatedRuns(t *testing.T) {
 	t.Run("timeout keeps state", func(t *testing.T) {
 		t0 := time.Now()
 		e := g.run(map[string]any{"context": "stats", "code": "Sys.sleep(60)", "timeout": 1})
-		if e.Process.Reason != sessions.TimedOut || exitCode(e) != "1" {
+		if e.Process.Reason != runs.TimedOut || exitCode(e) != "1" {
 			t.Fatalf("timed out run: %+v", e)
 		}
 		if took := time.Since(t0); took > 30*time.Second {
@@ -169,7 +170,7 @@ func TestRContextsAndIsolatedRuns(t *testing.T) {
 		// handler of interrupts is in place.
 		for i := 0; i < 3; i++ {
 			e := g.run(map[string]any{"context": "stats", "code": "Sys.sleep(60)", "timeout": 0.001})
-			if e.Process.Reason != sessions.TimedOut {
+			if e.Process.Reason != runs.TimedOut {
 				t.Fatalf("run %d: %+v", i, e)
 			}
 			if e := g.run(map[string]any{"context": "stats", "code": "kept"}); len(mainResults(e)) != 1 || mainResults(e)[0].Text != "[1] 41" {
@@ -187,7 +188,7 @@ func TestRContextsAndIsolatedRuns(t *testing.T) {
 			t.Fatalf("interrupt: %d", status)
 		}
 		evs = readEvents(t, sc, func(e event) bool { return e.Type == "end" })
-		if end := evs[len(evs)-1]; end.Process.Reason != sessions.Interrupted || end.Process.ExitCode == nil || *end.Process.ExitCode != 1 {
+		if end := evs[len(evs)-1]; end.Process.Reason != runs.Interrupted || end.Process.ExitCode == nil || *end.Process.ExitCode != 1 {
 			t.Fatalf("end %s", end.Raw)
 		}
 		if e := g.run(map[string]any{"context": "stats", "code": "kept"}); len(mainResults(e)) != 1 || mainResults(e)[0].Text != "[1] 41" {
@@ -204,7 +205,7 @@ func TestRContextsAndIsolatedRuns(t *testing.T) {
 		for i, want := range []int{0, 1} {
 			if i > 0 {
 				eventually(t, 60*time.Second, func() bool {
-					for _, p := range g.mgr.Pools() {
+					for _, p := range g.mgr.WarmPools().Stats() {
 						if p.Spec == "ir" {
 							return p.Ready == 1
 						}
@@ -218,7 +219,7 @@ func TestRContextsAndIsolatedRuns(t *testing.T) {
 				t.Fatalf("isolated run %d: %+v %+v", i, e, e.Error)
 			}
 			hits := -1
-			for _, p := range g.mgr.Pools() {
+			for _, p := range g.mgr.WarmPools().Stats() {
 				if p.Spec == "ir" {
 					hits = p.Hits
 				}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"kernelgate/runs"
 	"kernelgate/sessions"
 
 	"kernelgate/internal/timefmt"
@@ -41,7 +42,7 @@ func TestAPIKeyScopes(t *testing.T) {
 	}
 	// exec runs code; the file may hold the key's hash instead of the secret.
 	status, body = g.doWith("POST", "/api/execute", map[string]string{"code": "6*7"}, as(execKey))
-	if e := decode[sessions.Execution](t, body); status != 200 || len(e.Results) != 1 || e.Results[0].Text != "42" {
+	if e := decode[runs.Execution](t, body); status != 200 || len(e.Results) != 1 || e.Results[0].Text != "42" {
 		t.Errorf("exec key execute: %d %s", status, body)
 	}
 	if status, _ := g.doWith("GET", "/api/contexts", nil, as(execKey)); status != 403 {
@@ -82,7 +83,7 @@ func TestContextTokens(t *testing.T) {
 	as := map[string]string{"Authorization": "Bearer " + tok["token"]}
 
 	status, body = g.doWith("POST", "/api/execute", map[string]any{"code": "x = 5\nx * 2", "context": "mine"}, as)
-	e := decode[sessions.Execution](t, body)
+	e := decode[runs.Execution](t, body)
 	if status != 200 || len(e.Results) != 1 || e.Results[0].Text != "10" {
 		t.Fatalf("execute in its context: %d %s", status, body)
 	}

@@ -40,11 +40,11 @@ func (b *sessionBody) request() sessions.SessionRequest {
 }
 
 func (s *Server) listSessions(c echo.Context) error {
-	return c.JSON(http.StatusOK, s.mgr.Sessions())
+	return c.JSON(http.StatusOK, s.mgr.JupyterSessions().List())
 }
 
 func (s *Server) getSession(c echo.Context) error {
-	sm, err := s.mgr.Session(c.Param("id"))
+	sm, err := s.mgr.JupyterSessions().Get(c.Param("id"))
 	if err != nil {
 		return err
 	}
@@ -56,7 +56,7 @@ func (s *Server) createSession(c echo.Context) error {
 	if err := s.readJSON(c, &body); err != nil {
 		return err
 	}
-	sm, err := s.mgr.CreateSession(c.Request().Context(), body.request())
+	sm, err := s.mgr.JupyterSessions().Create(c.Request().Context(), body.request())
 	if err != nil {
 		return badSpec(err)
 	}
@@ -69,7 +69,7 @@ func (s *Server) updateSession(c echo.Context) error {
 	if err := s.readJSON(c, &body); err != nil {
 		return err
 	}
-	sm, err := s.mgr.UpdateSession(c.Request().Context(), c.Param("id"), body.request())
+	sm, err := s.mgr.JupyterSessions().Update(c.Request().Context(), c.Param("id"), body.request())
 	if err != nil {
 		return badSpec(err)
 	}
@@ -77,7 +77,7 @@ func (s *Server) updateSession(c echo.Context) error {
 }
 
 func (s *Server) deleteSession(c echo.Context) error {
-	if err := s.mgr.DeleteSession(c.Request().Context(), c.Param("id")); err != nil {
+	if err := s.mgr.JupyterSessions().Delete(c.Request().Context(), c.Param("id")); err != nil {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)

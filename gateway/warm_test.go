@@ -13,18 +13,18 @@ import (
 // the kernel's connection file name), and the metrics count it as a hit.
 func TestContextFromWarmPool(t *testing.T) {
 	g := newGateway(t, func(m *sessions.Config, _ *Config) { m.PoolSize = 1 })
-	if err := g.mgr.Prewarm([]string{"python"}); err != nil {
+	if err := g.mgr.WarmPools().Prewarm([]string{"python"}); err != nil {
 		t.Fatal(err)
 	}
 	checkFor(t, time.Minute, "the pool to fill", func() bool {
-		ps := g.mgr.Pools()
+		ps := g.mgr.WarmPools().Stats()
 		return len(ps) == 1 && ps[0].Ready == 1
 	})
 	c := b4Context(t, g, map[string]any{"id": "warm", "cwd": "work", "env": map[string]string{"REGION": "east"}})
 	if c.KernelID == nil {
 		t.Fatalf("context without a kernel: %+v", c)
 	}
-	if ps := g.mgr.Pools()[0]; ps.Hits != 1 {
+	if ps := g.mgr.WarmPools().Stats()[0]; ps.Hits != 1 {
 		t.Errorf("pool %+v: the context did not take the ready kernel", ps)
 	}
 	e := mustRun(t, g, map[string]any{"context": "warm", "code": "import os, sys; print(os.getcwd(), os.environ['REGION'], os.path.basename(sys.argv[-1]))"})

@@ -10,6 +10,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"kernelgate/internal/seconds"
+	"kernelgate/runs"
 	"kernelgate/sessions"
 )
 
@@ -72,7 +73,7 @@ func (h *Handler) runCommand(ctx context.Context, a Access, args commandArgs) (*
 // stdout, its stderr and how it ended as text, the Execution as
 // structured content; an error unless it exited 0.
 func commandResult(js []byte) (*sdk.CallToolResult, error) {
-	var e sessions.Execution
+	var e runs.Execution
 	if err := json.Unmarshal(js, &e); err != nil {
 		return nil, err
 	}
@@ -83,13 +84,13 @@ func commandResult(js []byte) (*sdk.CallToolResult, error) {
 		code = *e.Process.ExitCode
 	}
 	switch e.Process.Reason {
-	case sessions.TimedOut:
+	case runs.TimedOut:
 		text("The command timed out and was killed.")
-	case sessions.Killed:
+	case runs.Killed:
 		text("The command was killed.")
-	case sessions.Interrupted:
+	case runs.Interrupted:
 		text(fmt.Sprintf("The command was interrupted (exit code %d).", code))
-	case sessions.Lost:
+	case runs.Lost:
 		text("The command was stopped: " + e.Process.Message)
 	default:
 		text(fmt.Sprintf("Exit code %d.", code))

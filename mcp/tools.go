@@ -12,6 +12,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"kernelgate/internal/seconds"
+	"kernelgate/runs"
 	"kernelgate/sessions"
 )
 
@@ -22,7 +23,7 @@ func boolPtr(b bool) *bool { return &b }
 // languageEnum limits a language argument to the languages the gateway
 // serves (no limit when it serves none).
 func (h *Handler) languageEnum(p *jsonschema.Schema) {
-	for _, lang := range h.mgr.Languages() {
+	for _, lang := range h.mgr.Catalog().Languages() {
 		p.Enum = append(p.Enum, lang)
 	}
 }
@@ -126,7 +127,7 @@ func (h *Handler) runCode(ctx context.Context, a Access, args runArgs) (*sdk.Cal
 }
 
 // logsContent is an Execution's stdout, then its stderr, as text.
-func logsContent(e *sessions.Execution) []sdk.Content {
+func logsContent(e *runs.Execution) []sdk.Content {
 	var content []sdk.Content
 	if out := strings.Join(e.Logs.Stdout, ""); out != "" {
 		content = append(content, &sdk.TextContent{Text: out})
@@ -141,7 +142,7 @@ func logsContent(e *sessions.Execution) []sdk.Content {
 // logs, the results' text and the error; images for PNG and JPEG; the
 // Execution itself as structured content.
 func executionResult(js []byte) (*sdk.CallToolResult, error) {
-	var e sessions.Execution
+	var e runs.Execution
 	if err := json.Unmarshal(js, &e); err != nil {
 		return nil, err
 	}
@@ -160,7 +161,7 @@ func executionResult(js []byte) (*sdk.CallToolResult, error) {
 			content = append(content, &sdk.ImageContent{Data: data, MIMEType: img.mime})
 			image = true
 		}
-		if t := sessions.StripANSI(r.Text); t != "" && !(image && strings.HasPrefix(t, "<Figure")) {
+		if t := runs.StripANSI(r.Text); t != "" && !(image && strings.HasPrefix(t, "<Figure")) {
 			text(t)
 		}
 	}
@@ -174,17 +175,17 @@ func executionResult(js []byte) (*sdk.CallToolResult, error) {
 		text(msg)
 	}
 	switch e.Process.Reason {
-	case sessions.TimedOut:
+	case runs.TimedOut:
 		failed = true
 		text("The run timed out: the kernel was interrupted and keeps its state.")
-	case sessions.Lost:
+	case runs.Lost:
 		failed = true
 		why := "The kernel stopped during the run (it died, was restarted or deleted): its state is gone, and the next run starts a fresh kernel."
 		if e.Process.Message != "" {
 			why += " " + e.Process.Message
 		}
 		text(why)
-	case sessions.Interrupted:
+	case runs.Interrupted:
 		if e.Error == nil {
 			text("The run was interrupted.")
 		}
@@ -270,7 +271,11 @@ func (h *Handler) interrupt(ctx context.Context, a Access, args contextArgs) (*s
 	if err := h.check(a, true, args.Context); err != nil {
 		return nil, err
 	}
-	if err := h.mgr.InterruptContext(ctx, args.Context); err != nil {
+	c, err := h.mgr.Context(args.Context)
+	if err == nil {
+		err = c.Interrupt(ctx)
+	}
+	if err != nil {
 		return nil, err
 	}
 	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "Interrupted context " + args.Context + "; its state is kept."}}}, nil

@@ -13,6 +13,7 @@ import (
 	"kernelgate/internal/leakcheck"
 	"kernelgate/jupyter"
 	"kernelgate/provision/local"
+	"kernelgate/runs"
 )
 
 // fakeConnecting is a kept kernel being connected to: it answers when the
@@ -126,7 +127,7 @@ func TestRestoreKeepsBusyKernels(t *testing.T) {
 	if cm := agent.Model(); !cm.Active || cm.KernelProcessID == nil || *cm.KernelProcessID != 1001 || cm.ExecutionState != "busy" {
 		t.Fatalf("the busy kernel's context: %+v", cm)
 	}
-	if err := m2.InterruptContext(ctx, "agent"); err != nil || conns[1001].interrupts.Load() != 1 {
+	if err := interruptContext(m2, ctx, "agent"); err != nil || conns[1001].interrupts.Load() != 1 {
 		t.Fatalf("interrupting the busy kernel: %v, %d interrupts", err, conns[1001].interrupts.Load())
 	}
 
@@ -140,7 +141,7 @@ func TestRestoreKeepsBusyKernels(t *testing.T) {
 	conns[1001].answer <- adoptee
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := r.Wait(wctx); err != nil || execution(t, r).Process.Reason != Completed {
+	if err := r.Wait(wctx); err != nil || execution(t, r).Process.Reason != runs.Completed {
 		t.Fatalf("the run behind the adoption: %v %+v", err, execution(t, r).Process)
 	}
 	if wasStopped(1001) {

@@ -12,7 +12,7 @@ import (
 // gateway does at start for the kernels of kubernetes-provisioner. A
 // kernel that cannot be adopted is left as it is.
 func (m *Manager) AdoptRunning(ctx context.Context, id, specName string, env map[string]string, info jupyter.ProvisionerInfo) (*Kernel, error) {
-	spec, err := m.Spec(specName)
+	spec, err := m.catalog.Spec(specName)
 	if err != nil {
 		return nil, err
 	}
@@ -35,7 +35,7 @@ func (m *Manager) AdoptRunning(ctx context.Context, id, specName string, env map
 	p := jupyterProcess{jk}
 	k.mu.Lock()
 	k.jk = p
-	k.lateWait, _ = m.lateOutputWait(spec, jk.Info().Implementation)
+	k.lateWait, _ = m.catalog.lateOutputWait(spec, jk.Info().Implementation)
 	k.gen++
 	k.state = jupyter.StateIdle
 	k.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"kernelgate/jupyter"
+	"kernelgate/runs"
 )
 
 // ErrSlowClient closes a client that stopped reading.
@@ -24,7 +25,7 @@ type Client struct {
 	Session string
 
 	mu     sync.Mutex
-	q      queue
+	q      runs.Outbox
 	wake   chan struct{}
 	done   chan struct{}
 	closed bool
@@ -34,13 +35,13 @@ type Client struct {
 
 type callRef struct {
 	jk   process
-	call call
+	call runs.Call
 }
 
 func newClient(k *Kernel, session string, maxMsgs, maxBytes int) *Client {
 	return &Client{
 		k: k, Session: session,
-		q:     newQueue(maxMsgs, maxBytes),
+		q:     runs.NewOutbox(maxMsgs, maxBytes),
 		wake:  make(chan struct{}, 1),
 		done:  make(chan struct{}),
 		calls: make(map[string]*callRef),
@@ -58,13 +59,13 @@ func (c *Client) Done() <-chan struct{} { return c.done }
 // the client's queue overflowed: the caller, which holds k.mu, detaches
 // the client and cuts it once it has released k.mu (closing a client
 // hands its requests to the kernel, which takes k.mu).
-func (c *Client) push(o Outgoing) bool {
+func (c *Client) push(o runs.Outgoing) bool {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return true
 	}
-	if !c.q.push(o) {
+	if !c.q.Push(o) {
 		c.mu.Unlock()
 		return false
 	}
@@ -79,11 +80,11 @@ func (c *Client) push(o Outgoing) bool {
 // Take returns the queued messages without waiting (nil when there are
 // none). It returns an error once the client is closed and its queue
 // drained.
-func (c *Client) Take() ([]Outgoing, error) {
+func (c *Client) Take() ([]runs.Outgoing, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.q.len() > 0 || c.q.dropped > 0 {
-		return c.q.take(), nil
+	if c.q.Len() > 0 || c.q.Dropped() {
+		return c.q.Take(), nil
 	}
 	if c.closed {
 		return nil, c.err
@@ -156,7 +157,7 @@ func (c *Client) answer(ch Channel, m *Message) {
 		delete(c.calls, m.ParentID)
 		c.mu.Unlock()
 	}
-	o := Outgoing{Channel: ch, Msg: m}
+	o := runs.Outgoing{Channel: ch, Msg: m}
 	c.k.mu.Lock()
 	to := c
 	if _, attached := c.k.clients[c]; !attached {
@@ -172,7 +173,7 @@ func (c *Client) answer(ch Channel, m *Message) {
 		if to == nil {
 			var slow []*Client
 			if len(c.k.clients) == 0 {
-				c.k.offline.push(o)
+				c.k.offline.Push(o)
 			} else if m.Type().IsReply() {
 				// Clients of other sessions attached after this one left:
 				// the reply is theirs as the run's iopub output is (had it

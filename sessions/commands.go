@@ -7,11 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unicode/utf8"
 
 	"kernelgate/jupyter"
+	"kernelgate/runs"
 )
 
 // A command is a run of a process beside a context's kernel (see
@@ -20,9 +22,6 @@ import (
 // way), and it ends with its exit code. Interrupt sends SIGINT, Kill
 // SIGKILL to its process group, the timeout SIGKILL; deleting the context
 // kills it.
-
-// Killed is how a command ended by Kill ends.
-const Killed Reason = "killed"
 
 // MaxCommandArgs bounds a command's argv.
 const MaxCommandArgs = 4096
@@ -65,13 +64,14 @@ var _ commandStarter = jupyterProcess{}
 type commandRun struct {
 	cmd jupyter.Command
 	// why is how the run is to end when the process does (interrupted,
-	// killed, timed out); guarded by the run's lock.
-	why Reason
+	// killed, timed out), guarded by mu.
+	mu  sync.Mutex
+	why runs.Reason
 }
 
 // RunCommand starts a command beside the context's kernel (starting the
 // kernel if it has none) and returns its run, already running.
-func (m *Manager) RunCommand(ctx context.Context, req CommandRequest) (*Run, error) {
+func (m *Manager) RunCommand(ctx context.Context, req CommandRequest) (*runs.Run, error) {
 	if err := checkArgv(req.Argv); err != nil {
 		return nil, err
 	}
@@ -106,7 +106,7 @@ func (m *Manager) RunCommand(ctx context.Context, req CommandRequest) (*Run, err
 	}
 	var pathFirst []string
 	if c.ws != nil && strings.EqualFold(c.spec.Language, "python") {
-		pip := m.pipEnv(c.ws)
+		pip := m.catalog.pipEnv(c.ws)
 		for k, v := range pip {
 			env[k] = v
 		}
@@ -115,10 +115,10 @@ func (m *Manager) RunCommand(ctx context.Context, req CommandRequest) (*Run, err
 	for k, v := range req.Env {
 		env[k] = v
 	}
-	r := m.newRun(c, ExecuteRequest{Code: commandText(req.Argv), Stdin: req.Stdin, Timeout: req.Timeout})
+	r := c.newRun("", ExecuteRequest{Code: commandText(req.Argv), Stdin: req.Stdin, Timeout: req.Timeout})
 	cmd, err := starter.StartCommand(ctx, jupyter.CommandRequest{Argv: req.Argv, Dir: dir, Env: env, PathFirst: pathFirst, Stdin: req.Stdin})
 	if err != nil {
-		m.dropRun(r, err)
+		m.runs.Drop(r, err)
 		switch {
 		case errors.Is(err, jupyter.ErrNoProgram):
 			return nil, errorf(ErrBadRequest, "%v", err)
@@ -135,25 +135,22 @@ func (m *Manager) RunCommand(ctx context.Context, req CommandRequest) (*Run, err
 		<-cmd.Done()
 		cmd.Stdout().Close()
 		cmd.Stderr().Close()
-		m.dropRun(r, errorf(ErrNoSuchContext, "context %s was deleted", c.ID))
+		m.runs.Drop(r, errorf(ErrNoSuchContext, "context %s was deleted", c.ID))
 		return nil, errorf(ErrNoSuchContext, "context %s was deleted", c.ID)
 	}
 	k.touch(+1)
-	r.mu.Lock()
-	r.exitCode = new(int)
-	r.cancel = func(why Reason) { c.stopCommand(r, cr, why) }
-	r.kill = func() { c.stopCommand(r, cr, Killed) }
+	controls := runs.Controls{ExitCode: true, Cancel: func(why runs.Reason) { c.stopCommand(r, cr, why) }}
 	if in := cmd.Stdin(); in != nil {
-		r.input = func(value string) error { return writeStdin(in, value) }
-		r.closeInput = func() { in.Close() }
-		r.anyInput = true
+		controls.Input = func(value string) error { return writeStdin(in, value) }
+		controls.CloseInput = func() { in.Close() }
+		controls.AnyInput = true
 	}
-	r.mu.Unlock()
-	r.start()
-	r.armDeadline(func() { c.stopCommand(r, cr, TimedOut) })
+	r.SetControls(controls)
+	r.Start()
+	r.ArmDeadline(func() { c.stopCommand(r, cr, runs.TimedOut) })
 	// Its id leaves the gateway now: its record is committed first, as
-	// a code run's is (persist.go).
-	r.promise()
+	// a code run's is (runs.Journal).
+	r.Promise()
 	m.goroutine(func() { c.superviseCommand(k, r, cr) })
 	return r, nil
 }
@@ -190,7 +187,7 @@ func (m *Manager) commandContext(id string) (*Context, error) {
 	if err == nil || !errors.Is(err, ErrNoSuchContext) {
 		return c, err
 	}
-	for _, lang := range m.Languages() {
+	for _, lang := range m.catalog.Languages() {
 		if id == sharedID(lang) {
 			return m.sharedContext(ExecuteRequest{Language: lang})
 		}
@@ -220,34 +217,34 @@ func commandDir(c *Context, cwd string) (string, error) {
 
 // addCommand records a running command of c and its run among c's runs;
 // false when c was deleted meanwhile.
-func (c *Context) addCommand(r *Run, cr *commandRun) bool {
+func (c *Context) addCommand(r *runs.Run, cr *commandRun) bool {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.deleted {
+		c.mu.Unlock()
 		return false
 	}
 	if c.commands == nil {
-		c.commands = map[*Run]*commandRun{}
+		c.commands = map[*runs.Run]*commandRun{}
 	}
 	c.commands[r] = cr
-	c.noteRunLocked(r.ID)
+	c.mu.Unlock()
+	c.runs.NoteRun(r.ID)
 	return true
 }
 
 // stopCommand ends a running command: SIGINT to interrupt it, SIGKILL to
 // kill it or when its timeout ran out. The first reason given is how the
 // run ends, unless the command exits on its own first.
-func (c *Context) stopCommand(r *Run, cr *commandRun, why Reason) {
-	r.mu.Lock()
-	done := r.state == RunDone
-	if !done && (cr.why == "" || cr.why == Interrupted) {
-		cr.why = why
-	}
-	r.mu.Unlock()
-	if done {
+func (c *Context) stopCommand(r *runs.Run, cr *commandRun, why runs.Reason) {
+	if r.State() == runs.RunDone {
 		return
 	}
-	if why == Interrupted {
+	cr.mu.Lock()
+	if cr.why == "" || cr.why == runs.Interrupted {
+		cr.why = why
+	}
+	cr.mu.Unlock()
+	if why == runs.Interrupted {
 		cr.cmd.Interrupt()
 	} else {
 		cr.cmd.Kill()
@@ -258,27 +255,26 @@ func (c *Context) stopCommand(r *Run, cr *commandRun, why Reason) {
 func (c *Context) stopCommands(why string) {
 	c.mu.Lock()
 	running := make([]*commandRun, 0, len(c.commands))
-	runs := make([]*Run, 0, len(c.commands))
+	rs := make([]*runs.Run, 0, len(c.commands))
 	for r, cr := range c.commands {
 		running = append(running, cr)
-		runs = append(runs, r)
+		rs = append(rs, r)
 	}
 	c.mu.Unlock()
 	for i, cr := range running {
-		r := runs[i]
-		r.mu.Lock()
+		cr.mu.Lock()
 		if cr.why == "" {
-			cr.why = Lost
-			r.notice = why
+			cr.why = runs.Lost
+			rs[i].SetNotice(why)
 		}
-		r.mu.Unlock()
+		cr.mu.Unlock()
 		cr.cmd.Kill()
 	}
 }
 
 // superviseCommand folds the command's output into its run and ends the
 // run once the process ended and its output was read.
-func (c *Context) superviseCommand(k *Kernel, r *Run, cr *commandRun) {
+func (c *Context) superviseCommand(k *Kernel, r *runs.Run, cr *commandRun) {
 	outDone := make(chan struct{})
 	go func() { // owned here: ends at EOF, at the latest commandDrain after the process
 		defer close(outDone)
@@ -293,29 +289,29 @@ func (c *Context) superviseCommand(k *Kernel, r *Run, cr *commandRun) {
 	delete(c.commands, r)
 	c.mu.Unlock()
 	k.touch(-1)
-	r.mu.Lock()
+	cr.mu.Lock()
 	why := cr.why
-	r.mu.Unlock()
+	cr.mu.Unlock()
 	// A command killed with no one asking went with its kernel, whose
 	// end (a restart, a death) kills what runs in the kernel's cgroup.
 	killedWithKernel := why == "" && cr.cmd.KilledWithKernel(time.Second)
-	r.mu.Lock()
+	cr.mu.Lock()
 	reason := cr.why
+	cr.mu.Unlock()
 	switch {
 	case reason == "" && killedWithKernel:
-		reason = Lost
-		r.notice = "the context's kernel was restarted or ended during the command, and the processes beside it with it"
+		reason = runs.Lost
+		r.SetNotice("the context's kernel was restarted or ended during the command, and the processes beside it with it")
 	case reason == "":
-		reason = Completed
+		reason = runs.Completed
 	}
-	*r.exitCode = code
-	r.mu.Unlock()
-	r.end(reason, nil)
+	r.SetExitCode(code)
+	r.Finish(reason, nil)
 }
 
 // readCommandOutput streams one of the command's outputs into its run
 // until EOF; a character split between two reads is kept whole.
-func (c *Context) readCommandOutput(k *Kernel, r *Run, name string, f io.Reader) {
+func (c *Context) readCommandOutput(k *Kernel, r *runs.Run, name string, f io.Reader) {
 	buf := make([]byte, commandReadSize)
 	var carry int
 	for {
@@ -331,7 +327,7 @@ func (c *Context) readCommandOutput(k *Kernel, r *Run, name string, f io.Reader)
 					text = text[:n-k]
 				}
 			}
-			r.commandOutput(name, string(text))
+			r.Output(name, string(text))
 			if carry > 0 {
 				copy(buf, buf[n-carry:n])
 			}
@@ -359,18 +355,6 @@ func incompleteTail(b []byte) int {
 	return 0
 }
 
-// commandOutput adds text of a command's stream to its run.
-func (r *Run) commandOutput(name, text string) {
-	r.mu.Lock()
-	if r.state == RunDone {
-		r.mu.Unlock()
-		return
-	}
-	r.b.stream(name, text)
-	r.mu.Unlock()
-	r.persist()
-}
-
 // writeStdin writes value to a command's input, waiting at most
 // stdinWriteWait for a command that does not read it.
 func writeStdin(f jupyter.CommandInput, value string) error {
@@ -383,33 +367,6 @@ func writeStdin(f jupyter.CommandInput, value string) error {
 		return errorf(ErrTimeout, "the command did not read its input within %v: the value was not (or not wholly) written", stdinWriteWait)
 	}
 	return errorf(ErrBadRequest, "the command's input is closed: it has ended")
-}
-
-// Kill sends SIGKILL to a running command's process group; the run ends
-// "killed". A code run is not a process of its own: Kill interrupts it.
-func (r *Run) Kill() {
-	r.mu.Lock()
-	kill := r.kill
-	r.mu.Unlock()
-	if kill != nil {
-		kill()
-		return
-	}
-	r.Interrupt()
-}
-
-// CloseInput closes a running command's standard input (it reads EOF);
-// false when the run has no open input.
-func (r *Run) CloseInput() bool {
-	r.mu.Lock()
-	closeInput := r.closeInput
-	r.input, r.closeInput = nil, nil
-	r.mu.Unlock()
-	if closeInput == nil {
-		return false
-	}
-	closeInput()
-	return true
 }
 
 // touch records activity on the kernel, for the culler, and counts the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"kernelgate/runs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -56,7 +57,7 @@ func TestCodeIsSentWhileTheRecordCommits(t *testing.T) {
 	waitedBefore := counted.waited.Load()
 	store.hold()
 	type answer struct {
-		r   *Run
+		r   *runs.Run
 		err error
 	}
 	answered := make(chan answer, 1)
@@ -79,9 +80,8 @@ func TestCodeIsSentWhileTheRecordCommits(t *testing.T) {
 	})
 	// The run ends while its commit is held (its id is not out yet: it
 	// is the manager's newest run).
-	m.mu.Lock()
-	r := m.runOrder[len(m.runOrder)-1]
-	m.mu.Unlock()
+	all := m.runs.Runs()
+	r := all[len(all)-1]
 	if r == first {
 		t.Fatal("the run is not among the manager's runs")
 	}
@@ -121,11 +121,11 @@ func TestCodeIsSentWhileTheRecordCommits(t *testing.T) {
 		if sr.ID != r.ID {
 			continue
 		}
-		var rec runRecord
+		var rec runs.Record
 		if err := json.Unmarshal(sr.Data, &rec); err != nil {
 			t.Fatal(err)
 		}
-		if rec.Kernel != c.KernelID() || rec.MsgID == "" || rec.State != RunDone {
+		if rec.Kernel != c.KernelID() || rec.MsgID == "" || rec.State != runs.RunDone {
 			t.Fatalf("the store holds the run as %+v, want it done on kernel %s with its request", rec, c.KernelID())
 		}
 		return
@@ -152,7 +152,7 @@ func TestHungCommitHoldsTheAnswerOnlyUntilTheStoreTimeout(t *testing.T) {
 	}
 	run(t, m, ExecuteRequest{Context: c.ID, Code: "1+1"})
 	store.hold()
-	answered := make(chan *Run, 1)
+	answered := make(chan *runs.Run, 1)
 	go func() {
 		r, err := m.Execute(ctx, ExecuteRequest{Context: c.ID, Code: "print('out')"})
 		if err == nil {
@@ -164,7 +164,7 @@ func TestHungCommitHoldsTheAnswerOnlyUntilTheStoreTimeout(t *testing.T) {
 		}
 		answered <- r
 	}()
-	var r *Run
+	var r *runs.Run
 	select {
 	case r = <-answered:
 	case <-time.After(storeTimeout + 30*time.Second):
@@ -176,7 +176,7 @@ func TestHungCommitHoldsTheAnswerOnlyUntilTheStoreTimeout(t *testing.T) {
 	if got := strings.Join(execution(t, r).Logs.Stdout, ""); got != "out\n" {
 		t.Fatalf("the run's stdout is %q, want %q", got, "out\n")
 	}
-	if !m.storeStuck.Load() {
+	if !m.journal.Stuck() {
 		t.Fatal("a commit that did not come in time did not mark the store stuck")
 	}
 	select {
@@ -209,5 +209,5 @@ func TestHungCommitHoldsTheAnswerOnlyUntilTheStoreTimeout(t *testing.T) {
 		}
 		return done == 2
 	})
-	waitFor(t, "the store to be taken as committing again", func() bool { return !m.storeStuck.Load() })
+	waitFor(t, "the store to be taken as committing again", func() bool { return !m.journal.Stuck() })
 }

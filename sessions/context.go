@@ -11,14 +11,16 @@ import (
 
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	"kernelgate/runs"
 	"kernelgate/workspace"
 
 	"kernelgate/internal/timefmt"
 )
 
 // Context is an interpreter context of the code-interpreter API: a kernel
-// whose state runs share, with a queue that runs them one at a time in
-// arrival order.
+// whose state runs share, with a queue (runs.Queue) that runs them one at
+// a time in arrival order. The context is the queue's Host: it hands the
+// runs their kernel.
 type Context struct {
 	ID       string
 	Language string
@@ -40,27 +42,16 @@ type Context struct {
 	m       *Manager
 	spec    *kernelspecs.Spec
 	created time.Time
+	// runs is its queue of runs; set before the context is published.
+	runs *runs.Queue
 
 	mu      sync.Mutex
 	kernel  *Kernel
-	queue   []*Run
-	running *Run
-	working bool
-	runIDs  []string
 	deleted bool
-	// The kernel and process generation the last run started on, and
-	// whether a run has told that they were replaced since (a lost run
-	// does): the next run on another process says its state is gone.
-	ranOn  *Kernel
-	ranGen int
-	told   bool
-	// endedBefore says how the kernel of a context kept by an earlier
-	// gateway ended, when it did not come back (restore.go).
-	endedBefore string
 	// commands are the commands running beside its kernel (commands.go).
-	commands map[*Run]*commandRun
+	commands map[*runs.Run]*commandRun
 	// tokens are the hashes of the context tokens minted for it
-	// (KeepContextToken).
+	// (KeepToken).
 	tokens []ContextToken
 }
 
@@ -85,9 +76,8 @@ type ContextModel struct {
 func (c *Context) Model() ContextModel {
 	c.mu.Lock()
 	k := c.kernel
-	ids := append([]string{}, c.runIDs...)
 	c.mu.Unlock()
-	ids = c.m.keptRuns(ids)
+	ids := c.m.runs.Kept(c.runs.RunIDs())
 	names := make([]string, 0, len(c.Env))
 	for n := range c.Env {
 		names = append(names, n)
@@ -146,75 +136,9 @@ func (c *Context) ensureKernel(ctx context.Context) (*Kernel, process, error) {
 	}
 	c.kernel = k
 	c.mu.Unlock()
-	c.m.putContext(c)
+	c.m.records.putContext(c)
 	jk, err := k.running(ctx)
 	return k, jk, err
-}
-
-// enqueue adds a run to the queue and makes sure a worker runs it.
-func (c *Context) enqueue(r *Run) error {
-	_, _, err := c.enqueueRun(r, false)
-	return err
-}
-
-// enqueueRun queues r. With inline, when the context is idle, it starts
-// no worker and reports true: the caller runs r itself (workInline).
-// first reports that r is the next to run: the context was idle.
-func (c *Context) enqueueRun(r *Run, inline bool) (bool, bool, error) {
-	c.mu.Lock()
-	if c.deleted {
-		c.mu.Unlock()
-		return false, false, errorf(ErrNoSuchContext, "context %s was deleted", c.ID)
-	}
-	if limit := c.m.cfg.QueueLimit; len(c.queue) >= limit {
-		c.mu.Unlock()
-		return false, false, errorf(ErrQueueFull, "context %s already has %d runs waiting; wait for them or use another context", c.ID, limit)
-	}
-	c.queue = append(c.queue, r)
-	c.noteRunLocked(r.ID)
-	r.mu.Lock()
-	r.cancel = func(reason Reason) { c.dequeue(r, reason) }
-	r.mu.Unlock()
-	first := !c.working
-	inline = inline && !c.working && !c.Isolated
-	if !c.working {
-		c.working = true
-		if !inline {
-			c.m.goroutine(c.work)
-		}
-	}
-	c.mu.Unlock()
-	r.armDeadline(r.expire)
-	return inline, first, nil
-}
-
-// noteRunLocked adds a run's id to c's runs, keeping the last RunsKept;
-// c.mu is held.
-func (c *Context) noteRunLocked(id string) {
-	c.runIDs = append(c.runIDs, id)
-	if over := len(c.runIDs) - c.m.cfg.RunsKept; over > 0 {
-		// Drop the oldest from the front: append reallocates once the
-		// room there is used, rather than every run copying the rest.
-		clear(c.runIDs[:over])
-		c.runIDs = c.runIDs[over:]
-	}
-}
-
-// armDeadline calls expire once r's deadline (if it has one) has passed;
-// the timer is stopped when r ends, and not armed for a run that ended
-// already.
-func (r *Run) armDeadline(expire func()) {
-	if r.deadline.IsZero() {
-		return
-	}
-	t := time.AfterFunc(time.Until(r.deadline), expire)
-	r.mu.Lock()
-	if r.state == RunDone {
-		t.Stop()
-	} else {
-		r.timer = t
-	}
-	r.mu.Unlock()
 }
 
 // kernelReady reports whether the context's kernel process is running and
@@ -231,412 +155,11 @@ func (c *Context) kernelReady() bool {
 	return k.jk != nil
 }
 
-// dequeue ends a run that is still queued; a running one is left to its
-// worker (which has replaced r.cancel).
-func (c *Context) dequeue(r *Run, reason Reason) {
+// Interrupt interrupts what the context is running.
+func (c *Context) Interrupt(ctx context.Context) error {
+	running := c.runs.Running()
 	c.mu.Lock()
-	found := false
-	for i, q := range c.queue {
-		if q == r {
-			c.queue = append(c.queue[:i], c.queue[i+1:]...)
-			found = true
-			break
-		}
-	}
-	if !found && c.running == r {
-		// Taken by the worker but not started: it ends the run instead.
-		r.mu.Lock()
-		if r.state == RunQueued {
-			r.stopBeforeStart = reason
-		}
-		r.mu.Unlock()
-	}
-	c.mu.Unlock()
-	if found {
-		r.end(reason, nil)
-	}
-}
-
-// expire is the run's timeout: a queued run ends without running, a
-// running one is interrupted by its worker.
-func (r *Run) expire() {
-	r.mu.Lock()
-	cancel := r.cancel
-	if r.state == RunRunning {
-		r.timedOut = true
-	}
-	r.mu.Unlock()
-	if cancel != nil {
-		cancel(TimedOut)
-	}
-}
-
-// work runs the queue until it is empty; one worker per context at most.
-func (c *Context) work() { c.runQueue(false) }
-
-// workInline runs the run the caller queued with enqueueRun(r, true), on
-// the caller's goroutine, and hands what was queued behind it to a worker:
-// the caller waits for its own run only.
-func (c *Context) workInline() {
-	c.m.wg.Add(1)
-	defer c.m.wg.Done()
-	c.runQueue(true)
-}
-
-// runQueue runs the queued runs in order until none is left (or, with
-// justOne, hands the rest to a worker after the first).
-func (c *Context) runQueue(justOne bool) {
-	for ran := false; ; ran = true {
-		c.mu.Lock()
-		if len(c.queue) == 0 || c.deleted {
-			c.working = false
-			queued := c.queue
-			c.queue = nil
-			c.mu.Unlock()
-			for _, r := range queued {
-				r.lose(deletedBeforeStart(c))
-			}
-			return
-		}
-		if ran && justOne {
-			// The caller's run is done: a worker takes the rest.
-			c.m.goroutine(c.work)
-			c.mu.Unlock()
-			return
-		}
-		r := c.queue[0]
-		c.queue = c.queue[1:]
-		c.running = r
-		c.mu.Unlock()
-		c.execute(r)
-		c.mu.Lock()
-		c.running = nil
-		c.mu.Unlock()
-		if c.Isolated {
-			// The kernel's place under MaxKernels is free once its
-			// process is gone: the pool refills after.
-			c.m.deleteContext(context.Background(), c, false)
-			if c.pool != nil {
-				c.pool.refill()
-			}
-		}
-	}
-}
-
-// runContext bounds the start of a kernel for a run by the run's deadline.
-func runContext(r *Run, parent context.Context) (context.Context, context.CancelFunc) {
-	if r.deadline.IsZero() {
-		return context.WithCancel(parent)
-	}
-	return context.WithDeadline(parent, r.deadline)
-}
-
-// execute runs r on the context's kernel and ends it.
-func (c *Context) execute(r *Run) {
-	stop := make(chan Reason, 1)
-	late := lateOutput{more: make(chan struct{}, 1), result: make(chan struct{})}
-	var resultOnce, beganOnce sync.Once
-	// began is closed when the kernel says the code runs (execute_input).
-	began := make(chan struct{})
-	var pendingInput *Message
-	handle := func(ch jupyter.Channel, m *Message) {
-		if m.Type() == jupyter.ExecuteInput {
-			beganOnce.Do(func() { close(began) })
-		}
-		if m.Type() == jupyter.InputRequest {
-			r.mu.Lock()
-			pendingInput = m
-			r.mu.Unlock()
-		}
-		r.handle(m, ch)
-		if m.Type() == jupyter.ExecuteResult || m.Type() == jupyter.ErrorMsg {
-			resultOnce.Do(func() { close(late.result) })
-		}
-		select {
-		case late.more <- struct{}{}:
-		default:
-		}
-	}
-	content := jupyter.NewExecute(r.Code)
-	content.AllowStdin = r.Stdin
-	// Runs are independent: an error must not abort the next one.
-	content.StopOnError = false
-
-	var k *Kernel
-	var jk process
-	var call call
-	// A kernel that dies between being handed out and taking the run is
-	// replaced once: the run had not started.
-	for attempt := 0; ; attempt++ {
-		if (attempt > 0 || !c.kernelReady()) && !r.isDurable() && !r.wait {
-			// It waits for a kernel: its record is committed now, so
-			// that its id is handed out meanwhile (Execute).
-			r.promise()
-		}
-		ctx, cancel := runContext(r, context.Background())
-		var err error
-		k, jk, err = c.ensureKernel(ctx)
-		cancel()
-		if err != nil {
-			if !r.deadline.IsZero() && time.Now().After(r.deadline) {
-				r.end(TimedOut, nil)
-			} else {
-				r.end(Lost, err)
-			}
-			return
-		}
-		// The answer to an input_request goes to this kernel: set before
-		// the request is sent, as the input_request can come at once.
-		input := func(value string) error {
-			r.mu.Lock()
-			parent := pendingInput
-			r.mu.Unlock()
-			m, err := jk.NewMessage(jupyter.InputReply, map[string]string{"value": value}, parent)
-			if err != nil {
-				return err
-			}
-			return jk.Send(jupyter.Stdin, m)
-		}
-		r.mu.Lock()
-		if r.state != RunQueued {
-			r.mu.Unlock()
-			return
-		}
-		stopped := r.stopBeforeStart
-		r.input = input
-		r.mu.Unlock()
-		if stopped == "" && !r.deadline.IsZero() && time.Now().After(r.deadline) {
-			stopped = TimedOut
-		}
-		if stopped != "" {
-			r.end(stopped, nil)
-			return
-		}
-		var ended func()
-		// The record names the request as the kernel gets it: a
-		// gateway started again after a crash picks the run up. Its
-		// commit goes on while the kernel runs the code; the run's id
-		// leaves the gateway once it is durable (promiseSending).
-		call, ended, err = k.startRun(jk, content, handle, func(msgID string) {
-			r.mu.Lock()
-			r.kernelID, r.msgID = k.id, msgID
-			r.mu.Unlock()
-			r.promiseSending()
-		})
-		if err == nil {
-			defer ended()
-			break
-		}
-		if attempt > 0 || !errors.Is(err, jupyter.ErrKernelDied) {
-			c.lose(r, lostMessage(err))
-			return
-		}
-	}
-	r.mu.Lock()
-	r.notice = c.startedOn(k)
-	r.cancel = func(reason Reason) {
-		select {
-		case stop <- reason:
-		default:
-		}
-	}
-	// A stop that came while the code was being sent found the run still
-	// queued (dequeue): it is kept here rather than lost.
-	stopped := r.stopBeforeStart
-	cancel := r.cancel
-	r.mu.Unlock()
-	if stopped != "" {
-		cancel(stopped)
-	}
-	if !r.start() {
-		jk.Forget(call)
-		return
-	}
-	// A deadline passed between the checks above and the start.
-	if !r.deadline.IsZero() && time.Now().After(r.deadline) {
-		r.expire()
-	}
-
-	var grace, again <-chan time.Time
-	var onBegin <-chan struct{}
-	interrupt := func() {
-		ictx, icancel := context.WithTimeout(context.Background(), c.m.cfg.InterruptGrace)
-		if err := k.Interrupt(ictx); err != nil {
-			c.m.log.Info("interrupt failed", "context", c.ID, "err", err)
-		}
-		icancel()
-	}
-	for {
-		select {
-		case <-call.Done():
-			if _, err := call.Result(); errors.Is(err, jupyter.ErrRequestDropped) {
-				// The kernel runs on with its state: the queue moves on.
-				c.m.log.Warn("the kernel went idle without answering a run; the run ends with an error, the kernel is kept", "context", c.ID, "run", r.ID)
-				r.drop()
-				return
-			} else if err != nil {
-				c.m.log.Info("run lost its kernel", "context", c.ID, "run", r.ID, "err", err)
-				c.lose(r, lostMessage(err))
-				return
-			}
-			c.settle(k, late)
-			r.end(c.reason(r), nil)
-			return
-		case why := <-stop:
-			r.mu.Lock()
-			if why == TimedOut {
-				r.timedOut = true
-			} else {
-				r.interrupted = true
-			}
-			r.mu.Unlock()
-			if grace == nil {
-				grace = time.After(c.m.cfg.InterruptGrace)
-				again = time.After(c.m.cfg.InterruptGrace / 3)
-				select {
-				case <-began:
-					interrupt()
-				default:
-					// ipykernel ignores a signal that comes before it
-					// runs the code: interrupt once it does, so a
-					// timeout shorter than the hand-over still bounds
-					// the run. (Two signals close together could land
-					// the second outside the handler, killing it.)
-					onBegin = began
-				}
-			}
-		case <-onBegin:
-			interrupt()
-			onBegin = nil
-		case <-again:
-			// A signal that lands before the code runs is ignored by
-			// ipykernel: interrupt once more before giving up on it.
-			interrupt()
-			again = nil
-		case <-grace:
-			// The kernel did not stop: restart it; the run's state is lost.
-			c.m.log.Warn("kernel did not stop after an interrupt: restarting it", "context", c.ID, "run", r.ID)
-			jk.Forget(call)
-			rctx, rcancel := context.WithTimeout(context.Background(), c.m.cfg.StartTimeout)
-			if err := c.restart(rctx); err != nil {
-				c.m.log.Info("restarting the kernel failed; the next run starts one", "context", c.ID, "err", err)
-			}
-			rcancel()
-			c.lose(r, "the kernel did not stop after an interrupt and was restarted; its state is gone")
-			return
-		}
-	}
-}
-
-// startedOn records that a run starts on k's current process and returns
-// what the run must say about it: that the process the previous run ran on
-// was replaced and its state is gone, unless a lost run said so already.
-func (c *Context) startedOn(k *Kernel) string {
-	gen, endedBy := k.generation()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	notice := ""
-	if c.ranOn != nil && (c.ranOn != k || c.ranGen != gen) && !c.told {
-		if c.ranOn != k {
-			_, endedBy = c.ranOn.generation()
-		}
-		if endedBy == "" {
-			endedBy = "was replaced"
-		}
-		notice = "the kernel " + endedBy + " after the previous run; this run started on a new kernel without the earlier state"
-	}
-	if c.ranOn == nil && c.endedBefore != "" && !c.told {
-		notice = "the kernel " + c.endedBefore + " after the previous run; this run started on a new kernel without the earlier state"
-	}
-	c.endedBefore = ""
-	c.ranOn, c.ranGen, c.told = k, gen, false
-	return notice
-}
-
-// lose ends a run whose kernel went away, saying why; its message tells
-// the next run's caller too.
-func (c *Context) lose(r *Run, why string) {
-	c.mu.Lock()
-	c.told = true
-	c.mu.Unlock()
-	r.lose(why)
-}
-
-// lostMessage says why a run lost its kernel.
-func lostMessage(err error) string {
-	var died *jupyter.DiedError
-	switch {
-	case errors.As(err, &died) && died.Lost != "":
-		return "the kernel's " + died.Lost + " connection ended and the kernel was stopped; the next run starts a new kernel without the earlier state"
-	case errors.As(err, &died) && died.Reason != "":
-		return "the kernel died (" + died.Reason + "); the next run starts a new kernel without the earlier state"
-	case errors.As(err, &died):
-		return "the kernel died (" + died.Status + "); the next run starts a new kernel without the earlier state"
-	case errors.Is(err, jupyter.ErrKernelShutdown):
-		return "the kernel was restarted or shut down; its state is gone"
-	}
-	return "the kernel went away: " + err.Error()
-}
-
-// lateOutput is what settle hears of a run's messages.
-type lateOutput struct {
-	more   chan struct{} // a message of the run arrived
-	result chan struct{} // closed once its execute_result or error arrived
-}
-
-// settle waits, for kernels known to publish output after their idle
-// status (Deno), until no message of the run came for a short while, or
-// until its execute_result (or error) has come: such a kernel publishes the
-// result after the run's other output (stdout goes ahead of it, through the
-// kernel's own stdio channel), so nothing of the run follows it.
-func (c *Context) settle(k *Kernel, late lateOutput) {
-	k.mu.Lock()
-	wait := k.lateWait
-	k.mu.Unlock()
-	if wait <= 0 {
-		return
-	}
-	select {
-	case <-late.result:
-		return
-	default:
-	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	for {
-		select {
-		case <-late.result:
-			return
-		case <-late.more:
-			t.Reset(wait)
-		case <-t.C:
-			return
-		}
-	}
-}
-
-// reason says how a run that got its reply ended.
-func (c *Context) reason(r *Run) Reason {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	// The run's builder has read the reply: a call hands every message,
-	// the reply too (even one made up after an interrupt), to its handler
-	// before it ends.
-	switch {
-	case r.b.replyStatus == "ok":
-		return Completed
-	case r.timedOut:
-		return TimedOut
-	case r.interrupted:
-		return Interrupted
-	}
-	return Errored
-}
-
-// interrupt interrupts the running run, if any.
-func (c *Context) interrupt(ctx context.Context) error {
-	c.mu.Lock()
-	running, k := c.running, c.kernel
+	k := c.kernel
 	c.mu.Unlock()
 	if running != nil {
 		running.Interrupt()
@@ -648,10 +171,10 @@ func (c *Context) interrupt(ctx context.Context) error {
 	return nil
 }
 
-// restart gives the context a new kernel process: state is gone, the id
+// Restart gives the context a new kernel process: state is gone, the id
 // stays. It is the one way a context's kernel is restarted: on request,
 // and when a run does not stop after an interrupt.
-func (c *Context) restart(ctx context.Context) error {
+func (c *Context) Restart(ctx context.Context) error {
 	c.mu.Lock()
 	k, deleted := c.kernel, c.deleted
 	c.mu.Unlock()
@@ -730,4 +253,71 @@ func (c *Context) KernelID() string {
 		return ""
 	}
 	return c.kernel.id
+}
+
+// initRuns gives c its queue of runs, before c is published.
+func (c *Context) initRuns() {
+	m := c.m
+	cfg := runs.QueueConfig{
+		Limit: m.cfg.QueueLimit, Kept: m.cfg.RunsKept,
+		InterruptGrace: m.cfg.InterruptGrace, StartTimeout: m.cfg.StartTimeout,
+		Log: m.log, Go: m.goroutine, NoInline: c.Isolated,
+	}
+	if c.Isolated {
+		// The kernel's place under MaxKernels is free once its process
+		// is gone: the pool refills after.
+		cfg.After = func() {
+			m.deleteContext(context.Background(), c, false)
+			if c.pool != nil {
+				c.pool.refill()
+			}
+		}
+	}
+	c.runs = runs.NewQueue(c.ID, contextHost{c}, cfg)
+}
+
+// contextHost is a context as its queue's runs.Host.
+type contextHost struct{ c *Context }
+
+var _ runs.Host = contextHost{}
+
+func (h contextHost) KernelReady() bool                 { return h.c.kernelReady() }
+func (h contextHost) Restart(ctx context.Context) error { return h.c.Restart(ctx) }
+
+func (h contextHost) Kernel(ctx context.Context) (runs.Kernel, error) {
+	k, jk, err := h.c.ensureKernel(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return kernelRunner{k, jk}, nil
+}
+
+// kernelRunner is a kernel's running process as runs.Kernel.
+type kernelRunner struct {
+	k  *Kernel
+	jk process
+}
+
+var _ runs.Kernel = kernelRunner{}
+
+func (kr kernelRunner) ID() string                          { return kr.k.id }
+func (kr kernelRunner) Generation() (int, string)           { return kr.k.generation() }
+func (kr kernelRunner) Forget(c runs.Call)                  { kr.jk.Forget(c) }
+func (kr kernelRunner) Interrupt(ctx context.Context) error { return kr.k.Interrupt(ctx) }
+func (kr kernelRunner) LateWait() time.Duration {
+	kr.k.mu.Lock()
+	defer kr.k.mu.Unlock()
+	return kr.k.lateWait
+}
+
+func (kr kernelRunner) Execute(content jupyter.ExecuteContent, h jupyter.Handler, sending func(msgID string)) (runs.Call, func(), error) {
+	return kr.k.startRun(kr.jk, content, h, sending)
+}
+
+func (kr kernelRunner) Input(value string, parent *Message) error {
+	m, err := kr.jk.NewMessage(jupyter.InputReply, map[string]string{"value": value}, parent)
+	if err != nil {
+		return err
+	}
+	return kr.jk.Send(jupyter.Stdin, m)
 }

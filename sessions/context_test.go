@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"context"
+	"kernelgate/runs"
 	"strings"
 	"testing"
 )
@@ -24,7 +25,7 @@ func TestRunAfterKernelReplacedSaysStateIsGone(t *testing.T) {
 		t.Errorf("a run on the same process says %q", e.Process.Message)
 	}
 	_, e = run(t, m, ExecuteRequest{Code: "exit", Context: "s"})
-	if e.Process.Reason != Completed {
+	if e.Process.Reason != runs.Completed {
 		t.Fatalf("exit ended %+v", e.Process)
 	}
 	waitFor(t, "the kernel to die", func() bool { return !c.Model().Active })
@@ -39,7 +40,7 @@ func TestRunAfterKernelReplacedSaysStateIsGone(t *testing.T) {
 	if e.Process.Message != "" {
 		t.Errorf("the second run on the new process says %q", e.Process.Message)
 	}
-	if _, err := m.RestartContext(context.Background(), "s"); err != nil {
+	if _, err := restartContext(m, context.Background(), "s"); err != nil {
 		t.Fatal(err)
 	}
 	_, e = run(t, m, ExecuteRequest{Code: "print hi", Context: "s"})
@@ -52,11 +53,11 @@ func TestRunAfterKernelReplacedSaysStateIsGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the run to start", func() bool { return r.State() == RunRunning })
+	waitFor(t, "the run to start", func() bool { return r.State() == runs.RunRunning })
 	ks := f.kernels()
 	ks[len(ks)-1].crash()
-	waitFor(t, "the run to be lost", func() bool { return r.State() == RunDone })
-	if e := execution(t, r); e.Process.Reason != Lost || !strings.Contains(e.Process.Message, stateGone) {
+	waitFor(t, "the run to be lost", func() bool { return r.State() == runs.RunDone })
+	if e := execution(t, r); e.Process.Reason != runs.Lost || !strings.Contains(e.Process.Message, stateGone) {
 		t.Fatalf("the crashed run: %+v", e.Process)
 	}
 	_, e = run(t, m, ExecuteRequest{Code: "print again", Context: "s"})

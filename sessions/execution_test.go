@@ -9,18 +9,19 @@ import (
 	"time"
 
 	"kernelgate/jupyter"
+	"kernelgate/runs"
 )
 
 // errorEvents returns the run's error events.
-func errorEvents(t *testing.T, r *Run) []ExecError {
+func errorEvents(t *testing.T, r *runs.Run) []runs.ExecError {
 	t.Helper()
 	evs, _, _ := r.Events(0)
-	var out []ExecError
+	var out []runs.ExecError
 	for _, ev := range evs {
 		if ev.Type != "error" {
 			continue
 		}
-		var e ExecError
+		var e runs.ExecError
 		if err := json.Unmarshal(ev.JSON, &e); err != nil {
 			t.Fatal(err)
 		}
@@ -29,7 +30,7 @@ func errorEvents(t *testing.T, r *Run) []ExecError {
 	return out
 }
 
-// A run carries one error, in its events and in its Execution, whichever
+// A run carries one error, in its events and in its runs.Execution, whichever
 // of the execute_reply and the error message comes first (Deno sends its
 // reply first now and then).
 func TestOneErrorPerRun(t *testing.T) {
@@ -59,7 +60,7 @@ func TestOneErrorPerRun(t *testing.T) {
 			t.Errorf("reply first %v: %d error events, want 1: %+v", replyFirst, len(errs), errs)
 		}
 		if e.Error == nil || len(e.Error.Traceback) == 0 {
-			t.Errorf("reply first %v: Execution error %+v, want the error message's (with its traceback)", replyFirst, e.Error)
+			t.Errorf("reply first %v: runs.Execution error %+v, want the error message's (with its traceback)", replyFirst, e.Error)
 		}
 	}
 }
@@ -80,7 +81,7 @@ func TestReplyOnlyErrorIsKept(t *testing.T) {
 	if errs := errorEvents(t, r); len(errs) != 1 || errs[0].Name != "Interrupted" {
 		t.Errorf("error events %+v, want the reply's", errs)
 	}
-	if e.Error == nil || e.Error.Name != "Interrupted" || e.Process.Reason != Errored {
+	if e.Error == nil || e.Error.Name != "Interrupted" || e.Process.Reason != runs.Errored {
 		t.Errorf("Execution %+v %+v", e.Error, e.Process)
 	}
 }
@@ -109,7 +110,7 @@ func TestInputRequestBeforeTheSendReturns(t *testing.T) {
 		r.Reply(map[string]any{"status": "ok"})
 		r.Status(jupyter.StateIdle)
 	}}
-	runs := make(chan *Run, 1)
+	runs := make(chan *runs.Run, 1)
 	answered := make(chan error, 1)
 	f.sent = func(m *Message) {
 		if m.Type() != jupyter.ExecuteRequest || (&fakeRequest{Msg: m}).silent() {
@@ -151,27 +152,27 @@ func TestInputRequestBeforeTheSendReturns(t *testing.T) {
 // An interrupt that comes while the run's code is being sent stops the
 // run: it is not lost between the queue and the running run.
 func TestInterruptWhileTheCodeIsSent(t *testing.T) {
-	runs := make(chan *Run, 1)
+	sent := make(chan *runs.Run, 1)
 	f := &fakeKernels{}
 	f.sent = func(m *Message) {
 		if m.Type() != jupyter.ExecuteRequest || (&fakeRequest{Msg: m}).silent() {
 			return
 		}
-		(<-runs).Interrupt()
+		(<-sent).Interrupt()
 	}
 	m := newFakeManager(t, Config{}, f)
 	r, err := m.Execute(context.Background(), ExecuteRequest{Code: "sleep"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs <- r
+	sent <- r
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := r.Wait(ctx); err != nil {
 		t.Fatalf("the run was not stopped by its interrupt: %v", err)
 	}
 	e := execution(t, r)
-	if e.Error == nil || e.Error.Name != "KeyboardInterrupt" || e.Process.Reason != Interrupted {
-		t.Fatalf("error %+v, process %+v: want a KeyboardInterrupt and the reason %q", e.Error, e.Process, Interrupted)
+	if e.Error == nil || e.Error.Name != "KeyboardInterrupt" || e.Process.Reason != runs.Interrupted {
+		t.Fatalf("error %+v, process %+v: want a KeyboardInterrupt and the reason %q", e.Error, e.Process, runs.Interrupted)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	"kernelgate/runs"
 )
 
 // fakeKernels starts in-memory kernel processes for a Manager under test
@@ -154,7 +155,7 @@ func (k *fakeKernel) Send(ch Channel, m *Message) error {
 	return nil
 }
 
-func (k *fakeKernel) Request(ch Channel, m *Message, h jupyter.Handler, opts jupyter.CallOptions) (call, error) {
+func (k *fakeKernel) Request(ch Channel, m *Message, h jupyter.Handler, opts jupyter.CallOptions) (runs.Call, error) {
 	c := &fakeCall{id: m.Header.MsgID, h: h, opts: opts, done: make(chan struct{})}
 	k.mu.Lock()
 	if k.err != nil {
@@ -177,7 +178,7 @@ func (k *fakeKernel) Request(ch Channel, m *Message, h jupyter.Handler, opts jup
 	return c, nil
 }
 
-func (k *fakeKernel) Forget(c call) {
+func (k *fakeKernel) Forget(c runs.Call) {
 	fc, _ := c.(*fakeCall)
 	k.mu.Lock()
 	if fc != nil && k.pending[fc.id] == fc {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"kernelgate/jupyter"
+	"kernelgate/runs"
 )
 
 // heartbeatCfg takes a kernel with work in flight that leaves a heartbeat
@@ -38,7 +39,7 @@ func TestHeartbeatStoppedContextKernelLosesTheRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, e := run(t, m, ExecuteRequest{Context: c.ID, Code: "x = 5"}); e.Process.Reason != Completed {
+	if _, e := run(t, m, ExecuteRequest{Context: c.ID, Code: "x = 5"}); e.Process.Reason != runs.Completed {
 		t.Fatalf("x = 5 ended %+v", e.Process)
 	}
 	r, err := m.Execute(ctx, ExecuteRequest{Context: c.ID, Code: "import time\nprint('started', flush=True)\nwhile True: time.sleep(0.05)"})
@@ -65,7 +66,7 @@ func TestHeartbeatStoppedContextKernelLosesTheRun(t *testing.T) {
 		t.Fatalf("the run on the stopped kernel did not end: %v", err)
 	}
 	e := execution(t, r)
-	if e.Process.Reason != Lost || !strings.Contains(e.Process.Message, "heartbeat stopped") || !strings.Contains(e.Process.Message, "without the earlier state") {
+	if e.Process.Reason != runs.Lost || !strings.Contains(e.Process.Message, "heartbeat stopped") || !strings.Contains(e.Process.Message, "without the earlier state") {
 		t.Fatalf("the run on the stopped kernel ended %+v, want lost saying the heartbeat stopped", e.Process)
 	}
 	t.Logf("lost: %s", e.Process.Message)

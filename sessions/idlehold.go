@@ -6,6 +6,7 @@ import (
 
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
+	"kernelgate/runs"
 )
 
 // Some kernels (Deno) publish a request's execute_result after its status:
@@ -71,7 +72,7 @@ func (k *Kernel) noteLateLocked(m *Message, now time.Time) time.Duration {
 // duration such as "20ms"; 0 turns it off) when the kernelspec sets it,
 // else the manager's LateOutputWait for the kernels it names by
 // implementation (impl, from kernel_info), else none.
-func (m *Manager) lateOutputWait(spec *kernelspecs.Spec, impl string) (time.Duration, error) {
+func (cat *Catalog) lateOutputWait(spec *kernelspecs.Spec, impl string) (time.Duration, error) {
 	md, _ := spec.Metadata["kernelgate"].(map[string]any)
 	if v, ok := md["late_output_wait"]; ok {
 		switch x := v.(type) {
@@ -86,8 +87,8 @@ func (m *Manager) lateOutputWait(spec *kernelspecs.Spec, impl string) (time.Dura
 		}
 		return 0, fmt.Errorf("kernelspec %s: metadata.kernelgate.late_output_wait: want seconds or a duration from 0 to 1m, got %v", spec.Name, v)
 	}
-	if m.cfg.LateOutputWait > 0 && contains(m.cfg.LateOutputKernels, impl) {
-		return m.cfg.LateOutputWait, nil
+	if cat.cfg.LateOutputWait > 0 && contains(cat.cfg.LateOutputKernels, impl) {
+		return cat.cfg.LateOutputWait, nil
 	}
 	return 0, nil
 }
@@ -136,7 +137,7 @@ func (k *Kernel) holdLocked(m *Message, now time.Time) (bool, []*Client) {
 	switch {
 	case m.Type() == jupyter.ExecuteResult || m.Type() == jupyter.ErrorMsg:
 		h.result = true
-		slow := k.deliverLocked(Outgoing{Channel: IOPub, Msg: m})
+		slow := k.deliverLocked(runs.Outgoing{Channel: IOPub, Msg: m})
 		if h.idle != nil {
 			slow = append(slow, k.releaseLocked(id, h)...)
 		}
@@ -144,14 +145,14 @@ func (k *Kernel) holdLocked(m *Message, now time.Time) (bool, []*Client) {
 	case m.ExecutionState() == jupyter.StateIdle && h.idle == nil:
 		if h.result {
 			delete(k.holds, id)
-			return true, k.deliverLocked(Outgoing{Channel: IOPub, Msg: m})
+			return true, k.deliverLocked(runs.Outgoing{Channel: IOPub, Msg: m})
 		}
 		h.idle = m
 		h.until = now.Add(maxHoldWaits * k.lateWait)
 		h.timer = time.AfterFunc(k.lateWait, func() { k.releaseIdle(id, h) })
 		return true, nil
 	}
-	slow := k.deliverLocked(Outgoing{Channel: IOPub, Msg: m})
+	slow := k.deliverLocked(runs.Outgoing{Channel: IOPub, Msg: m})
 	if h.idle != nil && now.Add(k.lateWait).Before(h.until) {
 		h.timer.Reset(k.lateWait) // more output: wait for the rest
 	}
@@ -167,7 +168,7 @@ func (k *Kernel) releaseLocked(id string, h *idleHold) []*Client {
 	if h.idle == nil || k.removed {
 		return nil
 	}
-	return k.deliverLocked(Outgoing{Channel: IOPub, Msg: h.idle})
+	return k.deliverLocked(runs.Outgoing{Channel: IOPub, Msg: h.idle})
 }
 
 // releaseIdle is a hold's timer: the request's output is taken to be in.

@@ -13,22 +13,11 @@ import (
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
 	"kernelgate/provision/local"
+	"kernelgate/runs"
 	"kernelgate/workspace"
 )
 
 func newID() string { return uuid.NewString() }
-
-// newRunID is the id of a new run: a UUID whose leading bits are its
-// time (version 7), so that the store adds the records of new runs, and
-// prunes those of the oldest, at the two ends of its keys instead of all
-// over them (a random key dirtied a page of each of the store's trees per
-// run and commit).
-func newRunID() string {
-	if id, err := uuid.NewV7(); err == nil {
-		return id.String()
-	}
-	return newID()
-}
 
 // contextID is what a client may name a context.
 var contextID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
@@ -40,7 +29,7 @@ func sharedID(language string) string { return "code-" + language }
 // choice: one that is not 1 to 128 of A-Z a-z 0-9 . _ -, "." and ".."
 // (which clients that normalise URLs cannot reach), and the id of another
 // shared kernel (whose default runs would go to this one).
-func (m *Manager) checkContextID(id string, choice kernelChoice) error {
+func (cat *Catalog) checkContextID(id string, choice kernelChoice) error {
 	if !contextID.MatchString(id) || id == "." || id == ".." {
 		return errorf(ErrBadRequest, "a context id has 1 to 128 of A-Z a-z 0-9 . _ - and is not . or ..")
 	}
@@ -48,12 +37,12 @@ func (m *Manager) checkContextID(id string, choice kernelChoice) error {
 		return nil
 	}
 	if lang, ok := strings.CutPrefix(id, "code-"); ok {
-		if _, configured := m.cfg.Languages[lang]; configured {
+		if _, configured := cat.cfg.Languages[lang]; configured {
 			return errorf(ErrBadRequest, "context id %s is the shared %s kernel's: create it with language %s, or choose another id", id, lang, lang)
 		}
 	}
 	if name, ok := strings.CutPrefix(id, sharedSpecPrefix); ok {
-		if _, err := m.specs.Get(name); err == nil {
+		if _, err := cat.specs.Get(name); err == nil {
 			return errorf(ErrBadRequest, "context id %s is the shared kernel of kernelspec %s: create it with kernelspec %s, or choose another id", id, name, name)
 		}
 	}
@@ -61,10 +50,10 @@ func (m *Manager) checkContextID(id string, choice kernelChoice) error {
 }
 
 // Languages lists the languages whose kernelspec is available.
-func (m *Manager) Languages() []string {
+func (cat *Catalog) Languages() []string {
 	var out []string
-	for lang, spec := range m.cfg.Languages {
-		if _, err := m.specs.Get(spec); err == nil {
+	for lang, spec := range cat.cfg.Languages {
+		if _, err := cat.specs.Get(spec); err == nil {
 			out = append(out, lang)
 		}
 	}
@@ -77,23 +66,23 @@ const defaultLanguage = "python"
 
 // requestSpec returns the language of a request (the default when it names
 // none) and its kernelspec.
-func (m *Manager) requestSpec(language string) (string, *kernelspecs.Spec, error) {
+func (cat *Catalog) requestSpec(language string) (string, *kernelspecs.Spec, error) {
 	if language == "" {
 		language = defaultLanguage
 	}
-	spec, err := m.languageSpec(language)
+	spec, err := cat.languageSpec(language)
 	return language, spec, err
 }
 
 // languageSpec returns the kernelspec of a language.
-func (m *Manager) languageSpec(language string) (*kernelspecs.Spec, error) {
-	name, ok := m.cfg.Languages[language]
+func (cat *Catalog) languageSpec(language string) (*kernelspecs.Spec, error) {
+	name, ok := cat.cfg.Languages[language]
 	if ok {
-		if s, err := m.specs.Get(name); err == nil {
+		if s, err := cat.specs.Get(name); err == nil {
 			return s, nil
 		}
 	}
-	return nil, errorf(ErrInvalidLanguage, "language %q is not available; available: %s", language, strings.Join(m.Languages(), ", "))
+	return nil, errorf(ErrInvalidLanguage, "language %q is not available; available: %s", language, strings.Join(cat.Languages(), ", "))
 }
 
 // checkEnv validates caller-supplied variables.
@@ -126,7 +115,7 @@ type ContextRequest struct {
 
 // CreateContext creates a context and starts its kernel.
 func (m *Manager) CreateContext(ctx context.Context, req ContextRequest) (*Context, error) {
-	choice, err := m.chooseKernel(req.Language, req.Kernelspec)
+	choice, err := m.catalog.chooseKernel(req.Language, req.Kernelspec)
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +123,7 @@ func (m *Manager) CreateContext(ctx context.Context, req ContextRequest) (*Conte
 	req.Language = choice.language
 	if req.ID == "" {
 		req.ID = newID()
-	} else if err := m.checkContextID(req.ID, choice); err != nil {
+	} else if err := m.catalog.checkContextID(req.ID, choice); err != nil {
 		return nil, err
 	}
 	if err := checkEnv(req.Env); err != nil {
@@ -163,6 +152,7 @@ func (m *Manager) CreateContext(ctx context.Context, req ContextRequest) (*Conte
 		return nil, err
 	}
 	c := &Context{ID: req.ID, Language: req.Language, Cwd: cwd, Env: req.Env, m: m, spec: spec, ws: ws, wsBorrowed: borrowed, created: time.Now()}
+	c.initRuns()
 	if err := m.addContext(c); err != nil {
 		release() // another context of this id owns the folder
 		return nil, err
@@ -237,53 +227,33 @@ func (m *Manager) deleteContext(ctx context.Context, c *Context, stopping bool) 
 	}
 	m.mu.Unlock()
 	if mine {
-		m.deleteContextRecord(c)
+		m.records.deleteContext(c)
 	}
 	c.mu.Lock()
 	already := c.deleted
 	c.deleted = true
 	k := c.kernel
-	queued := c.queue
-	c.queue = nil
-	running := c.running
 	c.mu.Unlock()
+	queued, running := c.runs.Close()
 	before, during := deletedBeforeStart(c), "context "+c.ID+" was deleted during the run and its kernel shut down"
 	if stopping {
 		before, during = stoppedBeforeStart, "the gateway stopped during the run and shut its kernel down"
 	}
 	for _, r := range queued {
-		r.lose(before)
+		r.Lose(before)
 	}
 	c.stopCommands(during)
 	// The running run ends first: the kernel's shutdown would end it
 	// without saying why.
 	if running != nil {
-		running.lose(during)
+		running.Lose(during)
 	}
 	if k != nil {
 		m.stopKernel(ctx, k)
 	}
 	if !already {
-		m.deleteWorkspace(c)
+		c.deleteWorkspace()
 	}
-}
-
-// InterruptContext interrupts what a context is running.
-func (m *Manager) InterruptContext(ctx context.Context, id string) error {
-	c, err := m.Context(id)
-	if err != nil {
-		return err
-	}
-	return c.interrupt(ctx)
-}
-
-// RestartContext gives a context a fresh kernel; the id stays.
-func (m *Manager) RestartContext(ctx context.Context, id string) (*Context, error) {
-	c, err := m.Context(id)
-	if err != nil {
-		return nil, err
-	}
-	return c, c.restart(ctx)
 }
 
 // ExecuteRequest is POST /api/execute.
@@ -310,7 +280,7 @@ type ExecuteRequest struct {
 // Execute queues a run and returns it; it runs in the background and
 // outlives the caller. Isolated runs get their kernel before Execute
 // returns (REQUEST_TIMEOUT when the timeout ends first).
-func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*Run, error) {
+func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*runs.Run, error) {
 	if req.Isolated && req.Context != "" {
 		return nil, errorf(ErrBadRequest, "isolated runs get a fresh kernel: do not name a context")
 	}
@@ -346,23 +316,24 @@ func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*Run, error)
 			return nil, err
 		}
 	}
-	r := m.newRun(c, req)
-	inline, first, err := c.enqueueRun(r, req.Wait)
+	r := c.newRun("", req)
+	inline, first, err := c.runs.EnqueueRun(r, req.Wait)
 	if err != nil {
-		m.dropRun(r, err)
+		m.runs.Drop(r, err)
 		return nil, err
 	}
 	if !first && !req.Wait {
 		// It waits behind another run: its record is committed now,
 		// before its id is handed out. (The next run to go is committed
-		// as its code is sent, or before it waits for its kernel.) A
-		// run its caller waits for hands its id out with its end only.
-		r.promise()
+		// as its code is sent, or before it waits for its kernel.)
+		r.Promise()
 	}
 	if inline {
-		c.workInline()
+		m.wg.Add(1)
+		c.runs.WorkInline()
+		m.wg.Done()
 	} else if !req.Wait {
-		r.awaitDurable(ctx)
+		r.AwaitDurable(ctx)
 	}
 	return r, nil
 }
@@ -370,7 +341,7 @@ func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*Run, error)
 // sharedContext returns the shared context of the request's language (or
 // kernelspec), creating it with the request's cwd and env on first use.
 func (m *Manager) sharedContext(req ExecuteRequest) (*Context, error) {
-	choice, err := m.chooseKernel(req.Language, req.Kernelspec)
+	choice, err := m.catalog.chooseKernel(req.Language, req.Kernelspec)
 	if err != nil {
 		return nil, err
 	}
@@ -408,6 +379,7 @@ func (m *Manager) sharedContext(req ExecuteRequest) (*Context, error) {
 		return c, err
 	}
 	c = &Context{ID: id, Language: lang, Cwd: cwd, Env: req.Env, Shared: true, m: m, spec: spec, ws: ws, created: time.Now()}
+	c.initRuns()
 	m.contexts[id] = c
 	return c, nil
 }
@@ -426,14 +398,15 @@ func sameEnv(a, b map[string]string) bool {
 
 // executeIsolated runs code on a kernel of its own, from the warm pool when
 // one is ready, deleted after the run.
-func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*Run, error) {
-	choice, err := m.chooseKernel(req.Language, req.Kernelspec)
+func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*runs.Run, error) {
+	choice, err := m.catalog.chooseKernel(req.Language, req.Kernelspec)
 	if err != nil {
 		return nil, err
 	}
 	lang, spec := choice.language, choice.spec
-	runID := newRunID()
+	runID := runs.NewID()
 	c := &Context{ID: "isolated-" + runID, Language: lang, Env: req.Env, Isolated: true, m: m, spec: spec, created: time.Now()}
+	c.initRuns()
 	if req.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, req.Timeout)
@@ -444,7 +417,7 @@ func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*Run
 	_, canSetup := setupCode(spec, "", req.Env)
 	var k *Kernel
 	if canSetup {
-		if p := m.pool(spec); p != nil {
+		if p := m.warm.get(spec); p != nil {
 			if k = p.take(); k != nil {
 				c.pool = p
 			}
@@ -454,7 +427,7 @@ func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*Run
 		// take moved the kernel (and its place under MaxKernels) from
 		// the pool to the manager's kernels.
 		c.ws = k.ws
-		fail := func(err error) (*Run, error) {
+		fail := func(err error) (*runs.Run, error) {
 			m.stopKernel(context.Background(), k)
 			c.ws.Delete()
 			return nil, err
@@ -495,14 +468,14 @@ func (m *Manager) executeIsolated(ctx context.Context, req ExecuteRequest) (*Run
 	m.mu.Lock()
 	m.contexts[c.ID] = c
 	m.mu.Unlock()
-	r := m.newRunWithID(runID, c, req)
-	if err := c.enqueue(r); err != nil {
-		m.dropRun(r, err)
+	r := c.newRun(runID, req)
+	if err := c.runs.Enqueue(r); err != nil {
+		m.runs.Drop(r, err)
 		m.deleteContext(context.Background(), c, false)
 		return nil, err
 	}
 	if !req.Wait {
-		r.awaitDurable(ctx)
+		r.AwaitDurable(ctx)
 	}
 	return r, nil
 }
@@ -537,155 +510,11 @@ func runSetup(ctx context.Context, k *Kernel, code string) error {
 	return nil
 }
 
-// pool returns the warm pool of a kernelspec, or nil when pools are off.
-func (m *Manager) pool(spec *kernelspecs.Spec) *pool {
-	if m.cfg.PoolSize <= 0 {
-		return nil
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return nil
-	}
-	p, ok := m.pools[spec.Name]
-	if !ok {
-		p = &pool{m: m, spec: spec, floor: m.cfg.PoolSize, ceiling: m.cfg.PoolMax, idle: m.cfg.PoolIdle}
-		m.pools[spec.Name] = p
-	}
-	return p
-}
-
-// Prewarm fills the warm pools of the given languages now.
-func (m *Manager) Prewarm(languages []string) error {
-	for _, lang := range languages {
-		spec, err := m.languageSpec(lang)
-		if err != nil {
-			return err
-		}
-		if p := m.pool(spec); p != nil {
-			p.refill()
-		}
-	}
-	return nil
-}
-
-// Pools reports the warm pools.
-func (m *Manager) Pools() []PoolStats {
-	m.mu.Lock()
-	ps := make([]*pool, 0, len(m.pools))
-	for _, p := range m.pools {
-		ps = append(ps, p)
-	}
-	m.mu.Unlock()
-	out := make([]PoolStats, 0, len(ps))
-	for _, p := range ps {
-		out = append(out, p.stats())
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Spec < out[j].Spec })
-	return out
-}
-
-func (m *Manager) newRun(c *Context, req ExecuteRequest) *Run {
-	return m.newRunWithID(newRunID(), c, req)
-}
-
-func (m *Manager) newRunWithID(id string, c *Context, req ExecuteRequest) *Run {
-	r := newRun(id, c.ID, c.Language, req.Code, req.Stdin, req.Timeout, m.cfg.RunLimits)
-	r.b.displayResults = displayResults(c.spec)
-	r.observer = m.cfg.Observer
-	r.onEnd = m.runEnded
-	r.wait = req.Wait
-	if m.store != nil {
-		r.ps = &runStore{m: m}
-	} else {
-		r.madeDurable()
-	}
-	m.mu.Lock()
-	pruned := m.pruneRunsLocked()
-	m.runs[id] = r
-	m.runOrder = append(m.runOrder, r)
-	m.mu.Unlock()
-	m.deleteRuns(pruned)
-	return r
-}
-
-// dropRun forgets a run its queue refused, and ends it: nothing waits for
-// it, and no record of it is kept.
-func (m *Manager) dropRun(r *Run, why error) {
-	m.mu.Lock()
-	if m.runs[r.ID] == r {
-		delete(m.runs, r.ID)
-		// It is the newest run, or close to it.
-		for i := len(m.runOrder) - 1; i >= 0; i-- {
-			if m.runOrder[i] == r {
-				m.runOrder = append(m.runOrder[:i], m.runOrder[i+1:]...)
-				break
-			}
-		}
-	}
-	m.mu.Unlock()
-	r.refuse(why)
-	m.deleteRuns([]*Run{r})
-}
-
-// runEnded counts a finished run's memory and prunes the records.
-func (m *Manager) runEnded(r *Run) {
-	size := r.memory()
-	m.mu.Lock()
-	if m.runs[r.ID] == r && !r.counted {
-		r.counted = true
-		m.runBytes += size
-	}
-	pruned := m.pruneRunsLocked()
-	m.mu.Unlock()
-	m.deleteRuns(pruned)
-}
-
-// pruneRunsLocked forgets the oldest finished runs while more than
-// RunsKept runs or RunBytes of finished runs are kept, and those past the
-// retention time. It goes from the oldest run and stops at the first
-// finished run it keeps; runs still queued or running are passed over and
-// kept whatever their age, so one long run does not hold back the pruning
-// of those after it. It returns the runs pruned whose records the store
-// keeps, for deleteRuns once m.mu is released.
-func (m *Manager) pruneRunsLocked() (pruned []*Run) {
-	now := time.Now()
-	n := len(m.runOrder)
-	kept := m.runOrder[:0:0]
-	i := 0
-	for ; i < len(m.runOrder); i++ {
-		r := m.runOrder[i]
-		r.mu.Lock()
-		done, at, size := r.state == RunDone, r.finished, r.kept
-		r.mu.Unlock()
-		if !done {
-			kept = append(kept, r)
-			continue
-		}
-		if n <= m.cfg.RunsKept && m.runBytes <= m.cfg.RunBytes && now.Sub(at) <= m.cfg.RunRetention {
-			break
-		}
-		delete(m.runs, r.ID)
-		if m.store != nil {
-			pruned = append(pruned, r)
-		}
-		if r.counted {
-			m.runBytes -= size
-		}
-		n--
-	}
-	if n == len(m.runOrder) {
-		return nil
-	}
-	// The unfinished runs passed over go right before the first run kept
-	// after them, and the order starts there: the runs after it are not
-	// copied (a copy of the whole order per run was O(RunsKept) under
-	// m.mu); append reallocates once the front's room is used up.
-	start := i - len(kept)
-	copy(m.runOrder[start:i], kept)
-	clear(m.runOrder[:start])
-	m.runOrder = m.runOrder[start:]
-	return pruned
+// newRun makes a run of req on c, kept in the manager's runs; id "" is
+// a new id.
+func (c *Context) newRun(id string, req ExecuteRequest) *runs.Run {
+	return c.m.runs.New(runs.Spec{ID: id, Context: c.ID, Language: c.Language, Code: req.Code, Stdin: req.Stdin, Wait: req.Wait,
+		Timeout: req.Timeout, DisplayResults: displayResults(c.spec)})
 }
 
 // deletedBeforeStart says why a run queued on a deleted context ends.
@@ -693,37 +522,8 @@ func deletedBeforeStart(c *Context) string {
 	return "context " + c.ID + " was deleted before the run started; it never ran"
 }
 
-// keptRuns returns the ids whose runs are still kept, in their order.
-func (m *Manager) keptRuns(ids []string) []string {
-	m.mu.Lock()
-	pruned := m.pruneRunsLocked()
-	out := make([]string, 0, len(ids))
-	for _, id := range ids {
-		// A run whose record is not durable yet is not shown: its id
-		// is handed out only once it is (promise). A run its caller
-		// waits for is shown from memory: nothing of it is promised
-		// while it runs.
-		if r, ok := m.runs[id]; ok && (r.wait || r.isDurable()) {
-			out = append(out, id)
-		}
-	}
-	m.mu.Unlock()
-	m.deleteRuns(pruned)
-	return out
-}
-
 // Run returns a run by id.
-func (m *Manager) Run(id string) (*Run, error) {
-	m.mu.Lock()
-	pruned := m.pruneRunsLocked()
-	r, ok := m.runs[id]
-	m.mu.Unlock()
-	m.deleteRuns(pruned)
-	if !ok {
-		return nil, errorf(ErrNotFound, "no run %q (finished runs are kept for %v)", id, m.cfg.RunRetention)
-	}
-	return r, nil
-}
+func (m *Manager) Run(id string) (*runs.Run, error) { return m.runs.Get(id) }
 
 // stoppedBeforeStart is what a run queued when the gateway stopped says.
 const stoppedBeforeStart = "the gateway stopped before the run started; it never ran"

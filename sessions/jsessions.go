@@ -3,9 +3,12 @@ package sessions
 import (
 	"context"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
+
+	"kernelgate/state"
 )
 
 // Session is a Jupyter session: a document path bound to a kernel.
@@ -49,9 +52,21 @@ type SessionRequest struct {
 	Env map[string]string
 }
 
+// JupyterSessions are the Jupyter sessions: document paths bound to
+// kernels (the Jupyter Server's /api/sessions).
+type JupyterSessions struct {
+	m *Manager
+
+	mu   sync.Mutex
+	byID map[string]*Session
+}
+
+// JupyterSessions are the manager's Jupyter sessions.
+func (m *Manager) JupyterSessions() *JupyterSessions { return m.jsessions }
+
 // model builds the session's model, or reports that its kernel is gone.
-func (m *Manager) sessionModel(s *Session) (SessionModel, bool) {
-	k, err := m.Kernel(s.KernelID)
+func (js *JupyterSessions) model(s *Session) (SessionModel, bool) {
+	k, err := js.m.Kernel(s.KernelID)
 	if err != nil {
 		return SessionModel{}, false
 	}
@@ -63,67 +78,67 @@ func (m *Manager) sessionModel(s *Session) (SessionModel, bool) {
 	return sm, true
 }
 
-// Sessions lists the sessions whose kernel is alive, dropping the others.
-func (m *Manager) Sessions() []SessionModel {
-	m.mu.Lock()
-	ss := make([]*Session, 0, len(m.sessions))
-	for _, s := range m.sessions {
+// List lists the sessions whose kernel is alive, dropping the others.
+func (js *JupyterSessions) List() []SessionModel {
+	js.mu.Lock()
+	ss := make([]*Session, 0, len(js.byID))
+	for _, s := range js.byID {
 		ss = append(ss, s)
 	}
-	m.mu.Unlock()
+	js.mu.Unlock()
 	sort.Slice(ss, func(i, j int) bool { return ss[i].created.Before(ss[j].created) })
 	out := []SessionModel{}
 	for _, s := range ss {
-		if sm, ok := m.sessionModel(s); ok {
+		if sm, ok := js.model(s); ok {
 			out = append(out, sm)
 		} else {
-			m.dropSession(s.ID)
+			js.drop(s.ID)
 		}
 	}
 	return out
 }
 
-// Session returns one session.
-func (m *Manager) Session(id string) (SessionModel, error) {
-	m.mu.Lock()
-	s, ok := m.sessions[id]
-	m.mu.Unlock()
+// Get returns one session.
+func (js *JupyterSessions) Get(id string) (SessionModel, error) {
+	js.mu.Lock()
+	s, ok := js.byID[id]
+	js.mu.Unlock()
 	if ok {
-		if sm, alive := m.sessionModel(s); alive {
+		if sm, alive := js.model(s); alive {
 			return sm, nil
 		}
-		m.dropSession(id)
+		js.drop(id)
 	}
 	return SessionModel{}, errorf(ErrNoSuchSession, "Session not found: %s", id)
 }
 
-func (m *Manager) dropSession(id string) {
-	m.mu.Lock()
-	_, ok := m.sessions[id]
-	delete(m.sessions, id)
-	m.mu.Unlock()
+func (js *JupyterSessions) drop(id string) {
+	js.mu.Lock()
+	_, ok := js.byID[id]
+	delete(js.byID, id)
+	js.mu.Unlock()
 	if ok {
-		m.deleteSessionRecord(id)
+		js.deleteRecord(id)
 	}
 }
 
-// sessionForPath returns the live session of path, if any.
-func (m *Manager) sessionForPath(path string) (SessionModel, bool) {
-	m.mu.Lock()
+// forPath returns the live session of path, if any.
+func (js *JupyterSessions) forPath(path string) (SessionModel, bool) {
+	js.mu.Lock()
 	var found *Session
-	for _, s := range m.sessions {
+	for _, s := range js.byID {
 		if s.Path == path {
 			found = s
 			break
 		}
 	}
-	m.mu.Unlock()
+	js.mu.Unlock()
 	if found == nil {
 		return SessionModel{}, false
 	}
-	sm, ok := m.sessionModel(found)
+	sm, ok := js.model(found)
 	if !ok {
-		m.dropSession(found.ID)
+		js.drop(found.ID)
 	}
 	return sm, ok
 }
@@ -131,9 +146,9 @@ func (m *Manager) sessionForPath(path string) (SessionModel, bool) {
 // kernelFor returns the kernel a session request names, starting one if
 // needed (an id that is not a live kernel starts a new one, as
 // jupyter_server does).
-func (m *Manager) kernelFor(ctx context.Context, sk *SessionKernel, env map[string]string) (*Kernel, error) {
+func (js *JupyterSessions) kernelFor(ctx context.Context, sk *SessionKernel, env map[string]string) (*Kernel, error) {
 	if sk != nil && sk.ID != "" {
-		if k, err := m.Kernel(sk.ID); err == nil {
+		if k, err := js.m.Kernel(sk.ID); err == nil {
 			return k, nil
 		}
 	}
@@ -141,22 +156,22 @@ func (m *Manager) kernelFor(ctx context.Context, sk *SessionKernel, env map[stri
 	if sk != nil {
 		o.Name = sk.Name
 	}
-	return m.StartKernel(ctx, o)
+	return js.m.StartKernel(ctx, o)
 }
 
-// CreateSession creates a session, or returns the one already open for
+// Create creates a session, or returns the one already open for
 // the path.
-func (m *Manager) CreateSession(ctx context.Context, r SessionRequest) (SessionModel, error) {
+func (js *JupyterSessions) Create(ctx context.Context, r SessionRequest) (SessionModel, error) {
 	if r.Path == nil || *r.Path == "" {
 		return SessionModel{}, errorf(ErrBadRequest, "a session needs a path")
 	}
 	if r.Type == nil || *r.Type == "" {
 		return SessionModel{}, errorf(ErrBadRequest, "a session needs a type (notebook, console or file)")
 	}
-	if sm, ok := m.sessionForPath(*r.Path); ok {
+	if sm, ok := js.forPath(*r.Path); ok {
 		return sm, nil
 	}
-	k, err := m.kernelFor(ctx, r.Kernel, r.Env)
+	k, err := js.kernelFor(ctx, r.Kernel, r.Env)
 	if err != nil {
 		return SessionModel{}, err
 	}
@@ -164,25 +179,25 @@ func (m *Manager) CreateSession(ctx context.Context, r SessionRequest) (SessionM
 	if r.Name != nil {
 		s.Name = *r.Name
 	}
-	m.putSession(*s)
-	m.mu.Lock()
-	m.sessions[s.ID] = s
-	m.mu.Unlock()
-	sm, _ := m.sessionModel(s)
+	js.put(*s)
+	js.mu.Lock()
+	js.byID[s.ID] = s
+	js.mu.Unlock()
+	sm, _ := js.model(s)
 	return sm, nil
 }
 
-// UpdateSession changes a session's path, name, type or kernel. A new
+// Update changes a session's path, name, type or kernel. A new
 // kernel replaces the old one, which is shut down unless another session
 // uses it.
-func (m *Manager) UpdateSession(ctx context.Context, id string, r SessionRequest) (SessionModel, error) {
-	m.mu.Lock()
-	s, ok := m.sessions[id]
+func (js *JupyterSessions) Update(ctx context.Context, id string, r SessionRequest) (SessionModel, error) {
+	js.mu.Lock()
+	s, ok := js.byID[id]
 	var cur Session
 	if ok {
 		cur = *s
 	}
-	m.mu.Unlock()
+	js.mu.Unlock()
 	if !ok {
 		return SessionModel{}, errorf(ErrNoSuchSession, "Session not found: %s", id)
 	}
@@ -198,54 +213,78 @@ func (m *Manager) UpdateSession(ctx context.Context, id string, r SessionRequest
 	}
 	if r.Kernel != nil {
 		if r.Kernel.ID != "" {
-			if _, err := m.Kernel(r.Kernel.ID); err != nil {
+			if _, err := js.m.Kernel(r.Kernel.ID); err != nil {
 				return SessionModel{}, errorf(ErrBadRequest, "no kernel with id %s", r.Kernel.ID)
 			}
 			next.KernelID = r.Kernel.ID
 		} else {
-			k, err := m.StartKernel(ctx, StartOptions{Name: r.Kernel.Name, Env: r.Env})
+			k, err := js.m.StartKernel(ctx, StartOptions{Name: r.Kernel.Name, Env: r.Env})
 			if err != nil {
 				return SessionModel{}, err
 			}
 			next.KernelID = k.id
 		}
 	}
-	m.mu.Lock()
-	if s, ok = m.sessions[id]; !ok {
-		m.mu.Unlock()
+	js.mu.Lock()
+	if s, ok = js.byID[id]; !ok {
+		js.mu.Unlock()
 		return SessionModel{}, errorf(ErrNoSuchSession, "Session not found: %s", id)
 	}
 	*s = next
 	shared := false
-	for _, o := range m.sessions {
+	for _, o := range js.byID {
 		if o.KernelID == cur.KernelID {
 			shared = true
 		}
 	}
-	m.mu.Unlock()
-	m.putSession(next)
+	js.mu.Unlock()
+	js.put(next)
 	if next.KernelID != cur.KernelID && !shared {
-		m.ShutdownKernel(ctx, cur.KernelID)
+		js.m.ShutdownKernel(ctx, cur.KernelID)
 	}
-	sm, ok := m.sessionModel(&next)
+	sm, ok := js.model(&next)
 	if !ok {
 		return SessionModel{}, errorf(ErrKernelGone, "the session's kernel is gone")
 	}
 	return sm, nil
 }
 
-// DeleteSession deletes a session and shuts its kernel down.
-func (m *Manager) DeleteSession(ctx context.Context, id string) error {
-	m.mu.Lock()
-	s, ok := m.sessions[id]
-	delete(m.sessions, id)
-	m.mu.Unlock()
+// Delete deletes a session and shuts its kernel down.
+func (js *JupyterSessions) Delete(ctx context.Context, id string) error {
+	js.mu.Lock()
+	s, ok := js.byID[id]
+	delete(js.byID, id)
+	js.mu.Unlock()
 	if !ok {
 		return errorf(ErrNoSuchSession, "Session not found: %s", id)
 	}
-	m.deleteSessionRecord(id)
-	if err := m.ShutdownKernel(ctx, s.KernelID); err != nil {
+	js.deleteRecord(id)
+	if err := js.m.ShutdownKernel(ctx, s.KernelID); err != nil {
 		return errorf(ErrKernelGone, "Kernel deleted before session")
 	}
 	return nil
+}
+
+// put records a Jupyter session.
+func (js *JupyterSessions) put(s Session) {
+	if js.m.store == nil {
+		return
+	}
+	ctx, cancel := storeCtx()
+	defer cancel()
+	rec := state.Session{ID: s.ID, Path: s.Path, Name: s.Name, Type: s.Type, KernelID: s.KernelID, Created: s.created}
+	if err := js.m.store.PutSession(ctx, rec); err != nil {
+		js.m.log.Error("state: session not recorded: a restart of the gateway loses it", "session", s.ID, "err", err)
+	}
+}
+
+func (js *JupyterSessions) deleteRecord(id string) {
+	if js.m.store == nil {
+		return
+	}
+	ctx, cancel := storeCtx()
+	defer cancel()
+	if err := js.m.store.DeleteSession(ctx, id); err != nil {
+		js.m.log.Error("state: session record not deleted", "session", id, "err", err)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
 	"kernelgate/provision/local"
+	"kernelgate/runs"
 	"kernelgate/workspace"
 
 	"kernelgate/internal/timefmt"
@@ -64,7 +65,7 @@ type Kernel struct {
 	reason   string
 	lastAct  time.Time
 	clients  map[*Client]struct{}
-	offline  queue
+	offline  runs.Outbox
 	restarts []time.Time
 	orphans  []*callRef
 	removed  bool
@@ -94,9 +95,9 @@ type Kernel struct {
 
 // newKernel makes a kernel record; it starts nothing.
 func (m *Manager) newKernel(id string, spec *kernelspecs.Spec, env map[string]string, wd workDir, policy restartPolicy) (*Kernel, error) {
-	limits, sandbox, err := m.isolation(spec)
+	limits, sandbox, err := m.catalog.isolation(spec)
 	if err == nil {
-		_, err = m.lateOutputWait(spec, "")
+		_, err = m.catalog.lateOutputWait(spec, "")
 	}
 	if err != nil {
 		return nil, errorf(ErrKernelStart, "%v", err)
@@ -108,7 +109,7 @@ func (m *Manager) newKernel(id string, spec *kernelspecs.Spec, env map[string]st
 		state:   jupyter.StateStarting,
 		lastAct: now,
 		clients: make(map[*Client]struct{}),
-		offline: newQueue(m.cfg.ReplayMessages, m.cfg.ReplayBytes),
+		offline: runs.NewOutbox(m.cfg.ReplayMessages, m.cfg.ReplayBytes),
 	}, nil
 }
 
@@ -181,7 +182,7 @@ func (k *Kernel) chdirCode() string {
 	if !ok {
 		return ""
 	}
-	return k.m.packageCode(k.spec, k.ws) + code
+	return k.m.catalog.packageCode(k.spec, k.ws) + code
 }
 
 // enterCwd moves a freshly started kernel into its working directory.
@@ -250,14 +251,14 @@ func (k *Kernel) launch(ctx context.Context) error {
 		return ErrKernelGone
 	}
 	k.jk = jk
-	k.lateWait, _ = k.m.lateOutputWait(k.spec, jk.Info().Implementation)
+	k.lateWait, _ = k.m.catalog.lateOutputWait(k.spec, jk.Info().Implementation)
 	k.gen++
 	k.state = jupyter.StateIdle
 	k.reason = ""
 	k.lastAct = time.Now()
 	k.m.goroutine(func() { k.watch(jk) })
 	k.mu.Unlock()
-	k.m.putKernel(k, jk)
+	k.m.records.putKernel(k, jk)
 	return nil
 }
 
@@ -437,7 +438,7 @@ func (k *Kernel) Restart(ctx context.Context) error {
 	k.mu.Unlock()
 	cut(held)
 	if jk == nil && left != nil {
-		k.m.stopAdoptee(ctx, k.id, left)
+		k.stopAdoptee(ctx, left)
 	}
 	if jk != nil {
 		jk.Shutdown(ctx)
@@ -494,9 +495,9 @@ func (k *Kernel) shutdown(ctx context.Context) {
 	if jk != nil {
 		jk.Shutdown(ctx)
 	} else if left != nil {
-		k.m.stopAdoptee(ctx, k.id, left)
+		k.stopAdoptee(ctx, left)
 	}
-	k.m.deleteKernel(k.id)
+	k.m.records.deleteKernel(k.id)
 }
 
 // onIOPub is subscribed to every process of the kernel: it keeps the
@@ -518,12 +519,12 @@ func (k *Kernel) onIOPub(m *Message) {
 	raised := k.noteLateLocked(m, now)
 	held, slow := k.holdLocked(m, now)
 	if !held {
-		slow = k.deliverLocked(Outgoing{Channel: IOPub, Msg: m})
+		slow = k.deliverLocked(runs.Outgoing{Channel: IOPub, Msg: m})
 	}
 	pickup := k.pickups[m.ParentID]
 	k.mu.Unlock()
 	if behind {
-		k.m.noteActivity()
+		k.m.records.noteActivity()
 	}
 	cut(slow)
 	if raised > 0 {
@@ -537,10 +538,10 @@ func (k *Kernel) onIOPub(m *Message) {
 // deliverLocked gives o to every client, or keeps it for the next client
 // while none is connected. It detaches the clients whose queue overflowed
 // and returns them: the caller cuts them once it has released k.mu.
-func (k *Kernel) deliverLocked(o Outgoing) (slow []*Client) {
+func (k *Kernel) deliverLocked(o runs.Outgoing) (slow []*Client) {
 	if len(k.clients) == 0 {
 		if _, run := k.runs[o.Msg.ParentID]; !run || o.Msg.ParentID == "" {
-			k.offline.push(o)
+			k.offline.Push(o)
 		}
 		return nil
 	}
@@ -557,7 +558,7 @@ func (k *Kernel) deliverLocked(o Outgoing) (slow []*Client) {
 // calling sending with its msg_id just before; ended, called once the
 // run has ended, makes the kernel keep its later messages for the next
 // client again.
-func (k *Kernel) startRun(jk process, content jupyter.ExecuteContent, h jupyter.Handler, sending func(msgID string)) (c call, ended func(), err error) {
+func (k *Kernel) startRun(jk process, content jupyter.ExecuteContent, h jupyter.Handler, sending func(msgID string)) (c runs.Call, ended func(), err error) {
 	m, err := jk.NewMessage(jupyter.ExecuteRequest, content, nil)
 	if err != nil {
 		return nil, nil, err
@@ -619,7 +620,7 @@ func (k *Kernel) pushStatusLocked(state jupyter.ExecutionState) []*Client {
 	if err != nil {
 		return nil
 	}
-	return k.deliverLocked(Outgoing{Channel: IOPub, Msg: m})
+	return k.deliverLocked(runs.Outgoing{Channel: IOPub, Msg: m})
 }
 
 // Attach connects a client (a websocket) to the kernel. It first receives
@@ -633,7 +634,7 @@ func (k *Kernel) Attach(session string) (*Client, error) {
 	}
 	overflow := false
 	if len(k.clients) == 0 {
-		for _, o := range k.offline.take() {
+		for _, o := range k.offline.Take() {
 			overflow = !c.push(o) || overflow
 		}
 	}
@@ -658,7 +659,7 @@ func (k *Kernel) detach(c *Client) {
 	behind := k.behindLocked()
 	k.mu.Unlock()
 	if behind {
-		k.m.noteActivity()
+		k.m.records.noteActivity()
 	}
 }
 

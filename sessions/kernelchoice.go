@@ -34,21 +34,21 @@ const sharedSpecPrefix = "kernelspec-"
 //     its own language, lower-cased;
 //   - both: the kernelspec, which must be the language's in the table or
 //     of that language.
-func (m *Manager) chooseKernel(language, kernelspec string) (kernelChoice, error) {
+func (cat *Catalog) chooseKernel(language, kernelspec string) (kernelChoice, error) {
 	if kernelspec == "" {
-		lang, spec, err := m.requestSpec(language)
+		lang, spec, err := cat.requestSpec(language)
 		if err != nil {
 			return kernelChoice{}, err
 		}
 		return kernelChoice{language: lang, spec: spec, shared: sharedID(lang)}, nil
 	}
-	spec, err := m.specs.Get(kernelspec)
+	spec, err := cat.specs.Get(kernelspec)
 	if err != nil {
-		return kernelChoice{}, errorf(ErrInvalidLanguage, "kernelspec %q is not installed; installed: %s", kernelspec, strings.Join(m.specs.Names(), ", "))
+		return kernelChoice{}, errorf(ErrInvalidLanguage, "kernelspec %q is not installed; installed: %s", kernelspec, strings.Join(cat.specs.Names(), ", "))
 	}
 	own := specLanguage(spec)
 	if language != "" {
-		if m.cfg.Languages[language] == spec.Name {
+		if cat.cfg.Languages[language] == spec.Name {
 			return kernelChoice{language: language, spec: spec, shared: sharedID(language)}, nil
 		}
 		if !strings.EqualFold(language, own) {
@@ -56,7 +56,7 @@ func (m *Manager) chooseKernel(language, kernelspec string) (kernelChoice, error
 		}
 		return kernelChoice{language: own, spec: spec, shared: sharedSpecPrefix + spec.Name}, nil
 	}
-	if lang := m.tableLanguage(spec.Name, own); lang != "" {
+	if lang := cat.tableLanguage(spec.Name, own); lang != "" {
 		return kernelChoice{language: lang, spec: spec, shared: sharedID(lang)}, nil
 	}
 	return kernelChoice{language: own, spec: spec, shared: sharedSpecPrefix + spec.Name}, nil
@@ -73,12 +73,12 @@ func specLanguage(spec *kernelspecs.Spec) string {
 
 // tableLanguage returns the language of the table whose kernelspec is
 // name: own when it is one of them, else the first in order; "" when none.
-func (m *Manager) tableLanguage(name, own string) string {
-	if m.cfg.Languages[own] == name {
+func (cat *Catalog) tableLanguage(name, own string) string {
+	if cat.cfg.Languages[own] == name {
 		return own
 	}
 	first := ""
-	for lang, spec := range m.cfg.Languages {
+	for lang, spec := range cat.cfg.Languages {
 		if spec == name && (first == "" || lang < first) {
 			first = lang
 		}
@@ -88,11 +88,11 @@ func (m *Manager) tableLanguage(name, own string) string {
 
 // contextSpec returns the kernelspec of a kept context: the one it was
 // made with when it names one, else its language's.
-func (m *Manager) contextSpec(language, kernelspec string) (*kernelspecs.Spec, error) {
+func (cat *Catalog) contextSpec(language, kernelspec string) (*kernelspecs.Spec, error) {
 	if kernelspec == "" {
-		return m.languageSpec(language)
+		return cat.languageSpec(language)
 	}
-	spec, err := m.specs.Get(kernelspec)
+	spec, err := cat.specs.Get(kernelspec)
 	if err != nil {
 		return nil, fmt.Errorf("%w: kernelspec %s is not installed", ErrInvalidLanguage, kernelspec)
 	}

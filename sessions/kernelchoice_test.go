@@ -54,7 +54,7 @@ func TestChooseKernel(t *testing.T) {
 		{kernelspec: "nope", err: ErrInvalidLanguage, msg: "installed: deno, ir, octave, py, xpy"},
 		{language: "python", kernelspec: "ir", err: ErrBadRequest, msg: "kernelspec ir runs r, not python"},
 	} {
-		got, err := m.chooseKernel(tc.language, tc.kernelspec)
+		got, err := m.catalog.chooseKernel(tc.language, tc.kernelspec)
 		if tc.err != nil {
 			if !errors.Is(err, tc.err) || !strings.Contains(err.Error(), tc.msg) {
 				t.Errorf("%q %q: error %v, want %v with %q", tc.language, tc.kernelspec, err, tc.err, tc.msg)

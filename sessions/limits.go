@@ -81,11 +81,11 @@ func ParseBytes(s string) (int64, error) {
 // manager's defaults, overridden by the spec's metadata.kernelgate
 // ({"memory": "2GiB", "pids": 256, "nofile": 4096, "sandbox": true,
 // "network": false}).
-func (m *Manager) isolation(spec *kernelspecs.Spec) (*local.Limits, *local.SandboxConfig, error) {
-	limits := m.cfg.KernelLimits
+func (cat *Catalog) isolation(spec *kernelspecs.Spec) (*local.Limits, *local.SandboxConfig, error) {
+	limits := cat.cfg.KernelLimits
 	var sandbox *local.SandboxConfig
-	if m.cfg.Sandbox != nil {
-		sb := *m.cfg.Sandbox
+	if cat.cfg.Sandbox != nil {
+		sb := *cat.cfg.Sandbox
 		sandbox = &sb
 	}
 	md, _ := spec.Metadata["kernelgate"].(map[string]any)
@@ -124,10 +124,10 @@ func (m *Manager) isolation(spec *kernelspecs.Spec) (*local.Limits, *local.Sandb
 			}
 		}
 	}
-	if sandbox != nil && m.wsRoot != nil {
+	if sandbox != nil && cat.wsRoot != nil {
 		// Other workspaces stay out of sight: the root is hidden, and the
 		// kernel's own workspace bound back into it.
-		sandbox.Hide = append(append([]string{}, sandbox.Hide...), m.wsRoot.Dir())
+		sandbox.Hide = append(append([]string{}, sandbox.Hide...), cat.wsRoot.Dir())
 	}
 	return &limits, sandbox, nil
 }
@@ -135,16 +135,16 @@ func (m *Manager) isolation(spec *kernelspecs.Spec) (*local.Limits, *local.Sandb
 // checkCwd refuses a working directory outside the workspace root, and
 // any working directory chosen by a caller when the sandbox (which makes
 // it writable) has no root to keep it in.
-func (m *Manager) checkCwd(cwd string) error {
+func (cat *Catalog) checkCwd(cwd string) error {
 	if cwd == "" {
 		return nil
 	}
 	if !filepath.IsAbs(cwd) {
 		return errorf(ErrBadRequest, "cwd must be an absolute path")
 	}
-	root := m.cfg.WorkspaceRoot
+	root := cat.cfg.WorkspaceRoot
 	if root == "" {
-		if m.cfg.Sandbox != nil {
+		if cat.cfg.Sandbox != nil {
 			return errorf(ErrBadRequest, "cwd is not allowed: the gateway runs kernels sandboxed without a workspace root (--workspace-root)")
 		}
 		return nil

@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -15,6 +14,7 @@ import (
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
 	"kernelgate/provision/local"
+	"kernelgate/runs"
 	"kernelgate/state"
 	"kernelgate/workspace"
 
@@ -67,7 +67,7 @@ type Config struct {
 	// table's r, whose kernel needs R).
 	OptionalLanguages []string
 	QueueLimit        int
-	RunLimits         Limits
+	RunLimits         runs.Limits
 	RunRetention      time.Duration
 	RunsKept          int
 	// RunBytes bounds the memory of the finished runs kept (their events
@@ -143,7 +143,7 @@ func DefaultConfig() Config {
 		Languages:          map[string]string{"python": "python3", "javascript": "deno", "typescript": "deno", "r": "ir"},
 		OptionalLanguages:  []string{"r"},
 		QueueLimit:         64,
-		RunLimits:          Limits{LogBytes: 8 << 20, ResultBytes: 32 << 20},
+		RunLimits:          runs.Limits{LogBytes: 8 << 20, ResultBytes: 32 << 20},
 		RunRetention:       10 * time.Minute,
 		RunsKept:           1000,
 		RunBytes:           512 << 20,
@@ -270,27 +270,18 @@ type Manager struct {
 	// when the manager starts closing.
 	closingCtx    context.Context
 	cancelClosing context.CancelFunc
-	// active is signalled (without blocking) when a kernel's activity is
-	// CheckpointInterval past its record: it wakes the checkpoint.
-	active chan struct{}
-	wg     sync.WaitGroup
+	// records keeps the kernels and contexts in the store.
+	records *records
+	wg      sync.WaitGroup
 
-	// Runs whose writes the store refused (persist.go): behind, for the
-	// catch-up, which catchUpWake wakes (without blocking); storeStuck
-	// while the store has not committed a promise in time.
-	behindMu    sync.Mutex
-	behind      []*Run
-	catchUpWake chan struct{}
-	storeStuck  atomic.Bool
+	// runs are the code-interpreter's runs by id; journal writes them
+	// to the store (nil without one).
+	runs    *runs.Table
+	journal *runs.Journal
 
 	mu       sync.Mutex
 	kernels  map[string]*Kernel
-	sessions map[string]*Session
 	contexts map[string]*Context
-	runs     map[string]*Run
-	runOrder []*Run // recorded runs, oldest first
-	runBytes int64  // memory of the finished runs in runs
-	pools    map[string]*pool
 	// pooled counts the warm pools' kernels (starting or ready), stopping
 	// the kernels forgotten whose processes are still being stopped: with
 	// the kernels, all count toward MaxKernels. room is closed (and
@@ -302,6 +293,11 @@ type Manager struct {
 	langVersions map[string]string
 
 	wsRoot  *workspace.Root
+	catalog *Catalog
+	// jsessions are the Jupyter sessions.
+	jsessions *JupyterSessions
+	// warm are the warm pools.
+	warm    *WarmPools
 	wsOwned bool // a temporary root, removed by Close
 }
 
@@ -316,19 +312,18 @@ func New(cfg Config, specs *kernelspecs.Catalog, prov jupyter.Provisioner, log *
 		session:  uuid.NewString(),
 		started:  time.Now(),
 		closing:  make(chan struct{}),
-		active:   make(chan struct{}, 1),
 		kernels:  make(map[string]*Kernel),
-		sessions: make(map[string]*Session),
 		contexts: make(map[string]*Context),
-		runs:     make(map[string]*Run),
-		pools:    make(map[string]*pool),
 		room:     make(chan struct{}),
 
 		langVersions: make(map[string]string),
-		catchUpWake:  make(chan struct{}, 1),
 	}
 	m.closingCtx, m.cancelClosing = context.WithCancel(context.Background())
 	m.openWorkspaces()
+	m.records = &records{store: cfg.Store, log: log, cfg: &m.cfg, active: make(chan struct{}, 1)}
+	m.warm = &WarmPools{m: m, bySpec: map[string]*pool{}}
+	m.jsessions = &JupyterSessions{m: m, byID: map[string]*Session{}}
+	m.catalog = &Catalog{cfg: &m.cfg, specs: specs, wsRoot: m.wsRoot}
 	m.start = startJupyter(prov)
 	m.reconnect = reconnectJupyter(prov)
 	m.promptAdopt = promptAdopt
@@ -337,9 +332,12 @@ func New(cfg Config, specs *kernelspecs.Catalog, prov jupyter.Provisioner, log *
 	}
 	if cfg.Store != nil {
 		m.store = cfg.Store
-		m.goroutine(m.checkpoint)
-		m.goroutine(m.catchUp)
+		m.journal = runs.NewJournal(cfg.Store, log)
+		m.goroutine(func() { m.records.checkpoint(m.closing, m.Kernels) })
+		m.goroutine(func() { m.journal.Run(m.closingCtx) })
 	}
+	m.runs = runs.NewTable(runs.TableConfig{Limits: cfg.RunLimits, Kept: cfg.RunsKept, Bytes: cfg.RunBytes,
+		Retention: cfg.RunRetention, Observer: cfg.Observer, Journal: m.journal})
 	if cfg.CullIdleTimeout > 0 {
 		m.goroutine(m.cull)
 	}
@@ -356,27 +354,27 @@ func (m *Manager) goroutine(fn func()) {
 }
 
 // Specs is the kernelspec catalog.
-func (m *Manager) Specs() *kernelspecs.Catalog { return m.specs }
+func (cat *Catalog) Specs() *kernelspecs.Catalog { return cat.specs }
 
 // DefaultKernel is the kernelspec used when none is named.
-func (m *Manager) DefaultKernel() string {
-	if _, err := m.specs.Get(m.cfg.DefaultKernel); err == nil {
-		return m.cfg.DefaultKernel
+func (cat *Catalog) DefaultKernel() string {
+	if _, err := cat.specs.Get(cat.cfg.DefaultKernel); err == nil {
+		return cat.cfg.DefaultKernel
 	}
-	if names := m.specs.Names(); len(names) > 0 {
+	if names := cat.specs.Names(); len(names) > 0 {
 		return names[0]
 	}
-	return m.cfg.DefaultKernel
+	return cat.cfg.DefaultKernel
 }
 
 // Spec returns the named kernelspec ("" is the default one).
-func (m *Manager) Spec(name string) (*kernelspecs.Spec, error) {
+func (cat *Catalog) Spec(name string) (*kernelspecs.Spec, error) {
 	if name == "" {
-		name = m.DefaultKernel()
+		name = cat.DefaultKernel()
 	}
-	s, err := m.specs.Get(name)
+	s, err := cat.specs.Get(name)
 	if err != nil {
-		return nil, errorf(ErrNoSuchSpec, "no kernelspec named %q; available: %s", name, strings.Join(m.specs.Names(), ", "))
+		return nil, errorf(ErrNoSuchSpec, "no kernelspec named %q; available: %s", name, strings.Join(cat.specs.Names(), ", "))
 	}
 	return s, nil
 }
@@ -398,11 +396,11 @@ type StartOptions struct {
 const MaxEnvValue = 4096
 
 // filterEnv keeps the allowed variables of a kernel-create request.
-func (m *Manager) filterEnv(env map[string]string) (map[string]string, string, error) {
+func (cat *Catalog) filterEnv(env map[string]string) (map[string]string, string, error) {
 	out := map[string]string{}
 	cwd := ""
 	for k, v := range env {
-		if !strings.HasPrefix(k, "KERNEL_") && !contains(m.cfg.EnvAllow, k) {
+		if !strings.HasPrefix(k, "KERNEL_") && !contains(cat.cfg.EnvAllow, k) {
 			continue
 		}
 		out[k] = v
@@ -411,7 +409,7 @@ func (m *Manager) filterEnv(env map[string]string) (map[string]string, string, e
 		return nil, "", err
 	}
 	if dir := out["KERNEL_WORKING_DIR"]; dir != "" {
-		if fi, err := os.Stat(dir); err == nil && fi.IsDir() && m.checkCwd(dir) == nil {
+		if fi, err := os.Stat(dir); err == nil && fi.IsDir() && cat.checkCwd(dir) == nil {
 			cwd = dir
 		}
 	}
@@ -429,7 +427,7 @@ func contains(list []string, s string) bool {
 
 // StartKernel starts a kernel and returns once it is ready.
 func (m *Manager) StartKernel(ctx context.Context, o StartOptions) (*Kernel, error) {
-	spec, err := m.Spec(o.Name)
+	spec, err := m.catalog.Spec(o.Name)
 	if err != nil {
 		return nil, err
 	}
@@ -444,7 +442,7 @@ func (m *Manager) StartKernel(ctx context.Context, o StartOptions) (*Kernel, err
 	} else {
 		id = uuid.NewString()
 	}
-	env, cwd, err := m.filterEnv(o.Env)
+	env, cwd, err := m.catalog.filterEnv(o.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -585,8 +583,8 @@ func (m *Manager) close(ctx context.Context, keep bool) {
 		for _, c := range m.contexts {
 			ctxs = append(ctxs, c)
 		}
-		pools := m.pools
 		m.mu.Unlock()
+		pools := m.warm.close()
 		close(m.closing)
 		m.cancelClosing()
 		// Every kernel stops at once, in parallel: each shutdown is
@@ -613,7 +611,7 @@ func (m *Manager) close(ctx context.Context, keep bool) {
 			}()
 		}
 		if keep {
-			m.freezeRuns()
+			m.runs.Freeze()
 		}
 		for _, k := range ks {
 			wg.Add(1)
@@ -629,7 +627,7 @@ func (m *Manager) close(ctx context.Context, keep bool) {
 		wg.Wait()
 		m.wg.Wait()
 		if m.store != nil {
-			if err := m.writeBehind(ctx); err != nil {
+			if err := m.journal.WriteBehind(ctx); err != nil {
 				m.log.Error("state: run records the store was behind on were not written", "err", err)
 			}
 			if err := m.store.Flush(ctx); err != nil {
@@ -638,23 +636,4 @@ func (m *Manager) close(ctx context.Context, keep bool) {
 		}
 		m.closeWorkspaces()
 	})
-}
-
-// freezeRuns stops writing the runs still running: the kernels running
-// them are left to the next gateway, which picks them up from their
-// records as they are now.
-func (m *Manager) freezeRuns() {
-	m.mu.Lock()
-	rs := make([]*Run, 0, len(m.runs))
-	for _, r := range m.runs {
-		rs = append(rs, r)
-	}
-	m.mu.Unlock()
-	for _, r := range rs {
-		r.mu.Lock()
-		if r.state != RunDone {
-			r.ps = nil
-		}
-		r.mu.Unlock()
-	}
 }

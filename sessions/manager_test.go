@@ -9,10 +9,11 @@ import (
 	"time"
 
 	"kernelgate/jupyter"
+	"kernelgate/runs"
 )
 
 // run executes code and waits for its end.
-func run(t *testing.T, m *Manager, req ExecuteRequest) (*Run, Execution) {
+func run(t *testing.T, m *Manager, req ExecuteRequest) (*runs.Run, runs.Execution) {
 	t.Helper()
 	req.Wait = true
 	r, err := m.Execute(context.Background(), req)
@@ -27,10 +28,10 @@ func run(t *testing.T, m *Manager, req ExecuteRequest) (*Run, Execution) {
 	return r, execution(t, r)
 }
 
-// execution decodes the run's Execution as the API gives it.
-func execution(t *testing.T, r *Run) Execution {
+// execution decodes the run's runs.Execution as the API gives it.
+func execution(t *testing.T, r *runs.Run) runs.Execution {
 	t.Helper()
-	var e Execution
+	var e runs.Execution
 	if err := json.Unmarshal(r.ExecutionJSON(), &e); err != nil {
 		t.Fatal(err)
 	}
@@ -40,15 +41,15 @@ func execution(t *testing.T, r *Run) Execution {
 func TestRunsShareStateInOrder(t *testing.T) {
 	m := newFakeManager(t, Config{}, &fakeKernels{})
 	_, e := run(t, m, ExecuteRequest{Code: "x = 5"})
-	if e.Process.Reason != Completed {
+	if e.Process.Reason != runs.Completed {
 		t.Fatalf("x = 5: %+v", e.Process)
 	}
 	_, e = run(t, m, ExecuteRequest{Code: "x"})
-	if e.Process.Reason != Completed || len(e.Results) != 1 || e.Results[0].Text != "5" {
+	if e.Process.Reason != runs.Completed || len(e.Results) != 1 || e.Results[0].Text != "5" {
 		t.Fatalf("x gave %+v %+v", e.Process, e.Results)
 	}
 	_, e = run(t, m, ExecuteRequest{Code: "raise"})
-	if e.Process.Reason != Errored || e.Error == nil || e.Error.Name != "ValueError" {
+	if e.Process.Reason != runs.Errored || e.Error == nil || e.Error.Name != "ValueError" {
 		t.Fatalf("raise gave %+v %+v", e.Process, e.Error)
 	}
 }
@@ -63,8 +64,8 @@ func TestQueueFullRefusesAndKeepsOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the first run to start", func() bool { return first.State() == RunRunning })
-	var queued []*Run
+	waitFor(t, "the first run to start", func() bool { return first.State() == runs.RunRunning })
+	var queued []*runs.Run
 	for i := 0; i < 2; i++ {
 		r, err := m.Execute(context.Background(), ExecuteRequest{Code: "print " + string(rune('a'+i)), Context: c.ID})
 		if err != nil {
@@ -72,10 +73,10 @@ func TestQueueFullRefusesAndKeepsOrder(t *testing.T) {
 		}
 		queued = append(queued, r)
 	}
-	if _, err := m.Execute(context.Background(), ExecuteRequest{Code: "print c", Context: c.ID}); !errors.Is(err, ErrQueueFull) {
+	if _, err := m.Execute(context.Background(), ExecuteRequest{Code: "print c", Context: c.ID}); !errors.Is(err, runs.ErrQueueFull) {
 		t.Fatalf("third queued run: %v, want ErrQueueFull", err)
 	}
-	if err := m.InterruptContext(context.Background(), c.ID); err != nil {
+	if err := interruptContext(m, context.Background(), c.ID); err != nil {
 		t.Fatal(err)
 	}
 	for i, r := range queued {
@@ -85,15 +86,15 @@ func TestQueueFullRefusesAndKeepsOrder(t *testing.T) {
 		if err != nil {
 			t.Fatalf("queued run %d: %v", i, err)
 		}
-		var e Execution
+		var e runs.Execution
 		json.Unmarshal(r.ExecutionJSON(), &e)
 		if want := string(rune('a'+i)) + "\n"; strings.Join(e.Logs.Stdout, "") != want {
 			t.Errorf("queued run %d printed %q, want %q", i, e.Logs.Stdout, want)
 		}
 	}
-	var e Execution
+	var e runs.Execution
 	json.Unmarshal(first.ExecutionJSON(), &e)
-	if e.Process.Reason != Interrupted {
+	if e.Process.Reason != runs.Interrupted {
 		t.Errorf("interrupted run ended %q", e.Process.Reason)
 	}
 }

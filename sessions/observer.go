@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"kernelgate/provision/local"
+	"kernelgate/runs"
 )
 
 // Observer is told what the manager does, for metrics. Its methods are
@@ -16,17 +17,17 @@ type Observer interface {
 	KernelDied(spec string)
 	KernelCulled(spec string)
 	PoolTaken(spec string, hit bool)
-	RunEnded(language string, reason Reason, took time.Duration, truncated bool)
+	runs.Observer
 }
 
 type nopObserver struct{}
 
-func (nopObserver) KernelStarted(string, time.Duration, error)   {}
-func (nopObserver) KernelRestarted(string, string)               {}
-func (nopObserver) KernelDied(string)                            {}
-func (nopObserver) KernelCulled(string)                          {}
-func (nopObserver) PoolTaken(string, bool)                       {}
-func (nopObserver) RunEnded(string, Reason, time.Duration, bool) {}
+func (nopObserver) KernelStarted(string, time.Duration, error)        {}
+func (nopObserver) KernelRestarted(string, string)                    {}
+func (nopObserver) KernelDied(string)                                 {}
+func (nopObserver) KernelCulled(string)                               {}
+func (nopObserver) PoolTaken(string, bool)                            {}
+func (nopObserver) RunEnded(string, runs.Reason, time.Duration, bool) {}
 
 var _ Observer = nopObserver{}
 
@@ -57,9 +58,7 @@ func (m *Manager) KernelCounts() []KernelCount {
 func (m *Manager) QueuedRuns() int {
 	n := 0
 	for _, c := range m.Contexts() {
-		c.mu.Lock()
-		n += len(c.queue)
-		c.mu.Unlock()
+		n += c.runs.Len()
 	}
 	return n
 }
@@ -68,13 +67,13 @@ func (m *Manager) QueuedRuns() int {
 // those of the code-interpreter languages exist (the optional languages'
 // only where installed) and their program is an executable file. It
 // returns the problems otherwise.
-func (m *Manager) Ready() []string {
+func (cat *Catalog) Ready() []string {
 	var problems []string
-	if len(m.specs.Names()) == 0 {
+	if len(cat.specs.Names()) == 0 {
 		return []string{"no kernelspecs found"}
 	}
 	check := func(what, name string) {
-		s, err := m.specs.Get(name)
+		s, err := cat.specs.Get(name)
 		if err != nil {
 			problems = append(problems, what+": no kernelspec "+name)
 			return
@@ -83,15 +82,15 @@ func (m *Manager) Ready() []string {
 			problems = append(problems, what+": "+err.Error())
 		}
 	}
-	check("default kernel", m.cfg.DefaultKernel)
-	langs := make([]string, 0, len(m.cfg.Languages))
-	for lang := range m.cfg.Languages {
+	check("default kernel", cat.cfg.DefaultKernel)
+	langs := make([]string, 0, len(cat.cfg.Languages))
+	for lang := range cat.cfg.Languages {
 		langs = append(langs, lang)
 	}
 	sort.Strings(langs)
 	for _, lang := range langs {
-		name := m.cfg.Languages[lang]
-		if _, err := m.specs.Get(name); err != nil && contains(m.cfg.OptionalLanguages, lang) {
+		name := cat.cfg.Languages[lang]
+		if _, err := cat.specs.Get(name); err != nil && contains(cat.cfg.OptionalLanguages, lang) {
 			continue
 		}
 		check("language "+lang, name)

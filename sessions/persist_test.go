@@ -11,6 +11,7 @@ import (
 
 	"kernelgate/internal/leakcheck"
 	"kernelgate/jupyter"
+	"kernelgate/runs"
 	"kernelgate/state"
 )
 
@@ -45,7 +46,7 @@ func TestRecordsAreKeptWhenCallsReturn(t *testing.T) {
 		t.Fatal(err)
 	}
 	path, typ := "work.ipynb", "notebook"
-	sm, err := m.CreateSession(ctx, SessionRequest{Path: &path, Type: &typ})
+	sm, err := m.JupyterSessions().Create(ctx, SessionRequest{Path: &path, Type: &typ})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +65,7 @@ func TestRecordsAreKeptWhenCallsReturn(t *testing.T) {
 		t.Fatalf("kernels kept: %+v", snap.Kernels)
 	}
 
-	if err := m.DeleteSession(ctx, sm.ID); err != nil {
+	if err := m.JupyterSessions().Delete(ctx, sm.ID); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.DeleteContext(ctx, "agent"); err != nil {
@@ -83,7 +84,7 @@ func TestRunRecordsAreKept(t *testing.T) {
 	defer store.Close()
 	m := newFakeManager(t, Config{Store: store, PoolSize: 0, RunsKept: 1}, &fakeKernels{})
 	r, e := run(t, m, ExecuteRequest{Code: "print hello"})
-	if e.Process.Reason != Completed {
+	if e.Process.Reason != runs.Completed {
 		t.Fatalf("run: %+v", e)
 	}
 	if err := store.Flush(context.Background()); err != nil {
@@ -93,12 +94,12 @@ func TestRunRecordsAreKept(t *testing.T) {
 	if len(snap.Runs) != 1 || snap.Runs[0].ID != r.ID {
 		t.Fatalf("runs kept: %+v", snap.Runs)
 	}
-	var rec runRecord
+	var rec runs.Record
 	json.Unmarshal(snap.Runs[0].Data, &rec)
-	var kept Execution
+	var kept runs.Execution
 	json.Unmarshal(rec.Execution, &kept)
 	evs := snap.Runs[0].Events
-	if rec.State != RunDone || rec.Context != "code-python" || len(kept.Logs.Stdout) != 1 || kept.Logs.Stdout[0] != e.Logs.Stdout[0] {
+	if rec.State != runs.RunDone || rec.Context != "code-python" || len(kept.Logs.Stdout) != 1 || kept.Logs.Stdout[0] != e.Logs.Stdout[0] {
 		t.Fatalf("run record: %+v %+v", rec, kept)
 	}
 	if len(evs) != r.LastSeq() || !strings.Contains(string(evs[len(evs)-1].Data), `"type":"end"`) {
@@ -130,7 +131,7 @@ func TestRestoreWithKernelsGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	path, typ := "work.ipynb", "notebook"
-	sm, err := m1.CreateSession(ctx, SessionRequest{Path: &path, Type: &typ})
+	sm, err := m1.JupyterSessions().Create(ctx, SessionRequest{Path: &path, Type: &typ})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +161,7 @@ func TestRestoreWithKernelsGone(t *testing.T) {
 		t.Fatalf("context after the restore: %v, kernel %s want %s", err, c2.KernelID(), kernelID)
 	}
 	kept, err := m2.Run(r1.ID)
-	if err != nil || kept.State() != RunDone || !strings.Contains(string(kept.ExecutionJSON()), `"completed"`) {
+	if err != nil || kept.State() != runs.RunDone || !strings.Contains(string(kept.ExecutionJSON()), `"completed"`) {
 		t.Fatalf("run after the restore: %v", err)
 	}
 	if ids := c2.Model().ProcessIDs; len(ids) != 1 || ids[0] != r1.ID {
@@ -171,7 +172,7 @@ func TestRestoreWithKernelsGone(t *testing.T) {
 		t.Fatalf("the first run after the restore: %+v", e.Process)
 	}
 	waitFor(t, "the session's kernel to start again", func() bool {
-		got, err := m2.Session(sm.ID)
+		got, err := m2.JupyterSessions().Get(sm.ID)
 		return err == nil && got.Kernel.ID == sm.Kernel.ID && got.Kernel.ExecutionState == "idle"
 	})
 }

@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"context"
+	"sort"
 	"sync"
 	"time"
 
@@ -316,4 +317,94 @@ func (p *pool) drain(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
+}
+
+// WarmPools are the warm pools, one per kernelspec: kernels started ahead
+// for isolated runs and new contexts.
+type WarmPools struct {
+	m *Manager
+
+	mu     sync.Mutex
+	bySpec map[string]*pool
+	closed bool
+}
+
+// WarmPools are the manager's warm pools.
+func (m *Manager) WarmPools() *WarmPools { return m.warm }
+
+// get returns the warm pool of a kernelspec, or nil when pools are off.
+func (w *WarmPools) get(spec *kernelspecs.Spec) *pool {
+	cfg := &w.m.cfg
+	if cfg.PoolSize <= 0 {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return nil
+	}
+	p, ok := w.bySpec[spec.Name]
+	if !ok {
+		p = &pool{m: w.m, spec: spec, floor: cfg.PoolSize, ceiling: cfg.PoolMax, idle: cfg.PoolIdle}
+		w.bySpec[spec.Name] = p
+	}
+	return p
+}
+
+// all returns the pools.
+func (w *WarmPools) all() []*pool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ps := make([]*pool, 0, len(w.bySpec))
+	for _, p := range w.bySpec {
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+// close makes no more pools and returns those there are, to drain.
+func (w *WarmPools) close() []*pool {
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	return w.all()
+}
+
+// Prewarm fills the warm pools of the given languages now.
+func (w *WarmPools) Prewarm(languages []string) error {
+	for _, lang := range languages {
+		spec, err := w.m.catalog.languageSpec(lang)
+		if err != nil {
+			return err
+		}
+		if p := w.get(spec); p != nil {
+			p.refill()
+		}
+	}
+	return nil
+}
+
+// Stats reports the warm pools.
+func (w *WarmPools) Stats() []PoolStats {
+	ps := w.all()
+	out := make([]PoolStats, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, p.stats())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Spec < out[j].Spec })
+	return out
+}
+
+// evict stops one pooled kernel (a ready one first, else one still
+// starting) to make room for a user's; false when the pools hold none.
+func (w *WarmPools) evict() bool {
+	ps := w.all()
+	for _, ready := range []bool{true, false} {
+		for _, p := range ps {
+			if p.evict(ready) {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -13,10 +13,10 @@ import (
 func TestPoolStartGivesWayToUsers(t *testing.T) {
 	f := &fakeKernels{gate: make(chan struct{})} // the pool's start hangs
 	m := newFakeManager(t, Config{PoolSize: 1, MaxKernels: 1}, f)
-	if err := m.Prewarm([]string{"python"}); err != nil {
+	if err := m.WarmPools().Prewarm([]string{"python"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the pool's start", func() bool { ps := m.Pools(); return len(ps) == 1 && ps[0].Starting == 1 })
+	waitFor(t, "the pool's start", func() bool { ps := m.WarmPools().Stats(); return len(ps) == 1 && ps[0].Starting == 1 })
 	f.mu.Lock()
 	f.gate = nil // the user's start does not hang
 	f.mu.Unlock()
@@ -25,21 +25,21 @@ func TestPoolStartGivesWayToUsers(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a user's kernel while the pool's start holds the only place: %v", err)
 	}
-	if ps := m.Pools()[0]; ps.Starting != 0 || ps.Ready != 0 {
+	if ps := m.WarmPools().Stats()[0]; ps.Starting != 0 || ps.Ready != 0 {
 		t.Errorf("pool %+v, want its start stopped", ps)
 	}
 	if _, err := m.StartKernel(context.Background(), StartOptions{}); !errors.Is(err, ErrTooManyKernels) {
 		t.Errorf("a second kernel under MaxKernels 1: %v, want ErrTooManyKernels", err)
 	}
 	// The pool does not take the place back while the user's kernel holds it.
-	m.Prewarm([]string{"python"})
-	if ps := m.Pools()[0]; ps.Starting != 0 || ps.Ready != 0 {
+	m.WarmPools().Prewarm([]string{"python"})
+	if ps := m.WarmPools().Stats()[0]; ps.Starting != 0 || ps.Ready != 0 {
 		t.Errorf("pool %+v refilled past the limit", ps)
 	}
 	// Once the kernel is gone, the place is the pool's again.
 	if err := m.ShutdownKernel(context.Background(), k.ID()); err != nil {
 		t.Fatal(err)
 	}
-	m.Prewarm([]string{"python"})
-	waitFor(t, "the pool to refill", func() bool { return m.Pools()[0].Ready == 1 })
+	m.WarmPools().Prewarm([]string{"python"})
+	waitFor(t, "the pool to refill", func() bool { return m.WarmPools().Stats()[0].Ready == 1 })
 }

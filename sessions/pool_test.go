@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"context"
+	"kernelgate/runs"
 	"testing"
 )
 
@@ -10,11 +11,11 @@ import (
 func TestPoolHandsOutReadyKernelsAndRefills(t *testing.T) {
 	f := &fakeKernels{}
 	m := newFakeManager(t, Config{PoolSize: 1}, f)
-	if err := m.Prewarm([]string{"python"}); err != nil {
+	if err := m.WarmPools().Prewarm([]string{"python"}); err != nil {
 		t.Fatal(err)
 	}
 	ready := func() int {
-		ps := m.Pools()
+		ps := m.WarmPools().Stats()
 		if len(ps) != 1 {
 			return 0
 		}
@@ -23,10 +24,10 @@ func TestPoolHandsOutReadyKernelsAndRefills(t *testing.T) {
 	waitFor(t, "the pool to fill", func() bool { return ready() == 1 })
 
 	_, e := run(t, m, ExecuteRequest{Code: "print isolated", Isolated: true})
-	if e.Process.Reason != Completed || len(e.Logs.Stdout) != 1 {
+	if e.Process.Reason != runs.Completed || len(e.Logs.Stdout) != 1 {
 		t.Fatalf("isolated run: %+v %+v", e.Process, e.Logs)
 	}
-	if ps := m.Pools()[0]; ps.Hits != 1 || ps.Misses != 0 {
+	if ps := m.WarmPools().Stats()[0]; ps.Hits != 1 || ps.Misses != 0 {
 		t.Errorf("pool stats %+v, want one hit", ps)
 	}
 	waitFor(t, "the pool to refill", func() bool { return ready() == 1 })
@@ -39,19 +40,19 @@ func TestPoolHandsOutReadyKernelsAndRefills(t *testing.T) {
 	// The ready kernel dies while it waits: the next run starts its own.
 	ks := f.kernels()
 	ks[len(ks)-1].crash()
-	m.mu.Lock()
-	p := m.pools["fake"]
-	m.mu.Unlock()
+	m.warm.mu.Lock()
+	p := m.warm.bySpec["fake"]
+	m.warm.mu.Unlock()
 	waitFor(t, "the pooled kernel's death to be seen", func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		return len(p.ready) == 1 && !p.ready[0].Running()
 	})
 	_, e = run(t, m, ExecuteRequest{Code: "print again", Isolated: true})
-	if e.Process.Reason != Completed {
+	if e.Process.Reason != runs.Completed {
 		t.Fatalf("isolated run after the pooled kernel died: %+v", e.Process)
 	}
-	if ps := m.Pools()[0]; ps.Misses != 1 {
+	if ps := m.WarmPools().Stats()[0]; ps.Misses != 1 {
 		t.Errorf("pool stats %+v, want one miss", ps)
 	}
 }

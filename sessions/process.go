@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"kernelgate/jupyter"
+	"kernelgate/runs"
 )
 
 // process is what sessions uses of one running kernel process. The real
@@ -18,17 +19,10 @@ type process interface {
 	Send(ch Channel, m *Message) error
 	// Request sends m and routes what answers it to h (see
 	// jupyter.Kernel.Request); Forget stops that routing.
-	Request(ch Channel, m *Message, h jupyter.Handler, opts jupyter.CallOptions) (call, error)
-	Forget(c call)
+	Request(ch Channel, m *Message, h jupyter.Handler, opts jupyter.CallOptions) (runs.Call, error)
+	Forget(c runs.Call)
 	Interrupt(ctx context.Context) error
 	Shutdown(ctx context.Context) error
-}
-
-// call is a request in flight (a *jupyter.Call).
-type call interface {
-	Done() <-chan struct{}
-	Result() (*Message, error)
-	Wait(ctx context.Context) (*Message, error)
 }
 
 // starter starts a kernel process from its configuration.
@@ -90,7 +84,7 @@ type jupyterProcess struct{ *jupyter.Kernel }
 
 var _ process = jupyterProcess{}
 
-func (p jupyterProcess) Request(ch Channel, m *Message, h jupyter.Handler, opts jupyter.CallOptions) (call, error) {
+func (p jupyterProcess) Request(ch Channel, m *Message, h jupyter.Handler, opts jupyter.CallOptions) (runs.Call, error) {
 	c, err := p.Kernel.Request(ch, m, h, opts)
 	if err != nil {
 		return nil, err
@@ -98,7 +92,7 @@ func (p jupyterProcess) Request(ch Channel, m *Message, h jupyter.Handler, opts 
 	return c, nil
 }
 
-func (p jupyterProcess) Forget(c call) {
+func (p jupyterProcess) Forget(c runs.Call) {
 	if jc, ok := c.(*jupyter.Call); ok {
 		p.Kernel.Forget(jc)
 	}
@@ -106,7 +100,7 @@ func (p jupyterProcess) Forget(c call) {
 
 // startExecute sends an execute_request to p; the call completes once both
 // its reply and its status: idle have arrived.
-func startExecute(p process, content jupyter.ExecuteContent, h jupyter.Handler) (call, error) {
+func startExecute(p process, content jupyter.ExecuteContent, h jupyter.Handler) (runs.Call, error) {
 	m, err := p.NewMessage(jupyter.ExecuteRequest, content, nil)
 	if err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"kernelgate/internal/testkernels"
 	"kernelgate/kernelspecs"
 	"kernelgate/provision/local"
+	"kernelgate/runs"
 )
 
 // newRealManager returns a manager of real kernels (python3 and deno from
@@ -33,7 +34,7 @@ func newRealManager(t *testing.T, cfg Config) *Manager {
 }
 
 // Deno sometimes replies to a throw before it publishes the error: the
-// run still carries one error, in its events and its Execution.
+// run still carries one error, in its events and its runs.Execution.
 func TestDenoThrowsCarryOneError(t *testing.T) {
 	m := newRealManager(t, Config{})
 	for i := 0; i < 60; i++ {
@@ -41,8 +42,8 @@ func TestDenoThrowsCarryOneError(t *testing.T) {
 		if errs := errorEvents(t, r); len(errs) != 1 {
 			t.Fatalf("throw %d: %d error events, want 1: %+v", i, len(errs), errs)
 		}
-		if e.Error == nil || e.Error.Value == "" || e.Process.Reason != Errored {
-			t.Fatalf("throw %d: Execution error %+v, process %+v", i, e.Error, e.Process)
+		if e.Error == nil || e.Error.Value == "" || e.Process.Reason != runs.Errored {
+			t.Fatalf("throw %d: runs.Execution error %+v, process %+v", i, e.Error, e.Process)
 		}
 	}
 }
@@ -55,7 +56,7 @@ func TestPythonExitThenNextRunSaysStateIsGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, e := run(t, m, ExecuteRequest{Code: "x = 5\nexit()", Context: c.ID}); e.Process.Reason != Completed {
+	if _, e := run(t, m, ExecuteRequest{Code: "x = 5\nexit()", Context: c.ID}); e.Process.Reason != runs.Completed {
 		t.Fatalf("x = 5; exit() ended %+v", e.Process)
 	}
 	waitFor(t, "the kernel to end", func() bool { return !c.Model().Active })
@@ -97,9 +98,9 @@ func TestCloseTellsRunsTheGatewayStopped(t *testing.T) {
 	closed, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	m.Close(closed)
-	for r, want := range map[*Run]string{running: "the gateway stopped during the run", queued: "the gateway stopped before the run started"} {
+	for r, want := range map[*runs.Run]string{running: "the gateway stopped during the run", queued: "the gateway stopped before the run started"} {
 		e := execution(t, r)
-		if e.Process.Reason != Lost || !strings.Contains(e.Process.Message, want) {
+		if e.Process.Reason != runs.Lost || !strings.Contains(e.Process.Message, want) {
 			t.Errorf("run %q ended %+v, want lost saying %q", r.ID, e.Process, want)
 		}
 	}

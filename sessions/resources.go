@@ -14,12 +14,12 @@ type Resources struct {
 }
 
 // Resources returns what a kernel of language may use.
-func (m *Manager) Resources(language string) (Resources, error) {
-	spec, err := m.languageSpec(language)
+func (cat *Catalog) Resources(language string) (Resources, error) {
+	spec, err := cat.languageSpec(language)
 	if err != nil {
 		return Resources{}, err
 	}
-	limits, _, err := m.isolation(spec)
+	limits, _, err := cat.isolation(spec)
 	if err != nil {
 		return Resources{}, errorf(ErrKernelStart, "%v", err)
 	}

@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"kernelgate/jupyter"
+	"kernelgate/runs"
 	"kernelgate/state"
 	"kernelgate/workspace"
 )
@@ -31,11 +31,6 @@ const stopTimeout = 20 * time.Second
 // restoreParallel is how many kept kernels are connected to at once.
 const restoreParallel = 16
 
-// LostOutputMarker is the text a run picked up after a restart of the
-// gateway gets on stderr: ZeroMQ drops what a kernel publishes while no
-// gateway subscribes.
-const LostOutputMarker = "\n[kernelgate] the gateway restarted during this run: output the kernel published while no gateway was running, or just before the restart, is lost\n"
-
 // endedWhileDown is how a kept kernel that is gone is said to have ended.
 const endedWhileDown = "ended while no gateway was running"
 
@@ -55,6 +50,10 @@ type RestoreReport struct {
 	Keep []string
 }
 
+// restoration is a Restore in progress: its steps take the kept
+// kernels, contexts and runs over.
+type restoration struct{ m *Manager }
+
 // Restore loads what the store kept and takes it over: call it once,
 // before serving. Without a store it does nothing.
 func (m *Manager) Restore(ctx context.Context) (RestoreReport, error) {
@@ -67,6 +66,7 @@ func (m *Manager) Restore(ctx context.Context) (RestoreReport, error) {
 		return rep, err
 	}
 	t0 := time.Now()
+	rt := restoration{m}
 
 	// The contexts say which kernels of the lazy policy are theirs; the
 	// others (warm pool, isolated runs) end.
@@ -78,7 +78,7 @@ func (m *Manager) Restore(ctx context.Context) (RestoreReport, error) {
 	}
 	workspaces := map[string]*workspace.Workspace{}
 	for _, rec := range snap.Contexts {
-		spec, err := m.contextSpec(rec.Language, contextExtraOf(rec).Kernelspec)
+		spec, err := m.catalog.contextSpec(rec.Language, contextExtraOf(rec).Kernelspec)
 		if err != nil {
 			continue
 		}
@@ -101,7 +101,7 @@ func (m *Manager) Restore(ctx context.Context) (RestoreReport, error) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			k, outcome := m.restoreKernel(ctx, rec, wanted[rec.ID] != nil, workspaces)
+			k, outcome := rt.kernel(ctx, rec, wanted[rec.ID] != nil, workspaces)
 			mu.Lock()
 			defer mu.Unlock()
 			switch outcome {
@@ -131,7 +131,7 @@ func (m *Manager) Restore(ctx context.Context) (RestoreReport, error) {
 
 	contexts := map[string]*Context{}
 	for _, rec := range snap.Contexts {
-		c := m.restoreContext(rec, kernels, workspaces)
+		c := rt.context(rec, kernels, workspaces)
 		if c != nil {
 			contexts[c.ID] = c
 			rep.Contexts++
@@ -139,16 +139,16 @@ func (m *Manager) Restore(ctx context.Context) (RestoreReport, error) {
 	}
 	for _, rec := range snap.Sessions {
 		if _, ok := kernels[rec.KernelID]; !ok {
-			m.deleteSessionRecord(rec.ID)
+			m.jsessions.deleteRecord(rec.ID)
 			continue
 		}
 		s := &Session{ID: rec.ID, Path: rec.Path, Name: rec.Name, Type: rec.Type, KernelID: rec.KernelID, created: rec.Created}
-		m.mu.Lock()
-		m.sessions[s.ID] = s
-		m.mu.Unlock()
+		m.jsessions.mu.Lock()
+		m.jsessions.byID[s.ID] = s
+		m.jsessions.mu.Unlock()
 		rep.Sessions++
 	}
-	rep.Runs, rep.PickedUp = m.restoreRuns(snap.Runs, contexts)
+	rep.Runs, rep.PickedUp = rt.runs(snap.Runs, contexts)
 	m.log.Info("state restored", "kernels", rep.Adopted, "pending", rep.Pending, "lost", rep.Lost, "stopped", rep.Stopped,
 		"contexts", rep.Contexts, "sessions", rep.Sessions, "runs", rep.Runs, "picked_up", rep.PickedUp,
 		"took", time.Since(t0).Round(time.Millisecond))
@@ -164,14 +164,15 @@ const (
 	stopped
 )
 
-// restoreKernel connects to the kept kernel rec names, if it is the same
+// kernel connects to the kept kernel rec names, if it is the same
 // live process and answers with its key. A kernel of a context (wanted)
 // or of the Jupyter surface comes back under its id either way: adopted;
 // pending, when it has not answered within promptAdopt (it is adopted
 // once it does); or dead as if it had died (a context's next run starts a
 // new process and says the state was lost; a Jupyter kernel restarts
 // now). Others (warm pool, isolated runs) are stopped.
-func (m *Manager) restoreKernel(ctx context.Context, rec state.Kernel, wanted bool, workspaces map[string]*workspace.Workspace) (*Kernel, restoreOutcome) {
+func (rt restoration) kernel(ctx context.Context, rec state.Kernel, wanted bool, workspaces map[string]*workspace.Workspace) (*Kernel, restoreOutcome) {
+	m := rt.m
 	var ex kernelExtra
 	if len(rec.Extra) > 0 {
 		json.Unmarshal(rec.Extra, &ex)
@@ -187,14 +188,14 @@ func (m *Manager) restoreKernel(ctx context.Context, rec state.Kernel, wanted bo
 		}
 		m.log.Info("kept kernel stopped", "kernel", rec.ID, "why", why)
 	}
-	spec, err := m.Spec(rec.Spec)
+	spec, err := m.catalog.Spec(rec.Spec)
 	if err != nil || (ex.Policy == restartLazily && !wanted) {
 		why := "a warm-pool or isolated-run kernel"
 		if err != nil {
 			why = "its kernelspec is gone"
 		}
 		stop(why)
-		m.deleteKernel(rec.ID)
+		m.records.deleteKernel(rec.ID)
 		if strings.HasPrefix(ex.Workspace, "runs/") && m.wsRoot != nil {
 			if ws, err := m.wsRoot.Open(ex.Workspace, nil); err == nil {
 				ws.Delete()
@@ -209,7 +210,7 @@ func (m *Manager) restoreKernel(ctx context.Context, rec state.Kernel, wanted bo
 	k, err := m.newKernel(rec.ID, spec, ex.Env, workDir{ws: ws, cwd: rec.Cwd}, ex.Policy)
 	if err != nil {
 		stop(err.Error())
-		m.deleteKernel(rec.ID)
+		m.records.deleteKernel(rec.ID)
 		return nil, stopped
 	}
 	k.created = rec.Created
@@ -264,7 +265,7 @@ func (m *Manager) restoreKernel(ctx context.Context, rec state.Kernel, wanted bo
 // adopted makes jk, a kept kernel's process that answered with its key,
 // the kernel's process.
 func (k *Kernel) adopted(jk process) {
-	lateWait, _ := k.m.lateOutputWait(k.spec, jk.Info().Implementation)
+	lateWait, _ := k.m.catalog.lateOutputWait(k.spec, jk.Info().Implementation)
 	k.mu.Lock()
 	k.jk = jk
 	k.lateWait = lateWait
@@ -384,7 +385,7 @@ func (k *Kernel) awaitAdoption(a *adoption) {
 	// It died, or signs with another key: a live one is stopped.
 	m.log.Warn("kept kernel lost", "kernel", k.id, "spec", k.spec.Name, "err", err)
 	sctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
-	m.stopAdoptee(sctx, k.id, a)
+	k.stopAdoptee(sctx, a)
 	cancel()
 	why := "could not be adopted after the gateway restarted (" + err.Error() + ")"
 	k.lostKept(why, "the kernel "+why)
@@ -419,33 +420,35 @@ func (k *Kernel) cancelAdoption() *adoption {
 	return a
 }
 
-// stopAdoptee stops the kept process of an adoption given up.
-func (m *Manager) stopAdoptee(ctx context.Context, id string, a *adoption) {
-	if err := m.stopKept(ctx, a.info); err != nil && !errors.Is(err, jupyter.ErrNotAdoptable) {
-		m.log.Warn("kept kernel not stopped", "kernel", id, "err", err)
+// stopAdoptee stops the kept process of an adoption of k given up.
+func (k *Kernel) stopAdoptee(ctx context.Context, a *adoption) {
+	if err := k.m.stopKept(ctx, a.info); err != nil && !errors.Is(err, jupyter.ErrNotAdoptable) {
+		k.m.log.Warn("kept kernel not stopped", "kernel", k.id, "err", err)
 	}
 }
 
-// restoreContext takes a kept context over, with its kernel when that is
+// context takes a kept context over, with its kernel when that is
 // back.
-func (m *Manager) restoreContext(rec state.Context, kernels map[string]*Kernel, workspaces map[string]*workspace.Workspace) *Context {
+func (rt restoration) context(rec state.Context, kernels map[string]*Kernel, workspaces map[string]*workspace.Workspace) *Context {
+	m := rt.m
 	ex := contextExtraOf(rec)
-	spec, err := m.contextSpec(rec.Language, ex.Kernelspec)
+	spec, err := m.catalog.contextSpec(rec.Language, ex.Kernelspec)
 	ws := workspaces[contextWorkspaceOf(rec)]
 	if err != nil || ws == nil {
 		m.log.Warn("kept context dropped", "context", rec.ID, "err", err)
-		m.deleteContextRecord(&Context{ID: rec.ID})
+		m.records.deleteContext(&Context{ID: rec.ID})
 		return nil
 	}
 	c := &Context{ID: rec.ID, Language: rec.Language, Cwd: rec.Cwd, Env: rec.Env, Shared: ex.Shared, m: m, spec: spec, ws: ws,
 		wsBorrowed: ex.Workspace != "", created: rec.Created, tokens: rec.Tokens}
+	c.initRuns()
 	if k := kernels[rec.KernelID]; k != nil {
 		// A lost kernel is at generation 0: its next process is the
 		// first, and the next run says the state is gone.
-		gen, _ := k.generation()
-		c.kernel, c.ranOn, c.ranGen = k, k, gen
+		c.kernel = k
+		c.runs.Restored(kernelRunner{k: k}, "")
 	} else if rec.KernelID != "" {
-		c.endedBefore = "was shut down with the gateway"
+		c.runs.Restored(nil, "was shut down with the gateway")
 	}
 	m.mu.Lock()
 	m.contexts[c.ID] = c
@@ -453,52 +456,23 @@ func (m *Manager) restoreContext(rec state.Context, kernels map[string]*Kernel, 
 	return c
 }
 
-// restoreRuns takes the kept run records over: ended ones as they are,
+// runs takes the kept run records over: ended ones as they are,
 // queued ones end (they never ran), running ones (and queued ones whose
 // code was being sent) are picked up when their kernel is back, else
 // lost.
-func (m *Manager) restoreRuns(recs []state.Run, contexts map[string]*Context) (restored, pickedUp int) {
-	type kept struct {
-		r   *Run
-		rec runRecord
-	}
-	var runs []kept
-	for _, sr := range recs {
-		var rec runRecord
-		err := json.Unmarshal(sr.Data, &rec)
-		known := rec.State == RunQueued || rec.State == RunRunning || rec.State == RunDone
-		if err != nil || rec.Created.IsZero() || !known {
-			if err := m.store.DeleteRun(sr.ID); err != nil {
-				m.log.Warn("state: run record not deleted", "run", sr.ID, "err", err)
-			}
-			continue
-		}
-		runs = append(runs, kept{m.restoredRun(sr.ID, rec, sr.Events), rec})
-	}
-	sort.Slice(runs, func(i, j int) bool { return runs[i].r.created.Before(runs[j].r.created) })
-	m.mu.Lock()
-	for _, kr := range runs {
-		r := kr.r
-		m.runs[r.ID] = r
-		m.runOrder = append(m.runOrder, r)
-		if r.state == RunDone {
-			r.counted = true
-			m.runBytes += r.kept
-		}
-	}
-	m.mu.Unlock()
-	for _, kr := range runs {
-		r, rec := kr.r, kr.rec
+func (rt restoration) runs(recs []state.Run, contexts map[string]*Context) (restored, pickedUp int) {
+	m := rt.m
+	kept := m.runs.Restore(recs)
+	for _, kr := range kept {
+		r := kr.Run
 		c := contexts[r.Context]
 		if c != nil {
-			c.mu.Lock()
-			c.runIDs = append(c.runIDs, r.ID)
-			c.mu.Unlock()
+			c.runs.NoteRun(r.ID)
 		}
-		switch r.state {
-		case RunQueued:
-			r.lose("the gateway restarted before the run started; it never ran")
-		case RunRunning:
+		switch r.State() {
+		case runs.RunQueued:
+			r.Lose("the gateway restarted before the run started; it never ran")
+		case runs.RunRunning:
 			var k *Kernel
 			live := false
 			if c != nil {
@@ -506,7 +480,7 @@ func (m *Manager) restoreRuns(recs []state.Run, contexts map[string]*Context) (r
 				k = c.kernel
 				c.mu.Unlock()
 			}
-			if k != nil && k.id == rec.Kernel && rec.MsgID != "" {
+			if k != nil && k.id == kr.Kernel && kr.MsgID != "" {
 				k.mu.Lock()
 				live = k.jk != nil || k.adopting != nil
 				k.mu.Unlock()
@@ -514,161 +488,26 @@ func (m *Manager) restoreRuns(recs []state.Run, contexts map[string]*Context) (r
 			if !live {
 				why := "the gateway restarted during the run and its kernel " + endedWhileDown + "; the next run starts a new kernel without the earlier state"
 				if c != nil {
-					c.lose(r, why)
+					c.runs.Lose(r, why)
 				} else {
-					r.lose(why)
+					r.Lose(why)
 				}
 				continue
 			}
 			pickedUp++
-			c.mu.Lock()
-			c.working, c.running = true, r
-			c.mu.Unlock()
-			m.goroutine(func() {
-				c.pickUp(r, k)
-				c.mu.Lock()
-				c.running = nil
-				c.mu.Unlock()
-				c.runQueue(false)
-			})
+			c.runs.PickUp(r, kernelFollowed{k})
 		}
 	}
-	return len(runs), pickedUp
+	return len(kept), pickedUp
 }
 
-// restoredRun rebuilds a run from its record and events.
-func (m *Manager) restoredRun(id string, rec runRecord, evs []state.Event) *Run {
-	r := newRun(id, rec.Context, rec.Language, rec.Code, rec.Stdin, 0, m.cfg.RunLimits)
-	r.created, r.deadline = rec.Created, rec.Deadline
-	r.kernelID, r.msgID = rec.Kernel, rec.MsgID
-	r.observer = m.cfg.Observer
-	r.onEnd = m.runEnded
-	if m.store != nil {
-		r.ps = &runStore{m: m, stored: rec.State}
-	}
-	r.madeDurable()
-	r.events, r.eventMem = nil, 0
-	for i, e := range evs {
-		if e.Seq != uint64(i+1) {
-			break // a gap: the writes after it were lost
-		}
-		typ := eventType(e.Data)
-		r.events = append(r.events, event{typ: typ, raw: e.Data})
-		r.eventMem += len(e.Data)
-		if rec.State != RunDone {
-			r.b.replay(typ, e.Data)
-		}
-	}
-	if r.ps != nil {
-		r.ps.written = len(r.events)
-	}
-	r.state = rec.State
-	if rec.State == RunQueued && rec.MsgID != "" {
-		// Its code was being sent to its kernel (promise): it may run
-		// there, and is picked up as a running one.
-		r.state = RunRunning
-	}
-	switch r.state {
-	case RunDone:
-		r.finished = rec.Finished
-		json.Unmarshal(rec.Execution, &r.b.exec)
-		if rec.Failure != "" {
-			r.failure = errors.New(rec.Failure)
-		}
-		r.kept = int64(r.eventMem)
-		close(r.done)
-	case RunRunning:
-		r.b.started = true
-	}
-	return r
-}
+// kernelFollowed is a kept kernel as a picked-up run's runs.Followed.
+type kernelFollowed struct{ k *Kernel }
 
-// eventType reads the type of an event's JSON.
-func eventType(js []byte) string {
-	var t struct {
-		Type string `json:"type"`
-	}
-	json.Unmarshal(js, &t)
-	return t.Type
-}
+var _ runs.Followed = kernelFollowed{}
 
-// replay folds a kept event of a run that had not ended into its
-// Execution, as the builder did when the event was made.
-func (b *builder) replay(typ string, js []byte) {
-	switch typ {
-	case "stdout", "stderr":
-		var e struct{ Text string }
-		if json.Unmarshal(js, &e) == nil {
-			b.headBytes += len(e.Text) // a run not ended has emitted only its head
-			if typ == "stdout" {
-				b.exec.Logs.Stdout = append(b.exec.Logs.Stdout, e.Text)
-			} else {
-				b.exec.Logs.Stderr = append(b.exec.Logs.Stderr, e.Text)
-			}
-		}
-	case "result":
-		var e struct {
-			Data         map[string]json.RawMessage `json:"data"`
-			Metadata     map[string]json.RawMessage `json:"metadata"`
-			IsMainResult bool                       `json:"isMainResult"`
-			DisplayID    string                     `json:"displayId"`
-		}
-		if json.Unmarshal(js, &e) == nil {
-			r := newResult(e.Data, e.Metadata, e.IsMainResult, e.DisplayID)
-			b.resultBytes += r.size
-			b.sawMain = b.sawMain || e.IsMainResult
-			b.exec.Results = append(b.exec.Results, r)
-		}
-	case "display_update":
-		var e struct {
-			DisplayID string                     `json:"displayId"`
-			Data      map[string]json.RawMessage `json:"data"`
-			Metadata  map[string]json.RawMessage `json:"metadata"`
-		}
-		if json.Unmarshal(js, &e) == nil {
-			for i, r := range b.exec.Results {
-				if r.DisplayID == e.DisplayID {
-					next := newResult(e.Data, e.Metadata, r.IsMainResult, r.DisplayID)
-					b.resultBytes += next.size - r.size
-					b.exec.Results[i] = next
-				}
-			}
-		}
-	case "clear_output":
-		var e struct{ Wait bool }
-		if json.Unmarshal(js, &e) == nil {
-			if e.Wait {
-				b.clearPending = true
-			} else {
-				b.clearPending = false
-				b.clear()
-			}
-		}
-	case "error":
-		var e ExecError
-		if json.Unmarshal(js, &e) == nil && b.exec.Error == nil {
-			b.exec.Error = &e
-		}
-	}
-}
-
-// pickUp follows a run an earlier gateway started on k, which k still
-// runs (or ran while no gateway was there), until it ends. The kernel's
-// reply went to that gateway's connection; the run ends when its status
-// turns idle, or when a kernel_info request sent behind it on the shell
-// channel is done, reply and idle status (the shell runs requests in
-// order, iopub keeps their order): whichever comes first. A kernel still being adopted (adoption) is waited for: its
-// messages reach the run meanwhile; one that is lost loses the run.
-func (c *Context) pickUp(r *Run, k *Kernel) {
-	r.mu.Lock()
-	r.b.stream("stderr", LostOutputMarker)
-	msgID := r.msgID
-	r.mu.Unlock()
-	r.persist()
-
-	idle := make(chan struct{})
-	var idleOnce, resultOnce sync.Once
-	late := lateOutput{more: make(chan struct{}, 1), result: make(chan struct{})}
+func (f kernelFollowed) Route(msgID string, h func(*Message)) (undo func()) {
+	k := f.k
 	k.mu.Lock()
 	if k.pickups == nil {
 		k.pickups = map[string]func(*Message){}
@@ -678,153 +517,55 @@ func (c *Context) pickUp(r *Run, k *Kernel) {
 	}
 	k.runs[msgID] = struct{}{}
 	k.state = jupyter.StateBusy
-	k.pickups[msgID] = func(m *Message) {
-		r.handle(m, IOPub)
-		switch {
-		case m.Type() == jupyter.ExecuteResult || m.Type() == jupyter.ErrorMsg:
-			resultOnce.Do(func() { close(late.result) })
-		case m.ExecutionState() == jupyter.StateIdle:
-			idleOnce.Do(func() { close(idle) })
-		}
-		select {
-		case late.more <- struct{}{}:
-		default:
-		}
-	}
+	k.pickups[msgID] = h
 	k.mu.Unlock()
-	defer func() {
+	return func() {
 		k.mu.Lock()
 		delete(k.pickups, msgID)
 		delete(k.runs, msgID)
 		k.mu.Unlock()
-	}()
+	}
+}
 
-	stop := make(chan Reason, 1)
-	r.mu.Lock()
-	r.cancel = func(reason Reason) {
-		select {
-		case stop <- reason:
-		default:
-		}
-	}
-	r.mu.Unlock()
-	if !r.deadline.IsZero() {
-		t := time.AfterFunc(time.Until(r.deadline), r.expire)
-		defer t.Stop()
-	}
-
-	var barrier call
-	var barrierDone, jkDone <-chan struct{}
-	var jk process
-	follow := func(p process) {
-		jk, jkDone = p, p.Done()
-		if m, err := jk.NewMessage(jupyter.KernelInfoRequest, nil, nil); err == nil {
-			// Its idle status too: iopub is ordered, so the run's
-			// messages have all come once it has, whereas the reply,
-			// on another socket, may come first (Deno's does).
-			barrier, _ = jk.Request(Shell, m, nil, jupyter.CallOptions{IOPub: true})
-		}
-		if barrier != nil {
-			barrierDone = barrier.Done()
-		}
-	}
-	defer func() {
-		if barrier != nil {
-			jk.Forget(barrier)
-		}
-	}()
+func (f kernelFollowed) Process() (runs.Process, <-chan struct{}) {
+	k := f.k
 	k.mu.Lock()
-	var adopting <-chan struct{}
+	defer k.mu.Unlock()
 	if k.jk != nil {
-		jk = k.jk
-	} else if k.adopting != nil {
-		adopting = k.adopting.done
+		return followedProcess{k.jk}, nil
 	}
-	k.mu.Unlock()
-	if jk != nil {
-		follow(jk)
-	} else if adopting == nil {
-		c.lose(r, "the gateway restarted during the run and its kernel was lost; the next run starts a new kernel without the earlier state")
-		return
+	if k.adopting != nil {
+		return nil, k.adopting.done
 	}
-	var grace <-chan time.Time
-	var idleCh <-chan struct{} = idle
-	for {
-		select {
-		case <-adopting:
-			adopting = nil
-			k.mu.Lock()
-			p, endedBy := k.jk, k.endedBy
-			k.mu.Unlock()
-			if p == nil {
-				if endedBy == "" {
-					endedBy = "was restarted or shut down"
-				}
-				c.lose(r, "the gateway restarted during the run and its kernel "+endedBy+"; the next run starts a new kernel without the earlier state")
-				return
-			}
-			follow(p)
-			continue
-		case <-idleCh:
-			if barrierDone != nil {
-				// The barrier follows at once, and its status comes
-				// after what the run published late (Deno may publish
-				// its result after its idle status).
-				idleCh = nil
-				continue
-			}
-		case <-barrierDone:
-			// A kernel that answered it without its idle status (lost)
-			// has run it, behind the run, all the same.
-			if _, err := barrier.Result(); err != nil && !errors.Is(err, jupyter.ErrRequestDropped) {
-				c.lose(r, lostMessage(err))
-				return
-			}
-		case <-jkDone:
-			c.lose(r, lostMessage(jk.Err()))
-			return
-		case why := <-stop:
-			r.mu.Lock()
-			if why == TimedOut {
-				r.timedOut = true
-			} else {
-				r.interrupted = true
-			}
-			r.mu.Unlock()
-			ictx, cancel := context.WithTimeout(context.Background(), c.m.cfg.InterruptGrace)
-			k.Interrupt(ictx)
-			cancel()
-			if grace == nil {
-				grace = time.After(c.m.cfg.InterruptGrace)
-			}
-			continue
-		case <-grace:
-			// The kernel did not stop, as in execute: restart it; the
-			// run's state is lost.
-			c.m.log.Warn("kernel did not stop after an interrupt: restarting it", "context", c.ID, "run", r.ID)
-			rctx, rcancel := context.WithTimeout(context.Background(), c.m.cfg.StartTimeout)
-			if err := c.restart(rctx); err != nil {
-				c.m.log.Info("restarting the kernel failed; the next run starts one", "context", c.ID, "err", err)
-			}
-			rcancel()
-			c.lose(r, "the kernel did not stop after an interrupt and was restarted; its state is gone")
-			return
-		}
-		break
+	return nil, nil
+}
+
+func (f kernelFollowed) Adopted() (runs.Process, string) {
+	k := f.k
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.jk == nil {
+		return nil, k.endedBy
 	}
-	c.settle(k, late)
-	r.mu.Lock()
-	reason := Completed
-	switch {
-	case r.timedOut:
-		reason = TimedOut
-	case r.interrupted:
-		reason = Interrupted
-	case r.b.exec.Error != nil:
-		reason = Errored
+	return followedProcess{k.jk}, ""
+}
+
+func (f kernelFollowed) Interrupt(ctx context.Context) error { return f.k.Interrupt(ctx) }
+func (f kernelFollowed) LateWait() time.Duration             { return kernelRunner{k: f.k}.LateWait() }
+
+// followedProcess is a kernel's process as runs.Process.
+type followedProcess struct{ jk process }
+
+func (p followedProcess) Done() <-chan struct{} { return p.jk.Done() }
+func (p followedProcess) Err() error            { return p.jk.Err() }
+func (p followedProcess) Forget(c runs.Call)    { p.jk.Forget(c) }
+
+func (p followedProcess) Barrier() (runs.Call, error) {
+	m, err := p.jk.NewMessage(jupyter.KernelInfoRequest, nil, nil)
+	if err != nil {
+		return nil, err
 	}
-	r.mu.Unlock()
-	r.end(reason, nil)
+	return p.jk.Request(Shell, m, nil, jupyter.CallOptions{IOPub: true})
 }
 
 // contextExtraOf reads what the manager kept of a context beyond

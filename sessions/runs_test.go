@@ -11,13 +11,13 @@ import (
 	"github.com/google/uuid"
 
 	"kernelgate/jupyter"
+	"kernelgate/runs"
 )
 
 // recorded returns how many runs the manager keeps records of.
 func recorded(m *Manager) (runs, order int) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return len(m.runs), len(m.runOrder)
+	st := m.runs.Stats()
+	return st.Runs, st.Ordered
 }
 
 // A run that never ends, at the head of the records, does not keep the
@@ -53,19 +53,19 @@ func TestRefusedRunLeavesNoRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the first run to start", func() bool { return first.State() == RunRunning })
+	waitFor(t, "the first run to start", func() bool { return first.State() == runs.RunRunning })
 	queued, err := m.Execute(context.Background(), ExecuteRequest{Code: "print queued", Context: "q"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	before, _ := recorded(m)
-	if _, err := m.Execute(context.Background(), ExecuteRequest{Code: "print refused", Context: "q"}); !errors.Is(err, ErrQueueFull) {
+	if _, err := m.Execute(context.Background(), ExecuteRequest{Code: "print refused", Context: "q"}); !errors.Is(err, runs.ErrQueueFull) {
 		t.Fatalf("got %v, want ErrQueueFull", err)
 	}
 	if after, order := recorded(m); after != before || order != before {
 		t.Errorf("a refused run was recorded: %d runs (%d in order) after, %d before", after, order, before)
 	}
-	m.InterruptContext(context.Background(), "q")
+	interruptContext(m, context.Background(), "q")
 	within(t, "the queued run to end", 10*time.Second, func() { <-queued.Done() })
 	for i := 0; i < 6; i++ {
 		run(t, m, ExecuteRequest{Code: "print x", Context: "q"})
@@ -78,24 +78,22 @@ func TestRefusedRunLeavesNoRecord(t *testing.T) {
 // Finished runs are bounded by their memory too, oldest first.
 func TestRunRecordsAreBoundedByBytes(t *testing.T) {
 	m := newFakeManager(t, Config{RunBytes: 64 << 10}, &fakeKernels{})
-	var last *Run
+	var last *runs.Run
 	for i := 0; i < 20; i++ {
 		last, _ = run(t, m, ExecuteRequest{Code: "print " + strings.Repeat("y", 10<<10)})
 	}
-	m.mu.Lock()
-	runs, bytes := len(m.runs), m.runBytes
-	m.mu.Unlock()
-	if runs >= 20 || runs == 0 || bytes > 64<<10 {
-		t.Errorf("%d runs kept holding %d bytes, want fewer than 20 within 64 KiB", runs, bytes)
+	st := m.runs.Stats()
+	if st.Runs >= 20 || st.Runs == 0 || st.Bytes > 64<<10 {
+		t.Errorf("%d runs kept holding %d bytes, want fewer than 20 within 64 KiB", st.Runs, st.Bytes)
 	}
 	if _, err := m.Run(last.ID); err != nil {
 		t.Errorf("the newest run was pruned: %v", err)
 	}
 }
 
-// The run's events and its Execution share one copy of the output, and
+// The run's events and its runs.Execution share one copy of the output, and
 // say the same: the events read twice are the same bytes, their text is
-// the Execution's logs, their results its results (an updated display as
+// the runs.Execution's logs, their results its results (an updated display as
 // it first was), and a kernel with no client keeps no replay of the run.
 func TestRunHoldsOneCopyOfItsOutput(t *testing.T) {
 	big := strings.Repeat("y", 1<<20)
@@ -142,7 +140,7 @@ func TestRunHoldsOneCopyOfItsOutput(t *testing.T) {
 		}
 	}
 	if got := strings.Join(e.Logs.Stdout, ""); stdout.String() != got || got != "a\n"+big {
-		t.Errorf("stdout events (%d bytes) and Execution logs (%d bytes) differ", stdout.Len(), len(got))
+		t.Errorf("stdout events (%d bytes) and runs.Execution logs (%d bytes) differ", stdout.Len(), len(got))
 	}
 	if strings.Join(results, ",") != "first,5" {
 		t.Errorf("result events %v, want first,5", results)
@@ -150,7 +148,7 @@ func TestRunHoldsOneCopyOfItsOutput(t *testing.T) {
 	if len(e.Results) != 2 || e.Results[0].Text != "second" || e.Results[1].Text != "5" || !e.Results[1].IsMainResult {
 		t.Errorf("Execution results %+v", e.Results)
 	}
-	if kept := r.memory(); kept > 1<<20+64<<10 {
+	if kept := r.Memory(); kept > 1<<20+64<<10 {
 		t.Errorf("the run's record holds %d bytes for 1 MiB of output", kept)
 	}
 	k, err := m.Kernel(mustContext(t, m, "code-python").KernelID())
@@ -158,7 +156,7 @@ func TestRunHoldsOneCopyOfItsOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	k.mu.Lock()
-	replayed := k.offline.bytes
+	replayed := k.offline.Bytes()
 	k.mu.Unlock()
 	if replayed > 64<<10 {
 		t.Errorf("the replay buffer keeps %d bytes of the run's output", replayed)
@@ -197,7 +195,7 @@ func TestRunIDsSortInCreationOrder(t *testing.T) {
 	}
 }
 
-// The Execution of an ended run reads the same however often and wherever
+// The runs.Execution of an ended run reads the same however often and wherever
 // it is read (the answer, GET /api/runs/{id}, the store's record), and
 // does not change when read again.
 func TestEndedRunExecutionReadsTheSame(t *testing.T) {
@@ -206,21 +204,21 @@ func TestEndedRunExecutionReadsTheSame(t *testing.T) {
 	m := newFakeManager(t, Config{Store: store}, &fakeKernels{})
 	r, e := run(t, m, ExecuteRequest{Code: "print hello"})
 	first := string(r.ExecutionJSON())
-	if model := r.Model(); string(model.Execution) != first || model.State != RunDone {
+	if model := r.Model(); string(model.Execution) != first || model.State != runs.RunDone {
 		t.Fatalf("GET /api/runs/{id}: %s (%s), the answer: %s", model.Execution, model.State, first)
 	}
 	if err := store.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	var rec runRecord
+	var rec runs.Record
 	for _, kr := range load(t, store).Runs {
 		if kr.ID == r.ID {
 			json.Unmarshal(kr.Data, &rec)
 		}
 	}
-	var kept Execution
+	var kept runs.Execution
 	if err := json.Unmarshal(rec.Execution, &kept); err != nil || kept.ID != r.ID || len(kept.Logs.Stdout) != 1 || kept.Logs.Stdout[0] != e.Logs.Stdout[0] {
-		t.Fatalf("the store's Execution %s (%v), want that of the answer %s", rec.Execution, err, first)
+		t.Fatalf("the store's runs.Execution %s (%v), want that of the answer %s", rec.Execution, err, first)
 	}
 	if again := string(r.ExecutionJSON()); again != first {
 		t.Fatalf("read again: %s, first: %s", again, first)
@@ -231,7 +229,7 @@ func TestEndedRunExecutionReadsTheSame(t *testing.T) {
 // it passes over stay ahead of the finished runs kept after them.
 func TestPruningKeepsTheOrder(t *testing.T) {
 	m := newFakeManager(t, Config{RunsKept: 4}, &fakeKernels{})
-	var want []*Run
+	var want []*runs.Run
 	for i, id := range []string{"long1", "long2"} {
 		if _, err := m.CreateContext(context.Background(), ContextRequest{ID: id}); err != nil {
 			t.Fatal(err)
@@ -251,9 +249,7 @@ func TestPruningKeepsTheOrder(t *testing.T) {
 	}
 	// RunsKept 4: the two unfinished runs and the newest finished ones.
 	want = append(want[:2], want[len(want)-2:]...)
-	m.mu.Lock()
-	got := append([]*Run(nil), m.runOrder...)
-	m.mu.Unlock()
+	got := m.runs.Runs()
 	if len(got) != len(want) {
 		t.Fatalf("%d runs kept, want %d", len(got), len(want))
 	}

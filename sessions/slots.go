@@ -44,7 +44,7 @@ func (m *Manager) reserve(ctx context.Context, k *Kernel) error {
 		}
 		stopping, room := m.stopping, m.room
 		m.mu.Unlock()
-		if !m.evictPooled() && stopping == 0 {
+		if !m.warm.evict() && stopping == 0 {
 			return errorf(ErrTooManyKernels, "the limit of %d kernels is reached; shut one down or try later", m.cfg.MaxKernels)
 		}
 		select {
@@ -121,23 +121,4 @@ func (m *Manager) pooledStopping() {
 	m.pooled--
 	m.stopping++
 	m.mu.Unlock()
-}
-
-// evictPooled stops one pooled kernel (a ready one first, else one still
-// starting) to make room for a user's; false when the pools hold none.
-func (m *Manager) evictPooled() bool {
-	m.mu.Lock()
-	ps := make([]*pool, 0, len(m.pools))
-	for _, p := range m.pools {
-		ps = append(ps, p)
-	}
-	m.mu.Unlock()
-	for _, ready := range []bool{true, false} {
-		for _, p := range ps {
-			if p.evict(ready) {
-				return true
-			}
-		}
-	}
-	return false
 }

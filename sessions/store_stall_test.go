@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"kernelgate/jupyter"
+	"kernelgate/runs"
 	"kernelgate/state"
 )
 
@@ -151,17 +152,17 @@ func TestRunOutputFlowsWhileTheStoreIsStuck(t *testing.T) {
 			kept += strings.Count(ev.Text, "x")
 		}
 	}
-	var rr runRecord
+	var rr runs.Record
 	json.Unmarshal(rec.Data, &rr)
-	var exec Execution
+	var exec runs.Execution
 	json.Unmarshal(rr.Execution, &exec)
 	if kept != lines*width || exec.Truncated || strings.Count(strings.Join(exec.Logs.Stdout, ""), "x") != lines*width {
-		t.Fatalf("the store kept %d bytes of output in events and %d in the Execution (truncated %v), want %d", kept, strings.Count(strings.Join(exec.Logs.Stdout, ""), "x"), exec.Truncated, lines*width)
+		t.Fatalf("the store kept %d bytes of output in events and %d in the runs.Execution (truncated %v), want %d", kept, strings.Count(strings.Join(exec.Logs.Stdout, ""), "x"), exec.Truncated, lines*width)
 	}
 }
 
 // stdoutX counts the x the run's caller has read on stdout.
-func stdoutX(r *Run) int {
+func stdoutX(r *runs.Run) int {
 	evs, _, _ := r.Events(0)
 	n := 0
 	for _, ev := range evs {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"kernelgate/runs"
 	"kernelgate/state"
 )
 
@@ -38,7 +39,7 @@ func TestWaitedRunWaitsForNoCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the busy run to start", func() bool { return busy.State() == RunRunning })
+	waitFor(t, "the busy run to start", func() bool { return busy.State() == runs.RunRunning })
 	if err := store.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,7 @@ func TestWaitedRunWaitsForNoCommit(t *testing.T) {
 	if n := counted.waited.Load() - waitedBefore; n != 0 {
 		t.Fatalf("the waited-for run waited for %d commits of its record before it was queued, want none", n)
 	}
-	if r.State() != RunQueued {
+	if r.State() != runs.RunQueued {
 		t.Fatalf("the waited-for run is %s, want queued behind the busy run", r.State())
 	}
 	if ids := c.Model().ProcessIDs; !slices.Contains(ids, r.ID) {
@@ -69,13 +70,13 @@ func TestWaitedRunWaitsForNoCommit(t *testing.T) {
 	if err := r.Wait(wctx); err != nil {
 		t.Fatalf("the waited-for run did not end while the store was held: %v", err)
 	}
-	if e := execution(t, r); e.Process.Reason != Completed || len(e.Results) != 1 || e.Results[0].Text != "2" {
+	if e := execution(t, r); e.Process.Reason != runs.Completed || len(e.Results) != 1 || e.Results[0].Text != "2" {
 		t.Fatalf("the waited-for run's Execution: %+v", e)
 	}
 	if n := counted.waited.Load() - waitedBefore; n != 0 {
 		t.Fatalf("the waited-for run waited for %d commits, want none", n)
 	}
-	if m.storeStuck.Load() {
+	if m.journal.Stuck() {
 		t.Fatal("the store was taken as stuck: a commit was waited for until the store's timeout")
 	}
 	select {
@@ -88,7 +89,7 @@ func TestWaitedRunWaitsForNoCommit(t *testing.T) {
 	store.unhold()
 	waitFor(t, "the waited-for run's record in the store", func() bool {
 		rec, ok := storedRun(t, store, r.ID)
-		return ok && rec.State == RunDone && rec.Kernel == c.KernelID() && rec.MsgID != ""
+		return ok && rec.State == runs.RunDone && rec.Kernel == c.KernelID() && rec.MsgID != ""
 	})
 
 	// A run whose id leaves before its end, queued behind a busy run,
@@ -100,12 +101,12 @@ func TestWaitedRunWaitsForNoCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.WriteFile(gate2, nil, 0o600) })
-	waitFor(t, "the second busy run to start", func() bool { return busy2.State() == RunRunning })
+	waitFor(t, "the second busy run to start", func() bool { return busy2.State() == runs.RunRunning })
 	streamed, err := m.Execute(ctx, ExecuteRequest{Context: c.ID, Code: "2+2"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec, ok := storedRun(t, store, streamed.ID); !ok || rec.State != RunQueued {
+	if rec, ok := storedRun(t, store, streamed.ID); !ok || rec.State != runs.RunQueued {
 		t.Fatalf("the store holds the streamed run as %+v (found %v) when its id left, want it queued", rec, ok)
 	}
 	if ids := c.Model().ProcessIDs; !slices.Contains(ids, streamed.ID) {
@@ -114,7 +115,7 @@ func TestWaitedRunWaitsForNoCommit(t *testing.T) {
 }
 
 // storedRun is the store's record of run id.
-func storedRun(t *testing.T, s state.Store, id string) (runRecord, bool) {
+func storedRun(t *testing.T, s state.Store, id string) (runs.Record, bool) {
 	t.Helper()
 	snap, err := s.Load(context.Background())
 	if err != nil {
@@ -122,12 +123,12 @@ func storedRun(t *testing.T, s state.Store, id string) (runRecord, bool) {
 	}
 	for _, sr := range snap.Runs {
 		if sr.ID == id {
-			var rec runRecord
+			var rec runs.Record
 			if err := json.Unmarshal(sr.Data, &rec); err != nil {
 				t.Fatal(err)
 			}
 			return rec, true
 		}
 	}
-	return runRecord{}, false
+	return runs.Record{}, false
 }

@@ -70,11 +70,11 @@ func startOnly(name string) bool {
 
 // warmable reports whether a pooled kernel of spec can be made a context's
 // with env, or why not.
-func (m *Manager) warmable(spec *kernelspecs.Spec, env map[string]string) (bool, string) {
+func (cat *Catalog) warmable(spec *kernelspecs.Spec, env map[string]string) (bool, string) {
 	if _, ok := setupCode(spec, "/", nil); !ok {
 		return false, "its language has no code to move a running kernel"
 	}
-	if _, sb, err := m.isolation(spec); err != nil || sb != nil {
+	if _, sb, err := cat.isolation(spec); err != nil || sb != nil {
 		return false, "the sandbox binds a pooled kernel's own workspace only"
 	}
 	for name := range env {
@@ -89,10 +89,10 @@ func (m *Manager) warmable(spec *kernelspecs.Spec, env map[string]string) (bool,
 // when none is ready or the context cannot take one (warmable); the caller
 // then starts one.
 func (c *Context) takeWarm(ctx context.Context) *Kernel {
-	if ok, _ := c.m.warmable(c.spec, c.Env); !ok {
+	if ok, _ := c.m.catalog.warmable(c.spec, c.Env); !ok {
 		return nil
 	}
-	p := c.m.pool(c.spec)
+	p := c.m.warm.get(c.spec)
 	if p == nil {
 		return nil
 	}
@@ -131,7 +131,7 @@ func (c *Context) adoptWarm(ctx context.Context, k *Kernel) (err error) {
 	}
 	maps.Copy(env, dirEnv(c.ws)) // as a start gives them, over the caller's
 	setup, _ := setupCode(c.spec, c.Cwd, env)
-	setup = unpoolCode(c.spec, old) + setup + c.m.packageCode(c.spec, c.ws)
+	setup = unpoolCode(c.spec, old) + setup + c.m.catalog.packageCode(c.spec, c.ws)
 	if from, ok := dirEnv(old)["DENO_DIR"]; ok && isDeno(c.spec) {
 		keepOld = true
 		if err := relink(c.ws, from); err != nil {
@@ -150,7 +150,7 @@ func (c *Context) adoptWarm(ctx context.Context, k *Kernel) (err error) {
 	if err != nil {
 		return err
 	}
-	c.m.putKernel(k, jk)
+	c.m.records.putKernel(k, jk)
 	return nil
 }
 

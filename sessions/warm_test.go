@@ -4,6 +4,7 @@ import (
 	"archive/zip"
 	"context"
 	"encoding/json"
+	"kernelgate/runs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,7 +17,7 @@ import (
 func warmManager(t *testing.T, cfg Config, language string) *Manager {
 	t.Helper()
 	m := newRealManager(t, cfg)
-	if err := m.Prewarm([]string{language}); err != nil {
+	if err := m.WarmPools().Prewarm([]string{language}); err != nil {
 		t.Fatal(err)
 	}
 	waitPool(t, m, "the pool to fill", func(ps PoolStats) bool { return ps.Ready == cfg.PoolSize })
@@ -29,7 +30,7 @@ func waitPool(t *testing.T, m *Manager, what string, cond func(PoolStats) bool) 
 	t.Helper()
 	var got PoolStats
 	waitWithin(t, time.Minute, what, func() bool {
-		ps := m.Pools()
+		ps := m.WarmPools().Stats()
 		if len(ps) != 1 || !cond(ps[0]) {
 			return false
 		}
@@ -39,7 +40,7 @@ func waitPool(t *testing.T, m *Manager, what string, cond func(PoolStats) bool) 
 	return got
 }
 
-func stdout(e Execution) string { return strings.Join(e.Logs.Stdout, "") }
+func stdout(e runs.Execution) string { return strings.Join(e.Logs.Stdout, "") }
 
 // pureWheel writes a pure-Python wheel of module name whose VALUE is value.
 func pureWheel(t *testing.T, dir, name, value string) {
@@ -81,7 +82,7 @@ func TestContextFromPoolIsTheContexts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ps := m.Pools()[0]; ps.Hits != 1 {
+	if ps := m.WarmPools().Stats()[0]; ps.Hits != 1 {
 		t.Fatalf("pool %+v: the context did not take the ready kernel", ps)
 	}
 	ws := c.Workspace().Dir()
@@ -142,7 +143,7 @@ print(json.dumps({
 		t.Errorf("pool workspaces left: %d before the refill, %d after (want the new pool kernel's only)", len(runs), len(after))
 	}
 	// A restart starts the next process as the context's.
-	if _, err := m.RestartContext(context.Background(), c.ID); err != nil {
+	if _, err := restartContext(m, context.Background(), c.ID); err != nil {
 		t.Fatal(err)
 	}
 	if _, e := run(t, m, ExecuteRequest{Context: c.ID, Code: `import os, kgwarm; print(os.getcwd(), os.environ["GREETING"], kgwarm.VALUE)`}); strings.TrimSpace(stdout(e)) != wantCwd+" hello 7" {
@@ -172,7 +173,7 @@ func TestPooledKernelsHandedOutOnce(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	if ps := m.Pools()[0]; ps.Hits < 2 {
+	if ps := m.WarmPools().Stats()[0]; ps.Hits < 2 {
 		t.Errorf("pool %+v: the two ready kernels were not taken", ps)
 	}
 	seen := map[string]string{}
@@ -198,7 +199,7 @@ func TestStartOnlyEnvStartsFreshKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ps := m.Pools()[0]; ps.Hits != 0 || ps.Ready != 1 {
+	if ps := m.WarmPools().Stats()[0]; ps.Hits != 0 || ps.Ready != 1 {
 		t.Errorf("pool %+v: a context with TZ took the pooled kernel", ps)
 	}
 	if _, e := run(t, m, ExecuteRequest{Context: c.ID, Code: "import time; print(time.strftime('%Z'))"}); strings.TrimSpace(stdout(e)) != "JST" {
@@ -214,7 +215,7 @@ func TestDenoContextFromPool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ps := m.Pools()[0]; ps.Hits != 1 {
+	if ps := m.WarmPools().Stats()[0]; ps.Hits != 1 {
 		t.Fatalf("pool %+v: the Deno context did not take the ready kernel", ps)
 	}
 	code := `const out = new Deno.Command("sh", {args: ["-c", "printf %s \"$GREETING\""]}).outputSync();
@@ -261,20 +262,20 @@ func TestPoolGrowsAndShrinks(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if ps := m.Pools()[0]; ps.Hits == 0 {
+	if ps := m.WarmPools().Stats()[0]; ps.Hits == 0 {
 		t.Errorf("pool %+v: no context took a ready kernel", ps)
 	}
 	// Three takes within the window: the pool refills to three.
 	waitPool(t, m, "the pool to grow to 3", func(ps PoolStats) bool { return ps.Ready+ps.Starting == 3 })
 	waitPool(t, m, "the pool to shrink to 1", func(ps PoolStats) bool { return ps.Ready == 1 && ps.Starting == 0 })
-	p := m.pool(m.Contexts()[0].spec)
+	p := m.warm.get(m.Contexts()[0].spec)
 	p.mu.Lock()
 	armed := p.shrink != nil
 	p.mu.Unlock()
 	if armed {
 		t.Error("a pool at its floor holds a timer")
 	}
-	if ps := m.Pools()[0]; ps.Target != 1 {
+	if ps := m.WarmPools().Stats()[0]; ps.Target != 1 {
 		t.Errorf("pool %+v: target above the floor when idle", ps)
 	}
 }
@@ -292,7 +293,7 @@ func TestSharedAndSandboxContextsFromPool(t *testing.T) {
 	if got := strings.TrimSpace(stdout(e)); got != shared.Workspace().Dir() {
 		t.Errorf("the shared kernel works in %q, want %q", got, shared.Workspace().Dir())
 	}
-	if ps := m.Pools()[0]; ps.Hits != 1 {
+	if ps := m.WarmPools().Stats()[0]; ps.Hits != 1 {
 		t.Fatalf("pool %+v: the shared kernel did not take the ready kernel", ps)
 	}
 
@@ -306,7 +307,7 @@ func TestSharedAndSandboxContextsFromPool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ps := m.Pools()[0]; ps.Hits != 2 {
+	if ps := m.WarmPools().Stats()[0]; ps.Hits != 2 {
 		t.Fatalf("pool %+v: the sandbox's context did not take the ready kernel", ps)
 	}
 	if _, e := run(t, m, ExecuteRequest{Context: c.ID, Code: "import os; open('made-here', 'w').close(); print(os.getcwd())"}); strings.TrimSpace(stdout(e)) != ws.Dir() {

@@ -76,7 +76,7 @@ func (m *Manager) newWorkspace(name string, spec *kernelspecs.Spec) (*workspace.
 		return nil, errorf(ErrKernelStart, "no workspace root: see the gateway's log")
 	}
 	var owner *workspace.Owner
-	_, sb, err := m.isolation(spec)
+	_, sb, err := m.catalog.isolation(spec)
 	if err != nil {
 		return nil, errorf(ErrKernelStart, "%v", err)
 	}
@@ -106,7 +106,7 @@ func (m *Manager) CreateWorkspace(name, language string) (*workspace.Workspace, 
 	if strings.HasPrefix(name, "contexts/") || strings.HasPrefix(name, "runs/") {
 		return nil, errorf(ErrBadRequest, "workspace names below contexts/ and runs/ are the gateway's own")
 	}
-	spec, err := m.languageSpec(language)
+	spec, err := m.catalog.languageSpec(language)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +159,7 @@ func dirEnv(ws *workspace.Workspace) map[string]string {
 }
 
 // pipEnv is the environment pip runs with in a kernel working in ws.
-func (m *Manager) pipEnv(ws *workspace.Workspace) map[string]string {
+func (cat *Catalog) pipEnv(ws *workspace.Workspace) map[string]string {
 	base := filepath.Join(ws.Dir(), ".local")
 	env := map[string]string{
 		"PYTHONUSERBASE":                base,
@@ -169,13 +169,13 @@ func (m *Manager) pipEnv(ws *workspace.Workspace) map[string]string {
 		"PIP_DISABLE_PIP_VERSION_CHECK": "1",
 		"PIP_NO_WARN_SCRIPT_LOCATION":   "1",
 	}
-	if m.cfg.PipIndexURL != "" {
-		env["PIP_INDEX_URL"] = m.cfg.PipIndexURL
+	if cat.cfg.PipIndexURL != "" {
+		env["PIP_INDEX_URL"] = cat.cfg.PipIndexURL
 	}
-	if len(m.cfg.PipFindLinks) > 0 {
-		env["PIP_FIND_LINKS"] = strings.Join(m.cfg.PipFindLinks, " ")
+	if len(cat.cfg.PipFindLinks) > 0 {
+		env["PIP_FIND_LINKS"] = strings.Join(cat.cfg.PipFindLinks, " ")
 	}
-	if m.cfg.PipNoIndex {
+	if cat.cfg.PipNoIndex {
 		env["PIP_NO_INDEX"] = "1"
 	}
 	return env
@@ -184,11 +184,11 @@ func (m *Manager) pipEnv(ws *workspace.Workspace) map[string]string {
 // packageCode is the code a Python kernel working in ws runs once started:
 // pip's variables, and the workspace's package folder on sys.path ahead of
 // the system's (as a user site would be) without running its .pth files.
-func (m *Manager) packageCode(spec *kernelspecs.Spec, ws *workspace.Workspace) string {
+func (cat *Catalog) packageCode(spec *kernelspecs.Spec, ws *workspace.Workspace) string {
 	if ws == nil || !strings.EqualFold(spec.Language, "python") {
 		return ""
 	}
-	env := m.pipEnv(ws)
+	env := cat.pipEnv(ws)
 	envJS, _ := json.Marshal(env)
 	return `def _kg_packages(env):
     import os, sys, site
@@ -354,7 +354,7 @@ func (m *Manager) LanguageInfos() []LanguageInfo {
 	}
 	m.mu.Unlock()
 	var out []LanguageInfo
-	for _, lang := range m.Languages() {
+	for _, lang := range m.catalog.Languages() {
 		spec := m.cfg.Languages[lang]
 		li := LanguageInfo{Language: lang, Kernelspec: spec}
 		if v, ok := known[spec]; ok {
@@ -371,7 +371,7 @@ func (m *Manager) LanguageInfos() []LanguageInfo {
 // deleteWorkspace removes the workspace of a deleted context; at shutdown
 // a context's workspace is kept (its files outlive the gateway where the
 // root is kept), an isolated run's removed.
-func (m *Manager) deleteWorkspace(c *Context) {
+func (c *Context) deleteWorkspace() {
 	// Its kernel is stopped (a kept one's context is not deleted).
 	c.deleteSpare()
 	if c.ws == nil || c.wsBorrowed {
@@ -379,7 +379,7 @@ func (m *Manager) deleteWorkspace(c *Context) {
 	}
 	closing := false
 	select {
-	case <-m.closing:
+	case <-c.m.closing:
 		closing = true
 	default:
 	}
@@ -388,7 +388,7 @@ func (m *Manager) deleteWorkspace(c *Context) {
 		return
 	}
 	if err := c.ws.Delete(); err != nil && !errors.Is(err, workspace.ErrClosed) {
-		m.log.Warn("workspace not removed", "context", c.ID, "err", err)
+		c.m.log.Warn("workspace not removed", "context", c.ID, "err", err)
 	}
 }
 

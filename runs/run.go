@@ -1,4 +1,4 @@
-package sessions
+package runs
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"kernelgate/internal/jsonscan"
+	"kernelgate/jupyter"
 )
 
 // RunState is where a run is in its life.
@@ -73,13 +74,13 @@ type Run struct {
 	// longer changes then): written once for the store and the answer.
 	execJSON []byte
 
-	// set by the context while the run executes
+	// set by its queue (or its driver, SetControls) while the run executes
 	interrupted bool
 	timedOut    bool
 	cancel      func(Reason) // ends a queued run or interrupts a running one
 	input       func(value string) error
 	awaiting    bool // an input_request waits for an answer
-	// set for a command (commands.go): any input is taken, Kill kills
+	// set for a command (Controls): any input is taken, Kill kills
 	// its process group, and exitCode is its exit status once it ended.
 	anyInput   bool
 	kill       func()
@@ -94,7 +95,7 @@ type Run struct {
 	// ps writes the run to the state store (nil: none). kernelID and
 	// msgID name its kernel and execute_request once it is sent.
 	// durable is closed once its record is durable (at once without a
-	// store): its id is handed out only then (promise).
+	// store): its id is handed out only then (Promise).
 	ps          *runStore
 	kernelID    string
 	msgID       string
@@ -107,10 +108,10 @@ type Run struct {
 	wait bool
 
 	observer Observer
-	onEnd    func(*Run)  // the manager's accounting, told once the run ended
+	onEnd    func(*Run)  // the table's accounting, told once the run ended
 	timer    *time.Timer // the timeout, stopped when the run ends
 	kept     int64       // the record's memory, set when the run ends
-	counted  bool        // kept is in the manager's runBytes (guarded by its mu)
+	counted  bool        // kept is in the table's bytes (guarded by its mu)
 }
 
 func newRun(id, context, language, code string, stdin bool, timeout time.Duration, limits Limits) *Run {
@@ -324,15 +325,15 @@ func (r *Run) LastSeq() int {
 	return len(r.events)
 }
 
-// handle folds a kernel message of the run (called from the kernel's
+// Handle folds a kernel message of the run (called from the kernel's
 // reader goroutines).
-func (r *Run) handle(m *Message, ch Channel) {
+func (r *Run) Handle(m *jupyter.Message, ch jupyter.Channel) {
 	r.mu.Lock()
 	if r.state == RunDone {
 		r.mu.Unlock()
 		return
 	}
-	if m.Type() == "input_request" {
+	if m.Type() == jupyter.InputRequest {
 		r.awaiting = true
 	}
 	r.b.message(ch, m)
@@ -340,8 +341,8 @@ func (r *Run) handle(m *Message, ch Channel) {
 	r.persist()
 }
 
-// start marks the run running.
-func (r *Run) start() bool {
+// Start marks the run running.
+func (r *Run) Start() bool {
 	r.mu.Lock()
 	if r.state != RunQueued {
 		r.mu.Unlock()
@@ -354,8 +355,8 @@ func (r *Run) start() bool {
 	return true
 }
 
-// end closes the run with reason; only the first end counts.
-func (r *Run) end(reason Reason, failure error) bool {
+// Finish closes the run with reason; only the first end counts.
+func (r *Run) Finish(reason Reason, failure error) bool {
 	return r.endWith(reason, failure, "")
 }
 
@@ -371,11 +372,11 @@ func (r *Run) drop() {
 		r.b.setError(errorContent{EName: RequestDropped, EValue: "the kernel went idle without answering this run, so its code did not run (or its answer was lost); the kernel and its state are kept", Traceback: []string{}})
 	}
 	r.mu.Unlock()
-	r.end(Errored, nil)
+	r.Finish(Errored, nil)
 }
 
-// lose ends a run whose kernel went away, saying why.
-func (r *Run) lose(why string) { r.endWith(Lost, nil, why) }
+// Lose ends a run whose kernel went away, saying why.
+func (r *Run) Lose(why string) { r.endWith(Lost, nil, why) }
 
 func (r *Run) endWith(reason Reason, failure error, message string) bool {
 	r.mu.Lock()
@@ -415,8 +416,8 @@ func (r *Run) endWith(reason Reason, failure error, message string) bool {
 	return true
 }
 
-// memory is what the finished run's record holds, in bytes.
-func (r *Run) memory() int64 {
+// Memory is what the finished run's record holds, in bytes.
+func (r *Run) Memory() int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.kept
@@ -464,7 +465,124 @@ func (r *Run) Input(value string) error {
 	}
 	r.mu.Unlock()
 	if fn == nil || !(awaiting || r.anyInput) {
-		return errorf(ErrBadRequest, "run %s is not waiting for input", r.ID)
+		return errorf(ErrNotAwaitingInput, "run %s is not waiting for input", r.ID)
 	}
 	return fn(value)
+}
+
+// Controls are how the driver of a run that is not code on a kernel (a
+// command) lets it be stopped and fed.
+type Controls struct {
+	// Cancel stops the run: Interrupted, TimedOut or Killed.
+	Cancel func(Reason)
+	// Input writes to it; with AnyInput any input is taken, not only
+	// answers to an input_request.
+	Input    func(value string) error
+	AnyInput bool
+	// CloseInput ends its input.
+	CloseInput func()
+	// ExitCode: the run is a process of its own that ends with an exit
+	// status (SetExitCode), and Kill cancels it with Killed.
+	ExitCode bool
+}
+
+// SetControls sets how the run is stopped and fed; an ended run keeps none.
+func (r *Run) SetControls(c Controls) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.state == RunDone {
+		return
+	}
+	r.cancel, r.input, r.closeInput, r.anyInput = c.Cancel, c.Input, c.CloseInput, c.AnyInput
+	if c.ExitCode && r.exitCode == nil {
+		r.exitCode = new(int)
+	}
+	if c.ExitCode && c.Cancel != nil {
+		// A process of its own: Kill ends it killed.
+		r.kill = func() { c.Cancel(Killed) }
+	}
+}
+
+// SetExitCode sets the exit status the run ends with (a run with
+// Controls.ExitCode).
+func (r *Run) SetExitCode(code int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.exitCode != nil {
+		*r.exitCode = code
+	}
+}
+
+// SetNotice sets the end's process message, unless the end gives one.
+func (r *Run) SetNotice(notice string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.notice = notice
+}
+
+// Output adds text to stream name (stdout or stderr) of a run.
+func (r *Run) Output(name, text string) {
+	r.mu.Lock()
+	if r.state == RunDone {
+		r.mu.Unlock()
+		return
+	}
+	r.b.stream(name, text)
+	r.mu.Unlock()
+	r.persist()
+}
+
+// stopping notes that the run is being stopped for why (TimedOut or
+// Interrupted): it ends so once its kernel stops it.
+func (r *Run) stopping(why Reason) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if why == TimedOut {
+		r.timedOut = true
+	} else {
+		r.interrupted = true
+	}
+}
+
+// followedReason is how a run followed without its reply (picked up
+// after a restart) ended: as it was stopped, or by its error.
+func (r *Run) followedReason() Reason {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.timedOut:
+		return TimedOut
+	case r.interrupted:
+		return Interrupted
+	case r.b.exec.Error != nil:
+		return Errored
+	}
+	return Completed
+}
+
+// Kill sends SIGKILL to a running command's process group; the run ends
+// "killed". A code run is not a process of its own: Kill interrupts it.
+func (r *Run) Kill() {
+	r.mu.Lock()
+	kill := r.kill
+	r.mu.Unlock()
+	if kill != nil {
+		kill()
+		return
+	}
+	r.Interrupt()
+}
+
+// CloseInput closes a running command's standard input (it reads EOF);
+// false when the run has no open input.
+func (r *Run) CloseInput() bool {
+	r.mu.Lock()
+	closeInput := r.closeInput
+	r.input, r.closeInput = nil, nil
+	r.mu.Unlock()
+	if closeInput == nil {
+		return false
+	}
+	closeInput()
+	return true
 }

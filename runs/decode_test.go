@@ -1,4 +1,4 @@
-package sessions
+package runs
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package sessions
+package runs
 
 import (
 	"fmt"
@@ -8,11 +8,11 @@ import (
 
 // Outgoing is one message for a client, with the channel it came on.
 type Outgoing struct {
-	Channel Channel
-	Msg     *Message
+	Channel jupyter.Channel
+	Msg     *jupyter.Message
 }
 
-// queue holds messages for a client, or for the next client while none is
+// Outbox holds messages for a client, or for the next client while none is
 // connected. Past its limits it keeps a head and a tail of the output
 // messages (stream, display and results): the head is what came first,
 // within half the limits, the tail the newest output within the rest, and
@@ -20,7 +20,7 @@ type Outgoing struct {
 // protocol needs (status, replies, errors) are always kept. Past twice the
 // limits it is over: the holder decides (a client is disconnected, the
 // replay buffer drops everything).
-type queue struct {
+type Outbox struct {
 	maxMsgs, maxBytes int
 	items             []Outgoing // the head, and all while nothing was dropped
 	bytes             int
@@ -32,14 +32,16 @@ type queue struct {
 	dropping   bool
 	dropped    int
 	dropBytes  int
-	dropParent *Message
+	dropParent *jupyter.Message
 }
 
-func newQueue(maxMsgs, maxBytes int) queue { return queue{maxMsgs: maxMsgs, maxBytes: maxBytes} }
+// NewOutbox returns an outbox of at most maxMsgs messages and maxBytes
+// bytes (twice that before it is over).
+func NewOutbox(maxMsgs, maxBytes int) Outbox { return Outbox{maxMsgs: maxMsgs, maxBytes: maxBytes} }
 
 // droppable is output a client can lose without breaking the protocol.
 func droppable(o Outgoing) bool {
-	if o.Channel != IOPub {
+	if o.Channel != jupyter.IOPub {
 		return false
 	}
 	switch o.Msg.Type() {
@@ -49,11 +51,11 @@ func droppable(o Outgoing) bool {
 	return false
 }
 
-// push adds o, dropping older output past the limits; it reports false
-// when the queue is over its hard limit and o was not kept.
-func (q *queue) push(o Outgoing) bool {
+// Push adds o, dropping older output past the limits; it reports false
+// when the outbox is over its hard limit and o was not kept.
+func (q *Outbox) Push(o Outgoing) bool {
 	size := o.Msg.Size()
-	n, bytes := q.len(), q.bytes+q.tailBytes
+	n, bytes := q.Len(), q.bytes+q.tailBytes
 	if n >= 2*q.maxMsgs || bytes+size > 2*q.maxBytes {
 		q.drop(o.Msg, size)
 		return false
@@ -69,7 +71,7 @@ func (q *queue) push(o Outgoing) bool {
 	q.tail = append(q.tail, o)
 	q.tailBytes += size
 	// Drop the oldest output of the tail past the limits.
-	for q.tailStart < len(q.tail) && (q.len() > q.maxMsgs || q.bytes+q.tailBytes > q.maxBytes) {
+	for q.tailStart < len(q.tail) && (q.Len() > q.maxMsgs || q.bytes+q.tailBytes > q.maxBytes) {
 		old := q.tail[q.tailStart]
 		q.tail[q.tailStart] = Outgoing{}
 		q.tailStart++
@@ -93,7 +95,7 @@ func (q *queue) push(o Outgoing) bool {
 
 // startDropping ends the head: its newest output is dropped down to half
 // the limits, leaving the other half to the tail.
-func (q *queue) startDropping() {
+func (q *Outbox) startDropping() {
 	q.dropping = true
 	keep := q.items[:0]
 	var bytes int
@@ -116,7 +118,7 @@ func (q *queue) startDropping() {
 	q.items, q.bytes = keep, bytes
 }
 
-func (q *queue) drop(m *Message, size int) {
+func (q *Outbox) drop(m *jupyter.Message, size int) {
 	q.dropped++
 	q.dropBytes += size
 	if q.dropParent == nil {
@@ -124,24 +126,32 @@ func (q *queue) drop(m *Message, size int) {
 	}
 }
 
-// take removes and returns everything queued: the head, the marker of what
+// Take removes and returns everything queued: the head, the marker of what
 // was dropped, the tail.
-func (q *queue) take() []Outgoing {
+func (q *Outbox) Take() []Outgoing {
 	items := q.items
 	if q.dropped > 0 {
 		if m := q.marker(); m != nil {
-			items = append(items, Outgoing{Channel: IOPub, Msg: m})
+			items = append(items, Outgoing{Channel: jupyter.IOPub, Msg: m})
 		}
 	}
 	items = append(items, q.tail[q.tailStart:]...)
-	*q = queue{maxMsgs: q.maxMsgs, maxBytes: q.maxBytes}
+	*q = Outbox{maxMsgs: q.maxMsgs, maxBytes: q.maxBytes}
 	return items
 }
 
-func (q *queue) len() int { return len(q.items) + len(q.tail) - q.tailStart }
+// Len is how many messages the outbox holds.
+func (q *Outbox) Len() int { return len(q.items) + len(q.tail) - q.tailStart }
+
+// Bytes is what the messages the outbox holds take.
+func (q *Outbox) Bytes() int { return q.bytes + q.tailBytes }
+
+// Dropped reports whether output was dropped since the last Take: Take
+// then returns the marker that says so.
+func (q *Outbox) Dropped() bool { return q.dropped > 0 }
 
 // marker is the stream message that stands where output was dropped.
-func (q *queue) marker() *Message {
+func (q *Outbox) marker() *jupyter.Message {
 	text := fmt.Sprintf("[kernelgate] %d output messages (%d bytes) were dropped here: the client could not keep up or was away too long.\n",
 		q.dropped, q.dropBytes)
 	m, err := jupyter.NewMessage("kernelgate", jupyter.StreamMsg, map[string]string{"name": "stderr", "text": text}, nil)

@@ -1,4 +1,4 @@
-package sessions
+package runs
 
 import (
 	"encoding/json"
@@ -48,6 +48,8 @@ const (
 	Interrupted Reason = "interrupted"
 	TimedOut    Reason = "timed_out"
 	Lost        Reason = "lost"
+	// Killed is how a command ended by Kill ends.
+	Killed Reason = "killed"
 )
 
 // ExecError is the exception the code raised.

@@ -1,4 +1,4 @@
-package sessions
+package runs
 
 import (
 	"encoding/json"
@@ -103,18 +103,18 @@ func TestStartAndEndEventSizes(t *testing.T) {
 // TestRunRecordJSONIsEncodingJSONs: a run record's JSON is json.Marshal's,
 // byte for byte, with the Execution last, whatever its members hold.
 func TestRunRecordJSONIsEncodingJSONs(t *testing.T) {
-	if n := reflect.TypeFor[runRecord]().NumField(); n != 12 {
-		t.Fatalf("runRecord has %d fields; marshalRunRecord writes 12: write the new ones", n)
+	if n := reflect.TypeFor[Record]().NumField(); n != 12 {
+		t.Fatalf("Record has %d fields; marshalRunRecord writes 12: write the new ones", n)
 	}
 	at := time.Date(2026, 12, 6, 23, 59, 1, 123456789, time.UTC)
-	full := runRecord{Context: "ctx <a>", Language: "python", Code: "print(\"&\")\n\x00\u2028bad\xff", Stdin: true,
+	full := Record{Context: "ctx <a>", Language: "python", Code: "print(\"&\")\n\x00\u2028bad\xff", Stdin: true,
 		Created: at, Deadline: at.Add(time.Minute).In(time.FixedZone("x", 3600)), State: RunDone,
 		Kernel: "k-1", MsgID: "m-1", Finished: at.Add(2 * time.Second), Failure: "the kernel <died>"}
 	exec := []byte(`{"id":"r","logs":{"stdout":["2\n"]}}`)
 	for name, c := range map[string]struct {
-		rec  runRecord
+		rec  Record
 		exec []byte
-	}{"empty": {}, "queued": {rec: runRecord{Context: "c", Language: "deno", Code: "1+1", Created: at, State: RunQueued}}, "full": {full, exec}} {
+	}{"empty": {}, "queued": {rec: Record{Context: "c", Language: "deno", Code: "1+1", Created: at, State: RunQueued}}, "full": {full, exec}} {
 		// encoding/json writes the record, and the Execution is put last.
 		want, err := json.Marshal(c.rec)
 		if err != nil {
@@ -127,7 +127,7 @@ func TestRunRecordJSONIsEncodingJSONs(t *testing.T) {
 			t.Errorf("%s: marshalRunRecord wrote\n%s\njson.Marshal writes\n%s", name, got, want)
 		}
 	}
-	if got := marshalRunRecord(runRecord{Created: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}, nil); got != nil {
+	if got := marshalRunRecord(Record{Created: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}, nil); got != nil {
 		t.Errorf("a record json.Marshal cannot write was written: %s", got)
 	}
 }
