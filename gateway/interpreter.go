@@ -30,6 +30,10 @@ type executeBody struct {
 	Env        map[string]*string `json:"env"`
 	Timeout    *float64           `json:"timeout"`
 	Stdin      bool               `json:"stdin"`
+	// Kind is "code" (the default) or "exec": code is then a command
+	// run with /bin/sh -c beside the context's kernel, as
+	// POST /api/contexts/{id}/commands runs it.
+	Kind string `json:"kind"`
 }
 
 // streamFormat is how a run's events are written.
@@ -98,6 +102,13 @@ func (s *Server) execute(c echo.Context) error {
 	}
 	if body.Context != nil && *body.Context == "" {
 		return newError(http.StatusBadRequest, "BAD_REQUEST", `context "" names no context: omit context to run on the shared kernel`)
+	}
+	switch body.Kind {
+	case "", "code":
+	case "exec":
+		return s.executeCommand(c, body, env, timeout)
+	default:
+		return newError(http.StatusBadRequest, "BAD_REQUEST", `kind must be "code" (the default) or "exec" (a command run with /bin/sh -c)`)
 	}
 	req := sessions.ExecuteRequest{
 		Code: *body.Code, Language: body.Language, Kernelspec: body.Kernelspec, Context: deref(body.Context), Isolated: body.Isolated,
@@ -427,4 +438,49 @@ func (s *Server) mintContextToken(c echo.Context) error {
 	// works after a restart.
 	ctx.KeepToken(sessions.ContextToken{Hash: sha256.Sum256([]byte(tok)), Expires: exp})
 	return c.JSON(http.StatusCreated, map[string]string{"token": tok, "expiresAt": timefmt.Format(exp)})
+}
+
+// executeCommand is POST /api/execute with kind "exec": code is a
+// command run with /bin/sh -c beside the kernel of the context named (or
+// of the language's shared context), the same run as a command of
+// POST /api/contexts/{id}/commands, answered as a run of code is.
+func (s *Server) executeCommand(c echo.Context, body executeBody, env map[string]string, timeout time.Duration) error {
+	if *body.Code == "" {
+		return newError(http.StatusBadRequest, "BAD_REQUEST", "code is required: the command to run")
+	}
+	if body.Isolated {
+		return newError(http.StatusBadRequest, "BAD_REQUEST", "an isolated run takes code only: create a context to run a command in")
+	}
+	id := deref(body.Context)
+	if p, _ := c.Get(principalKey).(principal); p.context != "" {
+		if id == "" {
+			return newError(http.StatusForbidden, "FORBIDDEN", "a context token runs commands only in its context: set context")
+		}
+	}
+	if id != "" {
+		if err := s.checkContext(c, id); err != nil {
+			return err
+		}
+	}
+	format := wantStream(c.Request())
+	if body.Stdin && format == noStream {
+		return newError(http.StatusBadRequest, "BAD_REQUEST", "stdin needs a streamed run: send Accept: application/x-ndjson or text/event-stream")
+	}
+	run, err := s.mgr.RunCommand(c.Request().Context(), sessions.CommandRequest{
+		Context: id, Language: body.Language, Kernelspec: body.Kernelspec,
+		Argv: sessions.ShellCommand(*body.Code), Cwd: body.Cwd, Env: env, Timeout: timeout, Stdin: body.Stdin,
+	})
+	if err != nil {
+		return err
+	}
+	c.Response().Header().Set("X-Run-Id", run.ID)
+	if format != noStream {
+		return s.streamRun(c, run, 0, format)
+	}
+	if err := run.Wait(c.Request().Context()); err != nil {
+		return nil
+	}
+	js := run.ExecutionJSON()
+	c.Response().Header().Set(echo.HeaderContentLength, strconv.Itoa(len(js)))
+	return c.JSONBlob(http.StatusOK, js)
 }

@@ -35,7 +35,11 @@ const stdinWriteWait = 2 * time.Second
 
 // CommandRequest is POST /api/contexts/{id}/commands.
 type CommandRequest struct {
-	Context string
+	// Context names the context; empty is the shared context of
+	// Language or Kernelspec (POST /api/execute with kind "exec").
+	Context    string
+	Language   string
+	Kernelspec string
 	// Argv is the program and its arguments (see ShellCommand).
 	Argv []string
 	// Cwd is the working directory, relative to the context's workspace;
@@ -81,7 +85,7 @@ func (m *Manager) RunCommand(ctx context.Context, req CommandRequest) (*runs.Run
 	if req.Timeout < 0 {
 		return nil, errorf(ErrBadRequest, "timeout must be 0 (none) or a number of seconds")
 	}
-	c, err := m.commandContext(req.Context)
+	c, err := m.commandContext(req)
 	if err != nil {
 		return nil, err
 	}
@@ -182,7 +186,11 @@ func commandText(argv []string) string {
 // commandContext returns the context a command runs in: a context, or
 // the shared kernel of a language (code-python, …), made if it has not
 // run code yet.
-func (m *Manager) commandContext(id string) (*Context, error) {
+func (m *Manager) commandContext(req CommandRequest) (*Context, error) {
+	if req.Context == "" {
+		return m.sharedContext(ExecuteRequest{Language: req.Language, Kernelspec: req.Kernelspec})
+	}
+	id := req.Context
 	c, err := m.Context(id)
 	if err == nil || !errors.Is(err, ErrNoSuchContext) {
 		return c, err
