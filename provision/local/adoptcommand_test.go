@@ -119,4 +119,3 @@ func TestAdoptedKernelStartsCommands(t *testing.T) {
 		})
 	}
 }
-
