@@ -89,7 +89,7 @@ func commandRun(t *testing.T, url, id string) (string, cmdExecution) {
 // file the kernel wrote, the context's variable, its folder, HOME, its
 // user and whether it sees the gateway's state directory.
 func adoptedCommandProbe(stateDir string) string {
-	return fmt.Sprintf("cat from-kernel.txt; echo; echo $MY_SETTING; pwd; echo $HOME; id -u; test -e %s && echo state-visible || echo state-hidden", stateDir)
+	return fmt.Sprintf("cat from-kernel.txt; echo; echo $MY_SETTING; pwd; echo $HOME; id -u; ulimit -n; test -e %s && echo state-visible || echo state-hidden", stateDir)
 }
 
 // kernelView is what the kernel itself says of the same: its folder,
@@ -103,6 +103,16 @@ func kernelView(t *testing.T, url, ctx string) []string {
 	}
 	return got
 }
+
+// The limits of the kernels of these tests: open files (RLIMIT_NOFILE)
+// and processes (cgroup).
+const (
+	testNoFile = 1234
+	testPids   = 300
+)
+
+// limitArgs are the flags of those limits.
+var limitArgs = []string{"--kernel-nofile", fmt.Sprint(testNoFile), "--kernel-pids", fmt.Sprint(testPids)}
 
 // checkAdoptedCommands runs commands in ctx, whose kernel is pid, before
 // and after the gateway g is SIGKILLed and started again (by restart) on
@@ -118,7 +128,7 @@ func checkAdoptedCommands(t *testing.T, g *gatewayProcess, restart func() *gatew
 	}
 	probe := adoptedCommandProbe(stateDir) + "; cat /proc/self/cgroup"
 	before := runCommand(t, g.url, ctx, probe+"; exit 3")
-	want := fmt.Sprintf("written by the kernel\nv1\n%s\n%s\n%s\n", view[0], view[1], view[2])
+	want := fmt.Sprintf("written by the kernel\nv1\n%s\n%s\n%s\n%s\n", view[0], view[1], view[2], fmt.Sprint(testNoFile))
 	if sandboxed {
 		want += "state-hidden\n"
 	} else {
@@ -143,13 +153,30 @@ func checkAdoptedCommands(t *testing.T, g *gatewayProcess, restart func() *gatew
 		t.Fatalf("the kernel read the command's file as %+v", e)
 	}
 
-	// A command still running ends when the adopted kernel does (its
-	// cgroup is killed).
 	if !strings.Contains(string(cgroup), "/kernelgate/") {
 		needs.Skip(t, "the kernel is in no cgroup of kernelgate's (no writable cgroups here): %s", cgroup)
 	}
+	// The kernel's process limit holds for a command beside the adopted
+	// kernel: it cannot start testPids processes.
+	status, out := postCommand(t, g2.url, ctx, map[string]any{"timeout": 30,
+		"cmd": fmt.Sprintf("i=0; while [ $i -lt %d ]; do sleep 60 & i=$((i+1)); done; echo started $i", testPids)})
+	var bomb cmdExecution
+	if status != http.StatusOK || json.Unmarshal(out, &bomb) != nil {
+		t.Fatalf("many processes: %d %s", status, out)
+	}
+	if bomb.exit() == "completed/0" || strings.Contains(bomb.stdout(), "started") || !strings.Contains(strings.Join(bomb.Logs.Stderr, ""), "fork") {
+		t.Fatalf("a command beside the adopted kernel started %d processes: %s %q %q", testPids, bomb.exit(), bomb.stdout(), bomb.Logs.Stderr)
+	}
+	waitFor(t, func() bool { return len(procsWithArgs("sleep", "60")) == 0 },
+		"the processes of a command that ended are left: %v", func() []any { return []any{procsWithArgs("sleep", "60")} })
+	if e := execute(t, g2.url, ctx, "kept * 2"); e.text() != "82" {
+		t.Fatalf("the kernel after its command met the process limit: %+v", e)
+	}
+
+	// A command still running ends when the adopted kernel does (its
+	// cgroup is killed).
 	marker := fmt.Sprint(3000 + time.Now().UnixNano()%100000)
-	status, out := postCommand(t, g2.url, ctx, map[string]any{"cmd": []string{"sleep", marker}, "background": true})
+	status, out = postCommand(t, g2.url, ctx, map[string]any{"cmd": []string{"sleep", marker}, "background": true})
 	var bg struct {
 		Run string `json:"run"`
 	}
@@ -203,10 +230,11 @@ func procsWithArgs(argv ...string) []int {
 func TestCommandsBesideAdoptedKernel(t *testing.T) {
 	bin := buildBinary(t)
 	dirs := newRestartDirs(t)
-	g := dirs.start(t, bin, "--pool-size", "0")
+	args := append([]string{"--pool-size", "0"}, limitArgs...)
+	g := dirs.start(t, bin, args...)
 	var c ctxModel
 	call(t, "POST", g.url+"api/contexts", map[string]any{"id": "agent", "language": "python", "env": map[string]string{"MY_SETTING": "v1"}}, 201, &c)
-	g2 := checkAdoptedCommands(t, g, func() *gatewayProcess { return dirs.start(t, bin, "--pool-size", "0") }, "agent", *c.KernelProcessID, dirs.state, false)
+	g2 := checkAdoptedCommands(t, g, func() *gatewayProcess { return dirs.start(t, bin, args...) }, "agent", *c.KernelProcessID, dirs.state, false)
 	if err := g2.kill(t, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +256,7 @@ func TestCommandsBesideAdoptedSandboxedKernel(t *testing.T) {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
-	args := []string{"--pool-size", "0", "--sandbox", "--sandbox-network", "--workspace-root", filepath.Join(root, "workspaces")}
+	args := append([]string{"--pool-size", "0", "--sandbox", "--sandbox-network", "--workspace-root", filepath.Join(root, "workspaces")}, limitArgs...)
 	g := dirs.start(t, bin, args...)
 	var c ctxModel
 	call(t, "POST", g.url+"api/contexts", map[string]any{"id": "boxed", "language": "python", "env": map[string]string{"MY_SETTING": "v1"}}, 201, &c)
