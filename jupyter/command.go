@@ -13,8 +13,8 @@ import (
 // provisioner that can start commands implements (CommandStarter).
 
 // ErrNoCommands is returned for a kernel whose process cannot start
-// commands beside it (one adopted from an earlier gateway, or one whose
-// provisioner has no commands).
+// commands beside it (one adopted from info that says nothing of commands,
+// as an earlier version's, or one whose provisioner has no commands).
 var ErrNoCommands = errors.New("jupyter: this kernel cannot run commands beside it")
 
 // ErrNoProgram is returned for a command whose program is not found.
@@ -28,7 +28,9 @@ type CommandRequest struct {
 	// Dir is the working directory: absolute, and inside the kernel's
 	// working directory for a sandboxed kernel. Empty means the kernel's.
 	Dir string
-	// Env is laid over the kernel's environment.
+	// Env is laid over the kernel's environment. A kernel adopted after a
+	// restart may not know the variables its launch request added (a
+	// local kernel does not keep them): the caller lays them here again.
 	Env map[string]string
 	// PathFirst are folders put ahead of the PATH (Env's, else the
 	// kernel's), as a kernel's setup code may have put them.

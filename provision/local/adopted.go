@@ -62,6 +62,13 @@ func (p *Provisioner) Adopt(ctx context.Context, info jupyter.ProvisionerInfo) (
 			ap.cg.leaves = append(ap.cg.leaves, cgLeaf{cgHierarchy: cgHierarchy{v2: c.V2, controllers: c.Controllers}, dir: c.Dir})
 		}
 	}
+	if li.Command != nil {
+		if ap.plan, err = li.Command.plan(ap.cg, ap.done); err != nil {
+			// The kernel serves all the same; its commands answer
+			// jupyter.ErrNoCommands.
+			p.logger().Warn("an adopted kernel cannot run commands beside it", "pid", li.PID, "err", err)
+		}
+	}
 	if li.Lease != "" {
 		// This gateway answers for the kernel now: its lease is renewed
 		// from here on.
@@ -86,6 +93,7 @@ type adoptedProcess struct {
 	cg    *kernelCgroup
 	w     *pidWatcher
 	guard *orphanGuard // nil unless the kernel has a lease
+	plan  *commandPlan // nil for an info without CommandInfo (commandinfo.go)
 
 	done     chan struct{} // closed when the process has ended
 	watching chan struct{} // closed when watch returns

@@ -45,6 +45,7 @@ var _ jupyter.Command = (*Command)(nil)
 // commandPlan is what a launch keeps to start commands beside its kernel.
 type commandPlan struct {
 	env     map[string]string // the kernel's environment as launched
+	kept    map[string]string // env without the launch request's Env (info)
 	cwd     string            // the kernel's working directory
 	iso     isolation
 	runtime string

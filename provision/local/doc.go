@@ -6,7 +6,7 @@
 // zygote.py), cgroups and rlimits (cgroup.go, limits.go), the bubblewrap
 // sandbox (sandbox*.go), detached kernels adopted again by a later
 // gateway (localinfo.go, adopted.go, orphan.go, sweep.go) and commands
-// started beside a kernel (command.go).
+// started beside a kernel, also once adopted (command.go, commandinfo.go).
 //
 // What it keeps of a kernel to find it again is its Info, the opaque Data
 // of the kernel's jupyter.ProvisionerInfo. Its configuration is the

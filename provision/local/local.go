@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -181,11 +182,16 @@ func (p *Provisioner) Launch(ctx context.Context, req jupyter.LaunchRequest) (ju
 	for k, v := range specEnv {
 		env[k] = v
 	}
+	// What commands beside the kernel keep across a restart (kept, the
+	// kernel's info) lacks the client's variables: they may be secrets,
+	// which the caller keeps and lays over each command's environment.
+	kept := maps.Clone(env)
 	for k, v := range req.Env {
 		env[k] = v
 	}
 	for k, v := range req.DirEnv {
 		env[k] = v
+		kept[k] = v
 	}
 	// ipykernel exits when this process goes away; in a sandbox its
 	// parent is the sandbox's init (pid 1), and --die-with-parent does it.
@@ -202,7 +208,7 @@ func (p *Provisioner) Launch(ctx context.Context, req jupyter.LaunchRequest) (ju
 	if lp.cg, err = iso.cgroup(p.logger(), req.KernelID); err != nil {
 		return fail(fmt.Errorf("%w: cgroup: %v", jupyter.ErrStartFailed, err))
 	}
-	plan := commandPlan{env: env, cwd: cwd, iso: iso, runtime: root, kd: kd, cg: lp.cg}
+	plan := commandPlan{env: env, kept: kept, cwd: cwd, iso: iso, runtime: root, kd: kd, cg: lp.cg}
 	// A Python kernel is forked from its kernelspec's zygote where it can
 	// be (zygote.go); any other starts below.
 	if fp, err := p.launchForked(ctx, req, iso, lp, argv, env, startDir); fp != nil || err != nil {

@@ -54,7 +54,7 @@ func (lp *localProcess) detach(cmd *exec.Cmd, sandboxed bool) error {
 // ProvisionerInfo says how to find and control the kernel again.
 func (lp *localProcess) ProvisionerInfo() (jupyter.ProvisionerInfo, error) {
 	li := &Info{RuntimeDir: lp.dir, OutputFile: lp.outFile, Sandboxed: lp.sandboxed,
-		Bridged: lp.bridge != nil, Detached: lp.detached}
+		Bridged: lp.bridge != nil, Detached: lp.detached, Command: lp.plan.info()}
 	return localInfo(lp.ci, lp.cmd.Process.Pid, lp.done, lp.guard, lp.cg, li)
 }
 

@@ -74,6 +74,10 @@ type Info struct {
 	OrphanTimeout time.Duration `json:"orphanTimeout,omitempty"`
 	WatchdogPID   int           `json:"watchdogPid,omitempty"`
 	WatchdogStart uint64        `json:"watchdogStart,omitempty"`
+	// Command is how to start commands beside the kernel once adopted
+	// (commandinfo.go); nil in the info of an earlier version, whose
+	// kernel then cannot run commands.
+	Command *CommandInfo `json:"command,omitempty"`
 }
 
 // CgroupInfo is one directory of a kernel's cgroup.

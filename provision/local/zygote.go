@@ -997,7 +997,7 @@ func (fp *forkedProcess) Signal(sig syscall.Signal) error {
 
 // ProvisionerInfo says how to find and control the kernel again.
 func (fp *forkedProcess) ProvisionerInfo() (jupyter.ProvisionerInfo, error) {
-	li := &Info{RuntimeDir: fp.dir, OutputFile: fp.outFile, Detached: fp.detached}
+	li := &Info{RuntimeDir: fp.dir, OutputFile: fp.outFile, Detached: fp.detached, Command: fp.plan.info()}
 	return localInfo(fp.ci, fp.pid, fp.done, fp.guard, fp.cg, li)
 }
 
