@@ -143,6 +143,19 @@ func requestURI(r *http.Request) string {
 	return r.URL.RequestURI()
 }
 
-// Forwarded reports whether r claims to be forwarded by a replica (it
-// carries Header, valid or not).
-func Forwarded(r *http.Request) bool { return len(r.Header[Header]) > 0 }
+// Forwarded reports whether a request's headers claim it was forwarded by
+// a replica (they carry Header, valid or not).
+func Forwarded(h http.Header) bool { return len(h[Header]) > 0 }
+
+// Principal is the principal r's Header carries, without verifying it:
+// only for a request whose Verify has passed, where its headers alone
+// are at hand.
+func Principal(h http.Header) ([]byte, bool) {
+	for _, field := range strings.Split(h.Get(Header), ";") {
+		if v, ok := strings.CutPrefix(field, "p="); ok {
+			b, err := base64.RawURLEncoding.DecodeString(v)
+			return b, err == nil
+		}
+	}
+	return nil, false
+}
