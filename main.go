@@ -226,7 +226,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	var sandbox *jupyter.SandboxConfig
 	if cfg.Sandbox {
 		hide := append([]string{}, cfg.SandboxHide...)
-		for _, secret := range []string{cfg.APIKeysFile, cfg.TokenFile} {
+		for _, secret := range []string{cfg.APIKeysFile, cfg.TokenFile, cfg.ClusterSecretFile} {
 			if secret == "" {
 				continue
 			}
@@ -337,6 +337,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		MaxUploadBytes: maxUpload,
 		Metrics:        metrics,
 		MetricsOpen:    cfg.MetricsOpen,
+		ClusterSecret:  cfg.ClusterSecret,
 		ProductVersion: version,
 		Web:            web.Handler(),
 	}, mgr, log)
