@@ -180,12 +180,14 @@ func mcpContext(body []byte) string {
 }
 
 // e2bSandbox is the sandbox an E2B request names: in its path
-// (/e2b/sandboxes/{id}…) or its E2b-Sandbox-Id header.
+// (/e2b/sandboxes/{id}…, /e2b/v2/sandboxes/{id}…) or its E2b-Sandbox-Id
+// header.
 func (s *Server) e2bSandbox(c echo.Context) string {
 	if id := c.Request().Header.Get("E2b-Sandbox-Id"); id != "" {
 		return id
 	}
-	rest, ok := strings.CutPrefix(c.Param("*"), "sandboxes/")
+	p := strings.TrimPrefix(c.Param("*"), "v2/")
+	rest, ok := strings.CutPrefix(p, "sandboxes/")
 	if !ok {
 		return ""
 	}

@@ -227,6 +227,33 @@ func TestReplicaForwardsToTheOwner(t *testing.T) {
 	})
 }
 
+// TestReplicaForwardsE2B: a sandbox B made is reached through A, by its
+// path on the sandbox API and by E2b-Sandbox-Id on its own servers, with
+// E2B's credentials checked by B.
+func TestReplicaForwardsE2B(t *testing.T) {
+	a, b := newReplica(t), newReplica(t)
+	id, tok := e2bSandbox(t, b.testGateway, `{"templateID":"code-interpreter-v1"}`)
+	a.owners.set(KindSandbox, id, b.url)
+	sbx := map[string]string{"E2b-Sandbox-Id": id, "X-Access-Token": tok}
+	status, out := a.doWith("POST", "/e2b/execute", `{"code":"y = 6 * 7\nprint(y)"}`, sbx)
+	if status != http.StatusOK || !strings.Contains(string(out), `42`) {
+		t.Fatalf("execute through A: %d %s", status, out)
+	}
+	if len(sandboxContexts(t, a.testGateway, id)) != 0 || len(sandboxContexts(t, b.testGateway, id)) == 0 {
+		t.Fatal("the sandbox's code ran on A, not on its owner")
+	}
+	status, out = a.doWith("POST", "/e2b/execute", `{"code":"y"}`, map[string]string{"E2b-Sandbox-Id": id, "X-Access-Token": "wrong"})
+	if status != http.StatusUnauthorized {
+		t.Fatalf("a wrong access token through A: %d %s", status, out)
+	}
+	for _, path := range []string{"/e2b/sandboxes/" + id, "/e2b/v2/sandboxes/" + id} {
+		status, out = a.doWith("GET", path, nil, map[string]string{"X-API-KEY": testToken})
+		if status != http.StatusOK || decode[map[string]any](t, out)["sandboxID"] != id {
+			t.Fatalf("GET %s through A: %d %s", path, status, out)
+		}
+	}
+}
+
 // TestReplicaRefusesUnsignedForwards: a request that claims to come from a
 // replica is refused unless the cluster secret's signature checks, even
 // with a valid token; a signed one carries its principal, scopes and all.
