@@ -343,7 +343,30 @@ func TestReplicaOwnerDiesMidStream(t *testing.T) {
 		if len(evs) == 0 || evs[len(evs)-1].Text != "first\n" {
 			t.Fatalf("events before the owner died: %+v", evs)
 		}
-		b.srv.http.Close() // the owner dies: its connections are cut
+		model := decode[sessions.ContextModel](t, mustGet(t, b.testGateway, "/api/contexts/slow"))
+		a.owners.set(KindKernel, *model.KernelID, b.url)
+		ws := a.mustDial(*model.KernelID, true)
+		// The owner dies: its connections are cut, the hijacked ones
+		// (websockets) too.
+		b.srv.http.Close()
+		b.srv.mu.Lock()
+		for c := range b.srv.conns {
+			c.conn.NetConn().Close()
+		}
+		b.srv.mu.Unlock()
+		wsDeadline := time.After(20 * time.Second)
+	drain:
+		for {
+			select {
+			case _, open := <-ws.msgs:
+				if !open { // its reader saw the connection end
+					break drain
+				}
+			case <-wsDeadline:
+				t.Fatal("the websocket relayed through A stays open after its owner died")
+			}
+		}
+		ws.conn.Close()
 		done := make(chan error, 1)
 		go func() { _, err := io.ReadAll(resp.Body); done <- err }()
 		select {
