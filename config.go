@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"kernelgate/forward"
 	"kernelgate/gateway"
 	"kernelgate/jupyter"
 	kubeprov "kernelgate/provision/kubernetes"
@@ -92,6 +93,12 @@ type config struct {
 	// StateURL is --state-url: a postgres:// URL puts the state in
 	// PostgreSQL instead of the state directory's file.
 	StateURL string
+	// ClusterSecretFile is --cluster-secret-file; ClusterSecret is the
+	// secret read from it, or from KERNELGATE_CLUSTER_SECRET (the secret
+	// itself): replicas sign the requests they forward to each other
+	// with it (docs/replicas.md).
+	ClusterSecretFile string
+	ClusterSecret     *forward.Secret
 
 	// Provisioners (docs/kubernetes.md).
 	DefaultProvisioner string
@@ -250,6 +257,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("state-dir")
 	fs.StringVar(&c.StateURL, "state-url", "", "postgres://user:password@host/db: keep the state in PostgreSQL (13 or later) instead of the file of --state-dir, which then holds only the contexts' workspaces; one gateway per database for now")
 	add("state-url")
+	fs.StringVar(&c.ClusterSecretFile, "cluster-secret-file", "", "file holding the secret replicas authenticate each other with (at least 32 bytes, surrounding whitespace ignored; or the secret itself in KERNELGATE_CLUSTER_SECRET); the same on every replica")
+	add("cluster-secret-file")
 	fs.BoolVar(&c.KeepKernels, "keep-kernels", false, "at SIGTERM or SIGINT leave the kernels running and recorded in the state directory, for the next start to adopt (upgrades, rolling restarts); without it they are shut down")
 	add("keep-kernels")
 	fs.DurationVar(&c.OrphanTimeout, "orphan-timeout", localprov.DefaultOrphanTimeout, "how long a kernel left running (--keep-kernels, or a gateway that died) lives on when no gateway adopts it again")
@@ -379,6 +388,21 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 			dir, _ := state.ResolveDir(c.StateDir, true, getenv)
 			if err != nil || dir != def {
 				return nil, fmt.Errorf("give one state store: --state-url (KERNELGATE_STATE_URL) or --state-dir (KERNELGATE_STATE_DIR), not both")
+			}
+		}
+	}
+	if env := getenv("KERNELGATE_CLUSTER_SECRET"); c.ClusterSecretFile != "" || env != "" {
+		var err error
+		switch {
+		case c.ClusterSecretFile != "" && env != "":
+			return nil, fmt.Errorf("give the cluster secret once: --cluster-secret-file or KERNELGATE_CLUSTER_SECRET, not both")
+		case env != "":
+			if c.ClusterSecret, err = forward.NewSecret([]byte(env)); err != nil {
+				return nil, fmt.Errorf("KERNELGATE_CLUSTER_SECRET: %w", err)
+			}
+		default:
+			if c.ClusterSecret, err = forward.LoadSecret(c.ClusterSecretFile); err != nil {
+				return nil, fmt.Errorf("--cluster-secret-file: %w", err)
 			}
 		}
 	}

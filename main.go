@@ -228,7 +228,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	var sandbox *localprov.SandboxConfig
 	if cfg.Sandbox {
 		hide := append([]string{}, cfg.SandboxHide...)
-		for _, secret := range []string{cfg.APIKeysFile, cfg.TokenFile} {
+		for _, secret := range []string{cfg.APIKeysFile, cfg.TokenFile, cfg.ClusterSecretFile} {
 			if secret == "" {
 				continue
 			}
@@ -340,6 +340,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		MaxUploadBytes: maxUpload,
 		Metrics:        metrics,
 		MetricsOpen:    cfg.MetricsOpen,
+		ClusterSecret:  cfg.ClusterSecret,
 		ProductVersion: version,
 		Web:            web.Handler(),
 	}, mgr, log)

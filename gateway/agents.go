@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"kernelgate/e2b"
+	"kernelgate/forward"
 	"kernelgate/mcp"
 )
 
@@ -15,6 +16,15 @@ import (
 
 // mcpAccess maps a request's credentials to what its tool calls may do.
 func (s *Server) mcpAccess(h http.Header) (mcp.Access, error) {
+	if forward.Forwarded(h) {
+		// From another replica, whose signature authenticate checked.
+		p, ok := forwardedPrincipal(h)
+		if !ok {
+			return mcp.Access{}, newError(http.StatusUnauthorized, "UNAUTHORIZED", "a forwarded request carries no principal")
+		}
+		return mcp.Access{Read: p.scopes&ScopeRead != 0, Exec: p.scopes&ScopeExec != 0,
+			Context: p.context, ContextCreated: p.contextCreated}, nil
+	}
 	if !s.authRequired() {
 		return mcp.Access{Read: true, Exec: true}, nil
 	}

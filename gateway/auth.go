@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"kernelgate/forward"
 )
 
 // Scope is what a credential may do.
@@ -238,6 +240,9 @@ func (s *Server) identify(tok string) (p principal, ok, expired bool) {
 // authenticate requires credentials on the routes it guards.
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
+		if forward.Forwarded(c.Request().Header) {
+			return s.fromReplica(c, next)
+		}
 		if !s.authRequired() {
 			c.Set(principalKey, principal{name: "anonymous", scopes: allScopes})
 			return next(c)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"kernelgate/forward"
 	"kernelgate/mcp"
 	"kernelgate/runs"
 	"kernelgate/sessions"
@@ -64,6 +65,10 @@ var errorTable = []struct {
 	{workspace.ErrClosed, http.StatusNotFound, "SESSION_NOT_FOUND"},
 	{workspace.ErrTooLarge, http.StatusRequestEntityTooLarge, "PAYLOAD_TOO_LARGE"},
 	{mcp.ErrReadsBusy, http.StatusTooManyRequests, "RESOURCE_EXHAUSTED"},
+	{forward.ErrBadSignature, http.StatusUnauthorized, "UNAUTHORIZED"},
+	{forward.ErrStale, http.StatusUnauthorized, "UNAUTHORIZED"},
+	{forward.ErrNoSecret, http.StatusUnauthorized, "UNAUTHORIZED"},
+	{forward.ErrUnreachable, http.StatusServiceUnavailable, "UNAVAILABLE"},
 }
 
 // classify maps any error to an apiError: sessions errors by the table,

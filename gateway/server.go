@@ -13,6 +13,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"kernelgate/e2b"
+	"kernelgate/forward"
 	"kernelgate/internal/rawio"
 	"kernelgate/sessions"
 )
@@ -50,6 +51,15 @@ type Config struct {
 	// as its Observer); MetricsOpen serves them without credentials.
 	Metrics     *Metrics
 	MetricsOpen bool
+	// Owners, when set, says which replica owns what a request addresses;
+	// requests for what another replica owns are forwarded to it, signed
+	// with ClusterSecret (replicas.go). Nil: one gateway, nothing
+	// forwarded.
+	Owners Owners
+	// ClusterSecret authenticates replicas to each other
+	// (--cluster-secret-file, KERNELGATE_CLUSTER_SECRET): it signs the
+	// requests this replica forwards and checks those it receives.
+	ClusterSecret *forward.Secret
 
 	testLogger *slog.Logger // tests capture the logs here
 }
@@ -106,6 +116,8 @@ type Server struct {
 	tokens  *tokenStore
 	metrics *Metrics
 	e2b     *e2b.Handler
+	owners  Owners         // nil: one gateway
+	proxy   *forward.Proxy // to the other replicas, with owners
 
 	mu     sync.Mutex
 	conns  map[*wsConn]struct{}
@@ -139,6 +151,7 @@ func New(cfg Config, mgr *sessions.Manager, log *slog.Logger) *Server {
 	e.HTTPErrorHandler = s.errorHandler
 	e.Logger.SetOutput(discard{})
 	s.echo = e
+	s.setupReplicas()
 	s.routes()
 	// The E2B sandboxes an earlier gateway kept, over the contexts the
 	// manager restored.
@@ -193,6 +206,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, c := range conns {
 		c.closeGoingAway()
 	}
+	if s.proxy != nil {
+		s.proxy.Close()
+	}
 	s.wg.Wait()
 	return err
 }
@@ -227,6 +243,10 @@ func (s *Server) routes() {
 
 	read, exec := s.need(ScopeRead, false), s.need(ScopeExec, false)
 	ctxRead, ctxExec := s.need(ScopeRead, true), s.need(ScopeExec, true)
+	// What a route addresses, forwarded to the replica that owns it
+	// (replicas.go); with one gateway these add nothing.
+	byKernel, bySession := s.owned(KindKernel, "id"), s.owned(KindSession, "id")
+	byContext, byRun := s.owned(KindContext, "id"), s.owned(KindRun, "id")
 
 	// Operations: probes without credentials, metrics with read unless open.
 	ops := base.Group("", tag(anySurface))
@@ -250,46 +270,46 @@ func (s *Server) routes() {
 	ja.HEAD("/kernelspecs/:name/*", s.getKernelspecResource, read)
 	ja.GET("/api/kernels", s.listKernels, read)
 	ja.POST("/api/kernels", s.startKernel, exec)
-	ja.GET("/api/kernels/:id", s.getKernel, read)
-	ja.DELETE("/api/kernels/:id", s.deleteKernel, exec)
-	ja.POST("/api/kernels/:id/interrupt", s.interruptKernel, exec)
-	ja.POST("/api/kernels/:id/restart", s.restartKernel, exec)
-	ja.GET("/api/kernels/:id/channels", s.channels, ctxExec)
+	ja.GET("/api/kernels/:id", s.getKernel, read, byKernel)
+	ja.DELETE("/api/kernels/:id", s.deleteKernel, exec, byKernel)
+	ja.POST("/api/kernels/:id/interrupt", s.interruptKernel, exec, byKernel)
+	ja.POST("/api/kernels/:id/restart", s.restartKernel, exec, byKernel)
+	ja.GET("/api/kernels/:id/channels", s.channels, ctxExec, byKernel)
 	ja.GET("/api/sessions", s.listSessions, read)
 	ja.POST("/api/sessions", s.createSession, exec)
-	ja.GET("/api/sessions/:id", s.getSession, read)
-	ja.PATCH("/api/sessions/:id", s.updateSession, exec)
-	ja.DELETE("/api/sessions/:id", s.deleteSession, exec)
+	ja.GET("/api/sessions/:id", s.getSession, read, bySession)
+	ja.PATCH("/api/sessions/:id", s.updateSession, exec, bySession)
+	ja.DELETE("/api/sessions/:id", s.deleteSession, exec, bySession)
 
 	// Code-interpreter surface.
 	ci := base.Group("", tag(apiSurface), s.authenticate)
-	ci.POST("/api/execute", s.execute, ctxExec)
+	ci.POST("/api/execute", s.execute, ctxExec, s.ownedInBody(KindContext, executeContext))
 	ci.POST("/api/contexts", s.createContext, exec)
 	ci.GET("/api/contexts", s.listContexts, read)
-	ci.GET("/api/contexts/:id", s.getContext, ctxRead)
-	ci.DELETE("/api/contexts/:id", s.deleteContext, exec)
-	ci.POST("/api/contexts/:id/interrupt", s.interruptContext, ctxExec)
-	ci.POST("/api/contexts/:id/restart", s.restartContext, ctxExec)
-	ci.POST("/api/contexts/:id/tokens", s.mintContextToken, exec)
-	ci.DELETE("/api/contexts/:id/tokens", s.revokeContextTokens, exec)
+	ci.GET("/api/contexts/:id", s.getContext, ctxRead, byContext)
+	ci.DELETE("/api/contexts/:id", s.deleteContext, exec, byContext)
+	ci.POST("/api/contexts/:id/interrupt", s.interruptContext, ctxExec, byContext)
+	ci.POST("/api/contexts/:id/restart", s.restartContext, ctxExec, byContext)
+	ci.POST("/api/contexts/:id/tokens", s.mintContextToken, exec, byContext)
+	ci.DELETE("/api/contexts/:id/tokens", s.revokeContextTokens, exec, byContext)
 	ci.DELETE("/api/context-tokens", s.revokeAllContextTokens, exec)
-	ci.GET("/api/runs/:id", s.getRun, ctxRead)
-	ci.GET("/api/runs/:id/events", s.runEvents, ctxRead)
-	ci.POST("/api/runs/:id/interrupt", s.interruptRun, ctxExec)
-	ci.POST("/api/runs/:id/input", s.inputRun, ctxExec)
-	ci.POST("/api/runs/:id/kill", s.killRun, ctxExec)
-	ci.POST("/api/contexts/:id/commands", s.runCommand, ctxExec)
+	ci.GET("/api/runs/:id", s.getRun, ctxRead, byRun)
+	ci.GET("/api/runs/:id/events", s.runEvents, ctxRead, byRun)
+	ci.POST("/api/runs/:id/interrupt", s.interruptRun, ctxExec, byRun)
+	ci.POST("/api/runs/:id/input", s.inputRun, ctxExec, byRun)
+	ci.POST("/api/runs/:id/kill", s.killRun, ctxExec, byRun)
+	ci.POST("/api/contexts/:id/commands", s.runCommand, ctxExec, byContext)
 	ci.GET("/api/languages", s.listLanguages, read)
-	ci.GET("/api/contexts/:id/files", s.listFiles, ctxRead)
-	ci.GET("/api/contexts/:id/files/*", s.getFile, ctxRead)
-	ci.HEAD("/api/contexts/:id/files/*", s.getFile, ctxRead)
-	ci.PUT("/api/contexts/:id/files/*", s.putFile, ctxExec)
-	ci.DELETE("/api/contexts/:id/files/*", s.deleteFile, ctxExec)
+	ci.GET("/api/contexts/:id/files", s.listFiles, ctxRead, byContext)
+	ci.GET("/api/contexts/:id/files/*", s.getFile, ctxRead, byContext)
+	ci.HEAD("/api/contexts/:id/files/*", s.getFile, ctxRead, byContext)
+	ci.PUT("/api/contexts/:id/files/*", s.putFile, ctxExec, byContext)
+	ci.DELETE("/api/contexts/:id/files/*", s.deleteFile, ctxExec, byContext)
 
 	// Agents: MCP over Streamable HTTP, with the API's credentials.
 	ag := base.Group("", tag(apiSurface), s.authenticate)
 	// The transport is stateless: no session to GET a stream of or DELETE.
-	ag.POST("/mcp", echo.WrapHandler(s.mcpHandler()))
+	ag.POST("/mcp", echo.WrapHandler(s.mcpHandler()), s.ownedInBody(KindContext, mcpContext))
 	// E2B's SDK: its own headers, checked by the handler.
 	s.e2b = s.e2bHandler()
 	e2bPrefix := strings.TrimSuffix(s.cfg.BaseURL, "/") + "/e2b"
@@ -300,7 +320,7 @@ func (s *Server) routes() {
 		e2bStrip.ServeHTTP(download{c.Response()}, c.Request())
 		return nil
 	}
-	base.Any("/e2b/*", e2bH, tag(apiSurface))
+	base.Any("/e2b/*", e2bH, tag(apiSurface), s.e2bFromReplica, s.ownedBy(KindSandbox, s.e2bSandbox))
 
 	if s.cfg.Web != nil {
 		w := echo.WrapHandler(http.StripPrefix(strings.TrimSuffix(s.cfg.BaseURL, "/"), s.cfg.Web))
