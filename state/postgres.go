@@ -296,8 +296,14 @@ func (p *Postgres) keepLock(conn *pgxpool.Conn) {
 		select {
 		case <-p.stopped:
 			if conn != nil {
-				// Unlocked by closing the connection, not returned to the
-				// pool holding the lock.
+				// Unlocked first, so that the database is free when Close
+				// returns (a closed connection's backend lets its locks go
+				// only once it has noticed), then closed rather than
+				// returned to the pool, in case the unlock did not get
+				// through.
+				ctx, cancel := context.WithTimeout(context.Background(), 3*lockTick)
+				_, _ = conn.Exec(ctx, "SELECT pg_advisory_unlock_all()")
+				cancel()
 				conn.Conn().Close(context.Background())
 				conn.Release()
 			}
