@@ -22,7 +22,8 @@ import (
 // and renames it into place) against cp of the same file followed by an
 // fsync, and a GET of it into a file (the harness splices the body from
 // its socket into the file) against a plain cp, and a GET into /dev/null
-// against cp into /dev/null; interleaved, with
+// against cp into /dev/null; the download into a file also against dd's
+// read/write copy (cp and cat copy inside the kernel here), and its CPU; interleaved, with
 // the gateway's peak RSS growth over the transfers. The workspaces and the
 // copies live on the same disk (the system's temporary folder).
 func (b *bench) benchFiles(ctx context.Context) error {
@@ -50,10 +51,10 @@ func (b *bench) benchFiles(ctx context.Context) error {
 	if err := resetPeak(b.kg.pid()); err != nil {
 		return err
 	}
-	var up, upCp, down, downCp, null, nullCp sample
+	var up, upCp, down, downCp, downDd, null, nullCp, cpuDown, cpuGw, cpuCp, cpuDd sample
 	for i := 0; i < b.opt.filesRuns; i++ {
 		progress("files: run %d of %d", i+1, b.opt.filesRuns)
-		d, err := measure(func() error { return cpFile(src, filepath.Join(dir, "cp-sync.bin"), true) })
+		d, err := measure(func() error { _, err := cpFile(src, filepath.Join(dir, "cp-sync.bin"), true); return err })
 		if err != nil {
 			return err
 		}
@@ -63,24 +64,43 @@ func (b *bench) benchFiles(ctx context.Context) error {
 			return err
 		}
 		up = append(up, d)
-		d, err = measure(func() error { return cpFile(src, filepath.Join(dir, "cp.bin"), false) })
+		var cpu time.Duration
+		d, err = measure(func() (err error) { cpu, err = cpFile(src, filepath.Join(dir, "cp.bin"), false); return err })
 		if err != nil {
 			return err
 		}
 		downCp = append(downCp, d)
-		// The copy's gigabyte of dirty pages goes before the download
+		cpuCp = append(cpuCp, cpu)
+		// Each copy's gigabyte of dirty pages goes before the next copy
 		// starts, as nothing was left to write back when cp started:
-		// otherwise the download's writes share the disk with that
+		// otherwise the next one's writes share the disk with that
 		// writeback, which cp never does.
 		os.Remove(filepath.Join(dir, "cp.bin"))
+		// A copy through a process's memory (read, write), as a program
+		// that does not ask the kernel to copy for it would make.
+		d, err = measure(func() (err error) { cpu, err = ddFile(src, filepath.Join(dir, "dd.bin")); return err })
+		if err != nil {
+			return err
+		}
+		downDd = append(downDd, d)
+		cpuDd = append(cpuDd, cpu)
+		os.Remove(filepath.Join(dir, "dd.bin"))
+		// The download's CPU: the gateway's and this process's (the
+		// client's splicing, and on loopback the TCP work the kernel
+		// does in either).
+		g0, _ := cpuTime(b.kg.pid())
+		s0 := selfCPU()
 		d, err = measure(func() error { return b.kg.download(fctx, id, "data.bin", filepath.Join(dir, "down.bin"), size) })
 		if err != nil {
 			return err
 		}
+		g1, _ := cpuTime(b.kg.pid())
 		down = append(down, d)
+		cpuDown = append(cpuDown, g1-g0+selfCPU()-s0)
+		cpuGw = append(cpuGw, g1-g0)
 		os.Remove(filepath.Join(dir, "down.bin"))
 		// Both discarding: cp into /dev/null, the body spliced there.
-		d, err = measure(func() error { return cpFile(src, os.DevNull, false) })
+		d, err = measure(func() error { _, err := cpFile(src, os.DevNull, false); return err })
 		if err != nil {
 			return err
 		}
@@ -104,9 +124,14 @@ func (b *bench) benchFiles(ctx context.Context) error {
 		ratios: fmt.Sprintf("kernelgate/cp %.2f", rate(up.p50())/rate(upCp.p50())),
 	})
 	b.add(row{
-		figure: "files: download " + label + " (GET, the body spliced into a file; vs cp into a file, same filesystem), MiB/s p50",
-		kg:     fmt.Sprintf("%.0f", rate(down.p50())), direct: fmt.Sprintf("%.0f (cp)", rate(downCp.p50())),
-		ratios: fmt.Sprintf("kernelgate/cp %.2f", rate(down.p50())/rate(downCp.p50())),
+		figure: "files: download " + label + " (GET, the body spliced into a file; vs cp, and dd's read/write copy, into a file, same filesystem; sources in the page cache), MiB/s p50",
+		kg:     fmt.Sprintf("%.0f", rate(down.p50())), direct: fmt.Sprintf("%.0f (cp) / %.0f (dd)", rate(downCp.p50()), rate(downDd.p50())),
+		ratios: fmt.Sprintf("kernelgate/cp %.2f, kernelgate/dd %.2f", rate(down.p50())/rate(downCp.p50()), rate(down.p50())/rate(downDd.p50())),
+	})
+	b.add(row{
+		figure: "files: download " + label + " into a file, CPU (gateway + client, of which the gateway; vs cp, dd), ms p50",
+		kg:     fmt.Sprintf("%.0f (gateway %.0f)", ms(cpuDown.p50()), ms(cpuGw.p50())), direct: fmt.Sprintf("%.0f (cp) / %.0f (dd)", ms(cpuCp.p50()), ms(cpuDd.p50())),
+		ratios: fmt.Sprintf("kernelgate/cp %.2f×", float64(cpuDown.p50())/float64(cpuCp.p50())),
 	})
 	b.add(row{
 		figure: "files: download " + label + ", both discarding (GET, the body spliced into /dev/null; vs cp into /dev/null), MiB/s p50",
@@ -136,20 +161,35 @@ func writeRandom(path string, size int64) error {
 	return f.Close()
 }
 
-// cpFile runs cp, then fsyncs the copy when sync is set.
-func cpFile(src, dst string, sync bool) error {
-	if out, err := exec.Command("cp", src, dst).CombinedOutput(); err != nil {
-		return fmt.Errorf("cp: %v: %s", err, out)
-	}
-	if !sync {
-		return nil
+// cpFile runs cp, then fsyncs the copy when sync is set; it returns cp's
+// CPU time.
+func cpFile(src, dst string, sync bool) (time.Duration, error) {
+	cpu, err := runCPU(exec.Command("cp", src, dst))
+	if err != nil || !sync {
+		return cpu, err
 	}
 	f, err := os.OpenFile(dst, os.O_WRONLY, 0)
 	if err != nil {
-		return err
+		return cpu, err
 	}
 	defer f.Close()
-	return f.Sync()
+	return cpu, f.Sync()
+}
+
+// ddFile copies src to dst with dd in 256 KiB blocks: read into the
+// process, written out (no copy_file_range, unlike cp and cat here).
+// It returns dd's CPU time.
+func ddFile(src, dst string) (time.Duration, error) {
+	return runCPU(exec.Command("dd", "if="+src, "of="+dst, "bs=256K", "status=none"))
+}
+
+// runCPU runs cmd and returns its CPU time (user + system).
+func runCPU(cmd *exec.Cmd) (time.Duration, error) {
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("%s: %v: %s", filepath.Base(cmd.Path), err, out)
+	}
+	return cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime(), nil
 }
 
 // upload PUTs the file src as path of context id.
