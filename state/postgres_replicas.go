@@ -281,3 +281,19 @@ func (p *Postgres) LeaseOwner(ctx context.Context, kernel string) (Lease, error)
 	}
 	return l, nil
 }
+
+// PeerKernels returns how many kernels the other replicas run: those
+// whose lease another replica holds, unlapsed. A kernel counts from its
+// owner's acquisition until its release, or until its lease lapses one
+// lease after its owner last renewed (a dead owner's kernels count that
+// long, then the adopter's lease counts them). One statement, on the
+// leases table alone (one row per kernel ever owned).
+func (p *Postgres) PeerKernels(ctx context.Context) (int, error) {
+	if p.replica == "" {
+		return 0, ErrNotReplica
+	}
+	var n int
+	err := p.pool.QueryRow(ctx, `SELECT count(*) FROM leases
+		WHERE owner <> '' AND owner <> $1 AND expires_at > now()`, p.replica).Scan(&n)
+	return n, p.replicaCall(err)
+}
