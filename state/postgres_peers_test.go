@@ -48,9 +48,60 @@ func TestPostgresPeerKernels(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	one := openPG(t, srv.CreateDB("one"), PostgresOptions{})
+	one := openPG(t, srv.CreateDB("peersone"), PostgresOptions{})
 	defer one.Close()
 	if _, err := one.PeerKernels(ctx); !errors.Is(err, ErrNotReplica) {
 		t.Errorf("PeerKernels of a one-gateway store: %v, want ErrNotReplica", err)
+	}
+}
+
+// TestPostgresLeaseClaimed: a kernel is claimed while a replica holds
+// its lease and for grace after it lapsed; never when it was never
+// owned or was released.
+func TestPostgresLeaseClaimed(t *testing.T) {
+	srv := pgtest.Start(t)
+	url := srv.CreateDB("claimed")
+	ctx := context.Background()
+	a := openPG(t, url, PostgresOptions{Replica: "a"})
+	defer a.Close()
+	b := openPG(t, url, PostgresOptions{Replica: "b"})
+	defer b.Close()
+	claimed := func(kernel string, grace time.Duration) bool {
+		t.Helper()
+		c, err := b.LeaseClaimed(ctx, kernel, grace)
+		must(t, err)
+		return c
+	}
+	held, err := a.AcquireLease(ctx, "held", time.Minute)
+	must(t, err)
+	if !claimed("held", time.Microsecond) {
+		t.Error("a kernel whose lease a holds is not claimed")
+	}
+	if claimed("never", time.Hour) {
+		t.Error("a kernel never owned is claimed")
+	}
+	_, err = a.AcquireLease(ctx, "lapsed", 50*time.Millisecond)
+	must(t, err)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := b.LeaseOwner(ctx, "lapsed")
+		if errors.Is(err, ErrNoLease) {
+			break
+		}
+		must(t, err)
+		if time.Now().After(deadline) {
+			t.Fatal("the lease did not lapse in 10 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !claimed("lapsed", time.Hour) {
+		t.Error("a kernel whose lease lapsed within the grace is not claimed")
+	}
+	if claimed("lapsed", time.Microsecond) {
+		t.Error("a kernel whose lease lapsed before the grace is claimed")
+	}
+	must(t, a.ReleaseLease(ctx, held.Fence()))
+	if claimed("held", time.Hour) {
+		t.Error("a released kernel is claimed")
 	}
 }

@@ -297,3 +297,14 @@ func (p *Postgres) PeerKernels(ctx context.Context) (int, error) {
 		WHERE owner <> '' AND owner <> $1 AND expires_at > now()`, p.replica).Scan(&n)
 	return n, p.replicaCall(err)
 }
+
+// LeaseClaimed says whether a replica holds the kernel's lease, or held
+// it until less than grace ago without releasing it (its owner died or
+// froze, and another replica may still adopt the kernel). One
+// statement. A kernel never owned, or released, is claimed by no one.
+func (p *Postgres) LeaseClaimed(ctx context.Context, kernel string, grace time.Duration) (bool, error) {
+	var claimed bool
+	err := p.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM leases WHERE kernel_id = $1
+		AND owner <> '' AND expires_at > now() - $2 * interval '1 microsecond')`, kernel, micros(grace)).Scan(&claimed)
+	return claimed, p.replicaCall(err)
+}

@@ -47,6 +47,11 @@ type Provisioner struct {
 	// namespaces) never touch each other's pods.
 	Release string
 	Logger  *slog.Logger
+	// Owned, set when replicas share one database, says whether a
+	// replica owns the kernel or may still adopt it: Sweep leaves its pod
+	// and Secret alone. nil (one gateway): every kernel Sweep is not told
+	// to keep is an orphan.
+	Owned func(ctx context.Context, kernelID string) (bool, error)
 
 	cancel  context.CancelFunc
 	factory informers.SharedInformerFactory
@@ -373,6 +378,10 @@ func (p *Provisioner) Adopt(ctx context.Context, info jupyter.ProvisionerInfo) (
 // Sweep deletes the kernel pods of the release whose kernel id keep does
 // not hold, and Secrets left without their pod. It runs before the
 // gateway starts kernels: the Secret of a pod being created would go too.
+// With replicas (Owned set) a kernel another replica owns, or may still
+// adopt, is not an orphan: its pod and Secret stay (so a replica must
+// own a kernel before it creates its Secret), and so do those of a kernel
+// whose ownership cannot be checked now.
 func (p *Provisioner) Sweep(ctx context.Context, keep map[string]bool) (int, error) {
 	cached, err := p.cachedPods()
 	if err != nil {
@@ -385,7 +394,7 @@ func (p *Provisioner) Sweep(ctx context.Context, keep map[string]bool) (int, err
 	live := map[string]bool{}
 	n := 0
 	for _, pod := range pods {
-		if keep[pod.Labels[LabelKernelID]] {
+		if keep[pod.Labels[LabelKernelID]] || p.owned(ctx, pod.Labels[LabelKernelID]) {
 			live[pod.Name] = true
 			continue
 		}
@@ -400,11 +409,26 @@ func (p *Provisioner) Sweep(ctx context.Context, keep map[string]bool) (int, err
 		return n, accessError("list secrets", p.Namespace, err)
 	}
 	for _, s := range secrets.Items {
-		if !live[s.Name] {
+		if !live[s.Name] && !p.owned(ctx, s.Labels[LabelKernelID]) {
 			if err := p.deleteSecret(ctx, s.Name); err != nil {
 				p.log().Warn("kernel secret not deleted", "secret", s.Name, "err", err)
 			}
 		}
 	}
 	return n, nil
+}
+
+// owned says whether a replica owns the kernel or may adopt it; when
+// that cannot be known it is taken as owned (a pod left is swept later,
+// a pod deleted is a kernel lost).
+func (p *Provisioner) owned(ctx context.Context, kernelID string) bool {
+	if p.Owned == nil {
+		return false
+	}
+	owned, err := p.Owned(ctx, kernelID)
+	if err != nil {
+		p.log().Warn("kernel pod kept: its owner is unknown", "kernel", kernelID, "err", err)
+		return true
+	}
+	return owned
 }
