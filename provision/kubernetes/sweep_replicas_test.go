@@ -5,6 +5,7 @@ package kubernetes
 import (
 	"context"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -18,11 +19,14 @@ import (
 	"kernelgate/state"
 )
 
-// TestSweepLeavesOtherReplicasPods: on a real control plane, replica a
-// runs two kernel pods, one of a kernel whose lease it holds and one
-// with no owner; replica b starting on the same release and database
-// sweeps with Owned from the leases (LeaseClaimed): a's kernel pod and
-// its Secret stay (and its kernel still answers), the orphan's go.
+// TestSweepLeavesOtherReplicasPods: on a real control plane, live
+// replica a runs two kernel pods, one of a kernel whose lease it holds
+// and one with no lease (a warm-pool kernel, or one whose lease is not
+// taken yet), and replica c, which is not live, left one with no owner;
+// replica b starting on the same release and database sweeps with
+// Owned from the leases (LeaseClaimed) and LiveReplica from the
+// replicas table: a's pods and Secrets stay (their kernels running),
+// the orphan's go.
 func TestSweepLeavesOtherReplicasPods(t *testing.T) {
 	srv := pgtest.Start(t)
 	url := srv.CreateDB("sweep")
@@ -37,6 +41,9 @@ func TestSweepLeavesOtherReplicasPods(t *testing.T) {
 		return s
 	}
 	storeA, storeB := open("a"), open("b")
+	if err := storeA.JoinReplicas(ctx, "http://a:8888"); err != nil {
+		t.Fatal(err)
+	}
 
 	cp := k8stest.Start(t)
 	k8stest.StartNode(t, cp, k8stest.NodeConfig{Images: map[string]k8stest.Image{testImage: {}}})
@@ -46,7 +53,12 @@ func TestSweepLeavesOtherReplicasPods(t *testing.T) {
 	cfg := cp.ServiceAccount(t, ns, "kernelgate", role)
 	provisioner := func(s *state.Postgres) *Provisioner {
 		p := &Provisioner{Client: k8s.NewForConfigOrDie(cfg), Config: cfg, Namespace: ns, Release: "replicas",
-			Owned: func(ctx context.Context, id string) (bool, error) { return s.LeaseClaimed(ctx, id, 20*time.Second) }}
+			Replica: s.Replica(),
+			Owned:   func(ctx context.Context, id string) (bool, error) { return s.LeaseClaimed(ctx, id, 20*time.Second) },
+			LiveReplica: func(ctx context.Context, id string) (bool, error) {
+				live, err := s.LiveReplicas(ctx, time.Minute)
+				return slices.ContainsFunc(live, func(r state.Replica) bool { return r.ID == id }), err
+			}}
 		if err := p.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -59,9 +71,14 @@ func TestSweepLeavesOtherReplicasPods(t *testing.T) {
 		"provisioner_name": "kubernetes-provisioner",
 		"config":           map[string]any{"image": testImage, "command": []string{os.Args[0], "kernel-entry"}},
 	}}
-	const owned, orphan = "0b7e2c4a-1d3f-4e5a-9b6c-7d8e9f0a1b2c", "9c8d7e6f-5a4b-4c3d-8e2f-1a0b9c8d7e6f"
-	launch := func(id string) *podProcess {
-		proc, err := a.Launch(ctx, jupyter.LaunchRequest{KernelID: id, Spec: &spec, Kind: "context"})
+	const (
+		owned    = "0b7e2c4a-1d3f-4e5a-9b6c-7d8e9f0a1b2c"
+		unleased = "5d4c3b2a-1f0e-4d9c-8b7a-6f5e4d3c2b1a"
+		orphan   = "9c8d7e6f-5a4b-4c3d-8e2f-1a0b9c8d7e6f"
+	)
+	c := provisioner(open("c")) // never joined: not live
+	launch := func(by *Provisioner, id string) *podProcess {
+		proc, err := by.Launch(ctx, jupyter.LaunchRequest{KernelID: id, Spec: &spec, Kind: "context"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -72,8 +89,9 @@ func TestSweepLeavesOtherReplicasPods(t *testing.T) {
 	if _, err := storeA.AcquireLease(ctx, owned, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	ownedProc := launch(owned)
-	orphanProc := launch(orphan)
+	ownedProc := launch(a, owned)
+	unleasedProc := launch(a, unleased)
+	orphanProc := launch(c, orphan)
 
 	b := provisioner(storeB)
 	n, err := b.Sweep(ctx, nil)
@@ -95,13 +113,19 @@ func TestSweepLeavesOtherReplicasPods(t *testing.T) {
 		}
 		return pod, len(secrets.Items) > 0
 	}
-	if pod, secret := exists(owned); !pod || !secret {
-		t.Errorf("the pod of a kernel a owns: pod %v, Secret %v after b's sweep; want both kept", pod, secret)
-	}
-	select {
-	case <-ownedProc.Done():
-		t.Errorf("a's kernel process ended after b's sweep")
-	default:
+	for _, k := range []struct {
+		id   string
+		proc *podProcess
+		what string
+	}{{owned, ownedProc, "a kernel whose lease a holds"}, {unleased, unleasedProc, "a kernel live replica a runs with no lease"}} {
+		if pod, secret := exists(k.id); !pod || !secret {
+			t.Errorf("the pod of %s: pod %v, Secret %v after b's sweep; want both kept", k.what, pod, secret)
+		}
+		select {
+		case <-k.proc.Done():
+			t.Errorf("the process of %s ended after b's sweep", k.what)
+		default:
+		}
 	}
 	select {
 	case <-orphanProc.Done():
