@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
@@ -37,9 +38,11 @@ func TestDeployManifests(t *testing.T) {
 		svc     corev1.Service
 		np      networkingv1.NetworkPolicy
 		cm      corev1.ConfigMap
+		pdb     policyv1.PodDisruptionBudget
+		pvc     corev1.PersistentVolumeClaim
 	)
 	targets := map[string]any{"ServiceAccount": &sa, "Role": &role, "RoleBinding": &binding, "Deployment": &dep,
-		"Service": &svc, "NetworkPolicy": &np, "ConfigMap": &cm}
+		"Service": &svc, "NetworkPolicy": &np, "ConfigMap": &cm, "PodDisruptionBudget": &pdb, "PersistentVolumeClaim": &pvc}
 	seen := map[string]bool{}
 	files, _ := filepath.Glob("deploy/kubernetes/*.yaml")
 	for _, f := range files {
@@ -136,10 +139,23 @@ func TestDeployManifests(t *testing.T) {
 	for _, e := range gwc.Env {
 		env[e.Name] = cmp.Or(e.Value, "set-from-"+e.Name)
 	}
+	if _, ok := env["KERNELGATE_STATE_URL"]; ok {
+		env["KERNELGATE_STATE_URL"] = "postgres://kernelgate@kernelgate-postgres/kernelgate" // as its Secret would
+	}
 	if len(gwc.Args) == 0 || gwc.Args[0] != "serve" {
 		t.Fatalf("the gateway container runs %v, not serve", gwc.Args)
 	}
-	c, err := parseConfig(gwc.Args[1:], func(k string) string { return env[k] }, &bytes.Buffer{})
+	// The cluster secret's file is mounted from its Secret: here, a file
+	// of the same kind.
+	secretFile := filepath.Join(t.TempDir(), "secret")
+	os.WriteFile(secretFile, []byte("0123456789abcdef0123456789abcdef\n"), 0o600)
+	args := slices.Clone(gwc.Args[1:])
+	for i, a := range args {
+		if strings.HasPrefix(a, "--cluster-secret-file=") {
+			args[i] = "--cluster-secret-file=" + secretFile
+		}
+	}
+	c, err := parseConfig(args, func(k string) string { return env[k] }, &bytes.Buffer{})
 	if err != nil {
 		t.Fatalf("the gateway's args: %v", err)
 	}
@@ -161,6 +177,90 @@ func TestDeployManifests(t *testing.T) {
 			t.Errorf("the gateway keeps state in %s, which its read-only root filesystem does not let it write", dir)
 		}
 	}
+	checkReplicas(t, &dep, &pdb, &pvc, c)
+}
+
+// checkReplicas: the Deployment runs three replicas on one PostgreSQL
+// (the URL from a Secret), a PodDisruptionBudget keeps two of them, each
+// is ready only once it serves (/readyz), advertises its pod IP, reads
+// the cluster secret from a Secret's file, and keeps the workspaces on
+// a ReadWriteMany claim; nothing cluster-wide is asked for.
+func checkReplicas(t *testing.T, dep *appsv1.Deployment, pdb *policyv1.PodDisruptionBudget, pvc *corev1.PersistentVolumeClaim, c *config) {
+	t.Helper()
+	if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 3 {
+		t.Errorf("the Deployment runs %d replicas, want 3", ptrOr(dep.Spec.Replicas, 1))
+	}
+	if dep.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
+		t.Error("the Deployment recreates: every replica stops at once")
+	}
+	gw := dep.Spec.Template.Labels
+	if pdb.Spec.Selector == nil || !labelsMatch(pdb.Spec.Selector.MatchLabels, gw) {
+		t.Errorf("the PodDisruptionBudget does not select the gateway: %+v", pdb.Spec.Selector)
+	}
+	if !(pdb.Spec.MaxUnavailable != nil && pdb.Spec.MaxUnavailable.IntValue() == 1) &&
+		!(pdb.Spec.MinAvailable != nil && pdb.Spec.MinAvailable.IntValue() == 2) {
+		t.Errorf("the PodDisruptionBudget allows %v unavailable, %v available; want at most 1 down of 3", pdb.Spec.MaxUnavailable, pdb.Spec.MinAvailable)
+	}
+	gwc := dep.Spec.Template.Spec.Containers[0]
+	if p := gwc.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/readyz" {
+		t.Errorf("readiness probe %+v, want GET /readyz", p)
+	}
+	env := map[string]corev1.EnvVar{}
+	for _, e := range gwc.Env {
+		env[e.Name] = e
+	}
+	if e := env["KERNELGATE_STATE_URL"]; e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.Value != "" {
+		t.Errorf("KERNELGATE_STATE_URL %+v, want it from a Secret", e)
+	}
+	if c.StateURL == "" {
+		t.Error("the gateway's state is not in PostgreSQL")
+	}
+	adv := env["KERNELGATE_ADVERTISE_URL"].Value
+	ipVar := ""
+	for name, e := range env {
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP" {
+			ipVar = name
+		}
+	}
+	if ipVar == "" || !strings.Contains(adv, "$("+ipVar+")") {
+		t.Errorf("KERNELGATE_ADVERTISE_URL %q is not the pod IP (downward API status.podIP)", adv)
+	}
+	volumes := map[string]corev1.Volume{}
+	for _, v := range dep.Spec.Template.Spec.Volumes {
+		volumes[v.Name] = v
+	}
+	mountedFrom := func(path string) (corev1.Volume, bool) {
+		for _, m := range gwc.VolumeMounts {
+			if path == m.MountPath || strings.HasPrefix(path, m.MountPath+"/") {
+				return volumes[m.Name], true
+			}
+		}
+		return corev1.Volume{}, false
+	}
+	if c.ClusterSecretFile == "" {
+		t.Error("no --cluster-secret-file")
+	}
+	for _, a := range gwc.Args {
+		if f, ok := strings.CutPrefix(a, "--cluster-secret-file="); ok {
+			if v, ok := mountedFrom(f); !ok || v.Secret == nil {
+				t.Errorf("--cluster-secret-file %s is not mounted from a Secret", f)
+			}
+		}
+	}
+	if v, ok := mountedFrom(c.WorkspaceRoot); c.WorkspaceRoot == "" || !ok || v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != pvc.Name {
+		t.Errorf("--workspace-root %q is not on the claim %s", c.WorkspaceRoot, pvc.Name)
+	}
+	if !slices.Contains(pvc.Spec.AccessModes, corev1.ReadWriteMany) {
+		t.Errorf("the workspaces' claim is %v, want ReadWriteMany (every replica mounts it)", pvc.Spec.AccessModes)
+	}
+}
+
+// ptrOr is *p, or def when p is nil.
+func ptrOr[T any](p *T, def T) T {
+	if p == nil {
+		return def
+	}
+	return *p
 }
 
 // labelsMatch says whether selector selects labels.

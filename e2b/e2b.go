@@ -72,6 +72,12 @@ type Config struct {
 	MaxBodyBytes   int64
 	MaxUploadBytes int64
 	Logger         *slog.Logger
+	// Owned, set when replicas share one database, says whether this
+	// replica acts for the sandbox (it owns the kernel of the sandbox's
+	// default context). A sandbox it does not own is neither timed out
+	// nor dropped by Restore here: its owner does both. nil (one
+	// gateway): every sandbox is this process's.
+	Owned func(ctx context.Context, sandboxID string) (bool, error)
 }
 
 // envdVersion is the envd version sandboxes report: the SDK picks its wire
@@ -457,10 +463,37 @@ func (h *Handler) expire(sb *sandbox) {
 	h.mu.Lock()
 	due := h.sandboxes[sb.id] == sb && !time.Now().Before(sb.end)
 	h.mu.Unlock()
-	if due {
+	if !due {
+		return
+	}
+	switch owned, err := h.owned(context.Background(), sb.id); {
+	case err != nil:
+		// Asked again shortly: a sandbox is killed by its owner only.
+		h.cfg.Logger.Warn("e2b sandbox timed out, its owner unknown: asked again", "sandbox", sb.id, "err", err)
+		h.mu.Lock()
+		if h.sandboxes[sb.id] == sb && !sb.gone {
+			sb.timer = time.AfterFunc(ownerRetry, func() { h.expire(sb) })
+		}
+		h.mu.Unlock()
+	case !owned:
+		h.cfg.Logger.Info("e2b sandbox timed out: left to the replica that owns it", "sandbox", sb.id)
+	default:
 		h.cfg.Logger.Info("e2b sandbox timed out", "sandbox", sb.id)
 		h.kill(sb.id)
 	}
+}
+
+// ownerRetry is how soon a timeout whose sandbox's owner could not be
+// found is tried again.
+const ownerRetry = 5 * time.Second
+
+// owned says whether this process acts for the sandbox (Config.Owned;
+// always without replicas).
+func (h *Handler) owned(ctx context.Context, id string) (bool, error) {
+	if h.cfg.Owned == nil {
+		return true, nil
+	}
+	return h.cfg.Owned(ctx, id)
 }
 
 func (h *Handler) listSandboxes(w http.ResponseWriter, r *http.Request) {

@@ -135,6 +135,9 @@ type RestoreReport struct {
 	// (their timeout ran out while no gateway ran, or their contexts did
 	// not come back).
 	Restored, Dropped int
+	// Elsewhere are the sandboxes left to the replica that owns them
+	// (Config.Owned).
+	Elsewhere int
 	// Orphans are the contexts deleted whose sandbox has no record (a
 	// crash between the two writes of a create or a kill).
 	Orphans int
@@ -168,6 +171,16 @@ func (h *Handler) Restore(ctx context.Context) (RestoreReport, error) {
 	now := time.Now()
 	for _, rec := range snap.Sandboxes {
 		kept[rec.ID] = true
+		if validID(rec.ID) {
+			// Another replica's sandbox (or one whose owner is unknown
+			// now) is its owner's to serve, time out or drop.
+			owned, err := h.owned(ctx, rec.ID)
+			if err != nil || !owned {
+				h.cfg.Logger.Info("e2b sandbox left to the replica that owns it", "sandbox", rec.ID, "err", err)
+				rep.Elsewhere++
+				continue
+			}
+		}
 		why := ""
 		var sb *sandbox
 		switch {

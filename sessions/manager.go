@@ -29,6 +29,13 @@ type Config struct {
 	// MaxKernels bounds the kernel processes at once: starting, running,
 	// pooled or being stopped (0: no bound). See slots.go.
 	MaxKernels int
+	// PeerKernels, set when replicas share one database, says how many
+	// kernels the other replicas run (state.Postgres.PeerKernels): then
+	// MaxKernels bounds the cluster's kernels, this manager's places plus
+	// theirs. nil (one gateway): only this manager's. It is called with
+	// no lock held, before each kernel start and each pool refill while
+	// MaxKernels is set.
+	PeerKernels func(ctx context.Context) (int, error)
 	// StartTimeout bounds a kernel start.
 	StartTimeout time.Duration
 	// RestartLimit is how many times a dying kernel is restarted within

@@ -177,6 +177,13 @@ func (p *pool) stop(ctx context.Context, k *Kernel) {
 // refill starts kernels until the pool holds its target, or no place is
 // free.
 func (p *pool) refill() {
+	// The other replicas' kernels, asked before p.mu is taken; when the
+	// store cannot say, the pool waits for its next refill.
+	peers, err := p.m.peerKernels(p.m.closingCtx)
+	if err != nil {
+		p.m.log.Warn("warm pool not refilled", "spec", p.spec.Name, "err", err)
+		return
+	}
 	now := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -187,7 +194,7 @@ func (p *pool) refill() {
 			return
 		default:
 		}
-		if !p.m.claimPooled() {
+		if !p.m.claimPooled(peers) {
 			return
 		}
 		// A start still going when the manager closes, or evicted to

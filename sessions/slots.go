@@ -1,6 +1,9 @@
 package sessions
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // Places under MaxKernels. Every kernel process counts while it may run:
 // the manager's kernels (starting, running, dead but listed), the warm
@@ -9,6 +12,12 @@ import "context"
 // when the pool holds the place it needs, a pooled kernel is stopped to
 // make room, rather than the user getting ErrTooManyKernels while a pool
 // kernel idles.
+//
+// With replicas (Config.PeerKernels) the other replicas' kernels take
+// places too: their number is asked of the store before each check,
+// holding no lock. Two replicas starting a kernel at the same moment may
+// both see the last place free: the cluster-wide bound is exact only
+// between starts that do not overlap.
 
 // Lock order: a pool's p.mu may be held while these take m.mu (take,
 // refill, evict), never the reverse: nothing here calls into a pool while
@@ -28,6 +37,10 @@ func (m *Manager) freedLocked() {
 // for its process, or for a kernel already being stopped, to be gone.
 func (m *Manager) reserve(ctx context.Context, k *Kernel) error {
 	for {
+		peers, err := m.peerKernels(ctx)
+		if err != nil {
+			return err
+		}
 		m.mu.Lock()
 		if m.closed {
 			m.mu.Unlock()
@@ -37,13 +50,15 @@ func (m *Manager) reserve(ctx context.Context, k *Kernel) error {
 			m.mu.Unlock()
 			return errorf(ErrConflict, "kernel id %s is in use", k.id)
 		}
-		if m.cfg.MaxKernels <= 0 || m.usedLocked() < m.cfg.MaxKernels {
+		if m.cfg.MaxKernels <= 0 || m.usedLocked()+peers < m.cfg.MaxKernels {
 			m.kernels[k.id] = k
 			m.mu.Unlock()
 			return nil
 		}
 		stopping, room := m.stopping, m.room
 		m.mu.Unlock()
+		// Only this manager's places can be waited for: a pooled kernel
+		// stopped, or one being stopped.
 		if !m.warm.evict() && stopping == 0 {
 			return errorf(ErrTooManyKernels, "the limit of %d kernels is reached; shut one down or try later", m.cfg.MaxKernels)
 		}
@@ -53,6 +68,19 @@ func (m *Manager) reserve(ctx context.Context, k *Kernel) error {
 			return errorf(ErrTooManyKernels, "the limit of %d kernels is reached and no place was freed in time; shut one down or try later", m.cfg.MaxKernels)
 		}
 	}
+}
+
+// peerKernels is the number of kernels the other replicas run, 0 for a
+// single gateway or with no limit.
+func (m *Manager) peerKernels(ctx context.Context) (int, error) {
+	if m.cfg.MaxKernels <= 0 || m.cfg.PeerKernels == nil {
+		return 0, nil
+	}
+	n, err := m.cfg.PeerKernels(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("sessions: counting the other replicas' kernels: %w", err)
+	}
+	return n, nil
 }
 
 // forget removes k from the kernels; its place is free at once (k has no
@@ -91,12 +119,12 @@ func (m *Manager) stopped() {
 }
 
 // claimPooled takes a place for a pool kernel about to start, if one is
-// free: the pool never takes the last places from users, it only fills
-// what is free.
-func (m *Manager) claimPooled() bool {
+// free counting peers places taken by the other replicas: the pool never
+// takes the last places from users, it only fills what is free.
+func (m *Manager) claimPooled(peers int) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed || m.cfg.MaxKernels > 0 && m.usedLocked() >= m.cfg.MaxKernels {
+	if m.closed || m.cfg.MaxKernels > 0 && m.usedLocked()+peers >= m.cfg.MaxKernels {
 		return false
 	}
 	m.pooled++

@@ -281,3 +281,30 @@ func (p *Postgres) LeaseOwner(ctx context.Context, kernel string) (Lease, error)
 	}
 	return l, nil
 }
+
+// PeerKernels returns how many kernels the other replicas run: those
+// whose lease another replica holds, unlapsed. A kernel counts from its
+// owner's acquisition until its release, or until its lease lapses one
+// lease after its owner last renewed (a dead owner's kernels count that
+// long, then the adopter's lease counts them). One statement, on the
+// leases table alone (one row per kernel ever owned).
+func (p *Postgres) PeerKernels(ctx context.Context) (int, error) {
+	if p.replica == "" {
+		return 0, ErrNotReplica
+	}
+	var n int
+	err := p.pool.QueryRow(ctx, `SELECT count(*) FROM leases
+		WHERE owner <> '' AND owner <> $1 AND expires_at > now()`, p.replica).Scan(&n)
+	return n, p.replicaCall(err)
+}
+
+// LeaseClaimed says whether a replica holds the kernel's lease, or held
+// it until less than grace ago without releasing it (its owner died or
+// froze, and another replica may still adopt the kernel). One
+// statement. A kernel never owned, or released, is claimed by no one.
+func (p *Postgres) LeaseClaimed(ctx context.Context, kernel string, grace time.Duration) (bool, error) {
+	var claimed bool
+	err := p.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM leases WHERE kernel_id = $1
+		AND owner <> '' AND expires_at > now() - $2 * interval '1 microsecond')`, kernel, micros(grace)).Scan(&claimed)
+	return claimed, p.replicaCall(err)
+}

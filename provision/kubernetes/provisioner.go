@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/informers"
 	k8s "k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -47,6 +48,19 @@ type Provisioner struct {
 	// namespaces) never touch each other's pods.
 	Release string
 	Logger  *slog.Logger
+	// Owned, set when replicas share one database, says whether a
+	// replica owns the kernel or may still adopt it: Sweep leaves its pod
+	// and Secret alone. nil (one gateway): every kernel Sweep is not told
+	// to keep is an orphan.
+	Owned func(ctx context.Context, kernelID string) (bool, error)
+	// Replica, set when replicas share one database, is this replica's
+	// id (a label value: up to 63 letters, digits, '-', '_' or '.'): the
+	// pods and Secrets it creates carry it (LabelReplica). LiveReplica
+	// says whether a replica of that id is live: Sweep leaves what a live
+	// replica other than this one created, warm-pool pods and pods whose
+	// lease is not taken yet included.
+	Replica     string
+	LiveReplica func(ctx context.Context, replicaID string) (bool, error)
 
 	cancel  context.CancelFunc
 	factory informers.SharedInformerFactory
@@ -84,6 +98,9 @@ func (p *Provisioner) log() *slog.Logger {
 func (p *Provisioner) Start(ctx context.Context) error {
 	if p.Release == "" {
 		p.Release = "kernelgate"
+	}
+	if errs := validation.IsValidLabelValue(p.Replica); len(errs) > 0 {
+		return fmt.Errorf("kubernetes-provisioner: replica id %q is not a label value: %s", p.Replica, strings.Join(errs, "; "))
 	}
 	opts := metav1.ListOptions{LabelSelector: p.selector().String(), Limit: 1}
 	if _, err := p.Client.CoreV1().Pods(p.Namespace).List(ctx, opts); err != nil {
@@ -193,7 +210,7 @@ func (p *Provisioner) Launch(ctx context.Context, req jupyter.LaunchRequest) (ju
 	}
 	pp := podParams{
 		Name: podName(req.KernelID), Namespace: p.Namespace, Release: p.Release,
-		KernelID: req.KernelID, Kind: req.Kind, Spec: req.Spec, Config: cfg, Env: req.Env,
+		KernelID: req.KernelID, Kind: req.Kind, Spec: req.Spec, Config: cfg, Env: req.Env, Replica: p.Replica,
 	}
 	if m, ok := req.Options.(memoryLimiter); ok {
 		pp.MemoryBytes = m.MemoryLimit()
@@ -373,6 +390,10 @@ func (p *Provisioner) Adopt(ctx context.Context, info jupyter.ProvisionerInfo) (
 // Sweep deletes the kernel pods of the release whose kernel id keep does
 // not hold, and Secrets left without their pod. It runs before the
 // gateway starts kernels: the Secret of a pod being created would go too.
+// With replicas (Owned set) a kernel another replica owns, or may still
+// adopt, is not an orphan: its pod and Secret stay (so a replica must
+// own a kernel before it creates its Secret), and so do those of a kernel
+// whose ownership cannot be checked now.
 func (p *Provisioner) Sweep(ctx context.Context, keep map[string]bool) (int, error) {
 	cached, err := p.cachedPods()
 	if err != nil {
@@ -384,8 +405,9 @@ func (p *Provisioner) Sweep(ctx context.Context, keep map[string]bool) (int, err
 	}
 	live := map[string]bool{}
 	n := 0
+	others := map[string]bool{} // replica id: live, asked once per sweep
 	for _, pod := range pods {
-		if keep[pod.Labels[LabelKernelID]] {
+		if keep[pod.Labels[LabelKernelID]] || p.owned(ctx, pod.Labels, others) {
 			live[pod.Name] = true
 			continue
 		}
@@ -400,11 +422,42 @@ func (p *Provisioner) Sweep(ctx context.Context, keep map[string]bool) (int, err
 		return n, accessError("list secrets", p.Namespace, err)
 	}
 	for _, s := range secrets.Items {
-		if !live[s.Name] {
+		if !live[s.Name] && !p.owned(ctx, s.Labels, others) {
 			if err := p.deleteSecret(ctx, s.Name); err != nil {
 				p.log().Warn("kernel secret not deleted", "secret", s.Name, "err", err)
 			}
 		}
 	}
 	return n, nil
+}
+
+// owned says whether a replica owns the kernel of a pod or Secret of
+// these labels or may adopt it, or whether a live replica other than
+// this one created it (live caches the answers of LiveReplica). When
+// that cannot be known it is taken as owned (a pod left is swept later,
+// a pod deleted is a kernel lost).
+func (p *Provisioner) owned(ctx context.Context, labels map[string]string, live map[string]bool) bool {
+	if by := labels[LabelReplica]; by != "" && by != p.Replica && p.LiveReplica != nil {
+		alive, asked := live[by]
+		if !asked {
+			var err error
+			if alive, err = p.LiveReplica(ctx, by); err != nil {
+				p.log().Warn("kernel pod kept: whether its replica is live is unknown", "replica", by, "err", err)
+				alive = true
+			}
+			live[by] = alive
+		}
+		if alive {
+			return true
+		}
+	}
+	if p.Owned == nil {
+		return false
+	}
+	owned, err := p.Owned(ctx, labels[LabelKernelID])
+	if err != nil {
+		p.log().Warn("kernel pod kept: its owner is unknown", "kernel", labels[LabelKernelID], "err", err)
+		return true
+	}
+	return owned
 }

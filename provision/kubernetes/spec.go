@@ -29,6 +29,9 @@ const (
 	LabelRelease   = "kernelgate.io/release"
 	LabelKernelID  = "kernelgate.io/kernel-id"
 	LabelKind      = "kernelgate.io/kind"
+	// LabelReplica names the replica that created the pod (with
+	// replicas: Provisioner.Replica).
+	LabelReplica   = "kernelgate.io/replica"
 	AnnotationSpec = "kernelgate.io/kernelspec"
 	AnnotationEnv  = "kernelgate.io/env"
 
@@ -127,6 +130,7 @@ func podName(kernelID string) string {
 type podParams struct {
 	Name, Namespace, Release string
 	KernelID, Kind           string
+	Replica                  string // "" without replicas
 	Spec                     *kernelspecs.Spec
 	Config                   *SpecConfig
 	Env                      map[string]string // the request's allowed env
@@ -138,13 +142,17 @@ func (pp podParams) labels() map[string]string {
 	if kind == "" {
 		kind = "jupyter"
 	}
-	return map[string]string{
+	l := map[string]string{
 		LabelManagedBy: managedBy,
 		LabelComponent: "kernel",
 		LabelRelease:   pp.Release,
 		LabelKernelID:  pp.KernelID,
 		LabelKind:      kind,
 	}
+	if pp.Replica != "" {
+		l[LabelReplica] = pp.Replica
+	}
+	return l
 }
 
 func ptr[T any](v T) *T { return &v }
