@@ -16,8 +16,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/google/uuid"
 
 	"kernelgate/gateway"
 	"kernelgate/jupyter"
@@ -162,20 +165,24 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	// store, and storeID naming it to the kernels launched for it (see
 	// localprov.Provisioner.StateID): "" without one.
 	var store state.Store
+	var replicaStore *state.Postgres // a replica's store, nil otherwise
 	storeID := ""
 	if cfg.StateURL != "" {
 		// The database keeps the records; the state directory only the
 		// contexts' workspaces.
 		octx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		pg, err := state.OpenPostgres(octx, cfg.StateURL, state.PostgresOptions{Options: state.Options{Logger: log}})
+		// Every gateway on the database is a replica of the others
+		// (docs/replicas.md), under an id of its own for this process.
+		pg, err := state.OpenPostgres(octx, cfg.StateURL, state.PostgresOptions{Options: state.Options{Logger: log}, Replica: uuid.NewString()})
 		cancel()
 		if err != nil {
 			return fmt.Errorf("--state-url: %w", err)
 		}
 		defer pg.Close()
 		store = pg
+		replicaStore = pg
 		storeID = "postgres:" + pg.Where()
-		log.Info("state kept in PostgreSQL", "db", pg.Where(), "workspaces_dir", stateDir, "keep_kernels", cfg.KeepKernels, "orphan_timeout", cfg.OrphanTimeout)
+		log.Info("state kept in PostgreSQL", "db", pg.Where(), "replica", pg.Replica(), "workspaces_dir", stateDir, "keep_kernels", cfg.KeepKernels, "orphan_timeout", cfg.OrphanTimeout)
 	} else if stateDir != "" {
 		bolt, err := state.Open(filepath.Join(stateDir, state.FileName), state.Options{Logger: log})
 		if err != nil {
@@ -259,6 +266,40 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	if kube != nil {
 		defer kube.Stop()
 	}
+	// Listening starts before the state is restored (requests wait for
+	// serving to begin): a replica advertises its address as it joins.
+	l, err := net.Listen("tcp", cfg.addr())
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	var rep *replica
+	var lostTo atomic.Pointer[sessions.Manager]
+	if replicaStore != nil {
+		if cfg.Cluster.URL, err = advertiseURL(cfg.Cluster.URL, l.Addr()); err != nil {
+			return err
+		}
+		rep, err = joinReplicas(replicaStore, cfg.Cluster, log, func(lost []state.Fence) {
+			if m := lostTo.Load(); m != nil {
+				m.LeasesLost(lost)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			lctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := rep.leave(lctx); err != nil {
+				log.Warn("replica row not removed: the others stop seeing this one within the lease", "err", err)
+			}
+		}()
+		log.Info("serving as a replica", "replica", replicaStore.Replica(), "advertise_url", rep.URL(), "lease", cfg.Cluster.Lease)
+	}
+	var ownership sessions.Ownership
+	if rep != nil {
+		ownership = rep
+	}
 	mgr := sessions.New(sessions.Config{
 		DefaultKernel: cfg.DefaultKernel,
 		MaxKernels:    cfg.MaxKernels,
@@ -291,7 +332,9 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		PipNoIndex:       cfg.PipNoIndex,
 		MaxKernelFrame:   maxFrame,
 		Store:            store,
+		Ownership:        ownership,
 	}, specs, prov, log)
+	lostTo.Store(mgr)
 	restored, err := mgr.Restore(context.Background())
 	if err != nil {
 		mgr.Close(context.Background())
@@ -345,14 +388,6 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		Web:            web.Handler(),
 	}, mgr, log)
 
-	l, err := net.Listen("tcp", cfg.addr())
-	if err != nil {
-		stop()
-		<-warmed
-		mgr.Close(context.Background())
-		localprov.StopZygotes()
-		return err
-	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 

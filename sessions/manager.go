@@ -124,6 +124,9 @@ type Config struct {
 	// checkpoint gathers writes; idle kernels write nothing and wake
 	// nothing.
 	CheckpointInterval time.Duration
+	// Ownership is the leases this replica holds when several gateways
+	// serve one store (nil: a single gateway).
+	Ownership Ownership
 }
 
 // DefaultConfig returns the defaults.
@@ -508,6 +511,10 @@ type Status struct {
 	LastActivity string `json:"last_activity"`
 	Kernels      int    `json:"kernels"`
 	Connections  int    `json:"connections"`
+	// Replica is this replica's advertised URL and Replicas the live
+	// ones', when several gateways serve one store (omitted otherwise).
+	Replica  string   `json:"replica,omitempty"`
+	Replicas []string `json:"replicas,omitempty"`
 }
 
 // Status reports the kernels, connections and latest activity.
@@ -523,7 +530,11 @@ func (m *Manager) Status() Status {
 		conns += len(k.clients)
 		k.mu.Unlock()
 	}
-	return Status{Started: timefmt.Format(m.started), LastActivity: timefmt.Format(last), Kernels: len(ks), Connections: conns}
+	st := Status{Started: timefmt.Format(m.started), LastActivity: timefmt.Format(last), Kernels: len(ks), Connections: conns}
+	if o := m.cfg.Ownership; o != nil {
+		st.Replica, st.Replicas = o.URL(), o.Replicas()
+	}
+	return st
 }
 
 // cull shuts down idle kernels.

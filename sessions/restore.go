@@ -67,6 +67,10 @@ func (m *Manager) Restore(ctx context.Context) (RestoreReport, error) {
 	}
 	t0 := time.Now()
 	rt := restoration{m}
+	if m.cfg.Ownership != nil {
+		owned := rt.owned(ctx, *snap)
+		snap = &owned
+	}
 
 	// The contexts say which kernels of the lazy policy are theirs; the
 	// others (warm pool, isolated runs) end.

@@ -1,0 +1,142 @@
+package sessions
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"kernelgate/state"
+)
+
+// Ownership is this gateway's part among several replicas on one store
+// (docs/replicas.md): the leases it holds on kernels. Config.Ownership
+// nil is a single gateway: it owns every kernel it has, and nothing of
+// this file costs anything.
+type Ownership interface {
+	// URL is the address the other replicas reach this one at.
+	URL() string
+	// Replicas are the advertised URLs of the live replicas, this one
+	// among them.
+	Replicas() []string
+	// Acquire takes the kernel's lease for this replica under a new
+	// epoch and keeps it renewed; state.ErrLeaseHeld when another
+	// replica holds it.
+	Acquire(ctx context.Context, kernel string) (state.Fence, error)
+	// Fence is the fence to write the kernel's records under while this
+	// replica holds its lease; false otherwise.
+	Fence(kernel string) (state.Fence, bool)
+	// Release gives the kernel's lease up (a kernel shut down, or left
+	// running for another replica to adopt).
+	Release(ctx context.Context, kernel string) error
+	// Lease is how long a lease lives without a renewal.
+	Lease() time.Duration
+}
+
+// replicaURL is this replica's advertised URL, or "" for a single
+// gateway (the models then carry no "replica").
+func (m *Manager) replicaURL() string {
+	if m.cfg.Ownership == nil {
+		return ""
+	}
+	return m.cfg.Ownership.URL()
+}
+
+// owned keeps of snap what this replica may take over: the kernels whose
+// lease it acquires (a new term), and the contexts, Jupyter sessions and
+// runs of those kernels; what another replica holds is left to it,
+// untouched, in the store. Contexts without a kernel are kept too.
+func (rt restoration) owned(ctx context.Context, snap state.Snapshot) state.Snapshot {
+	o := rt.m.cfg.Ownership
+	others := map[string]bool{} // kernels another replica holds
+	var out state.Snapshot
+	var held []state.Kernel
+	for _, rec := range snap.Kernels {
+		if _, err := o.Acquire(ctx, rec.ID); err != nil {
+			held = append(held, rec)
+			continue
+		}
+		out.Kernels = append(out.Kernels, rec)
+	}
+	// A lease held may be a dead replica's (this gateway restarted after
+	// a crash): it lapses within one lease unless its holder renews it.
+	if len(held) > 0 {
+		rt.m.log.Info("waiting one lease for the kernels other replicas held: those not renewed are taken over", "kernels", len(held), "lease", o.Lease())
+		select {
+		case <-time.After(o.Lease()):
+		case <-ctx.Done():
+		}
+	}
+	for _, rec := range held {
+		if _, err := o.Acquire(ctx, rec.ID); err != nil {
+			others[rec.ID] = true
+			rt.m.log.Debug("kernel left to the replica that holds it", "kernel", rec.ID, "err", err)
+			continue
+		}
+		out.Kernels = append(out.Kernels, rec)
+	}
+	theirs := map[string]bool{} // contexts of those kernels
+	for _, rec := range snap.Contexts {
+		if others[rec.KernelID] {
+			theirs[rec.ID] = true
+			continue
+		}
+		out.Contexts = append(out.Contexts, rec)
+	}
+	for _, rec := range snap.Sessions {
+		if !others[rec.KernelID] {
+			out.Sessions = append(out.Sessions, rec)
+		}
+	}
+	out.Sandboxes = snap.Sandboxes
+	for _, rec := range snap.Runs {
+		var of struct {
+			Context string `json:"context"`
+			Kernel  string `json:"kernel"`
+		}
+		if json.Unmarshal(rec.Data, &of) == nil && (theirs[of.Context] || others[of.Kernel]) {
+			continue
+		}
+		out.Runs = append(out.Runs, rec)
+	}
+	return out
+}
+
+// LeasesLost is told of the kernel leases this replica no longer holds
+// (cluster.Keeper's callback).
+func (m *Manager) LeasesLost(lost []state.Fence) {
+	for _, f := range lost {
+		m.log.Warn("kernel lease lost: another replica may own the kernel now", "kernel", f.Kernel, "epoch", f.Epoch)
+	}
+}
+
+// ownTimeout bounds taking a kernel's lease.
+const ownTimeout = 10 * time.Second
+
+// own takes the lease of a kernel this replica is about to start or
+// adopt, unless it holds it already. A single gateway owns every kernel.
+func (m *Manager) own(kernel string) error {
+	o := m.cfg.Ownership
+	if o == nil {
+		return nil
+	}
+	if _, ok := o.Fence(kernel); ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(m.closingCtx, ownTimeout)
+	defer cancel()
+	_, err := o.Acquire(ctx, kernel)
+	return err
+}
+
+// disown gives up the lease of a kernel shut down.
+func (m *Manager) disown(ctx context.Context, kernel string) {
+	o := m.cfg.Ownership
+	if o == nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ownTimeout)
+	defer cancel()
+	if err := o.Release(rctx, kernel); err != nil {
+		m.log.Warn("kernel lease not released: it lapses within the lease", "kernel", kernel, "err", err)
+	}
+}
