@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"kernelgate/cluster"
 	"kernelgate/gateway"
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
@@ -273,13 +275,15 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer l.Close()
-	var rep *replica
+	var rep *cluster.Replica
 	var lostTo atomic.Pointer[sessions.Manager]
 	if replicaStore != nil {
 		if cfg.Cluster.URL, err = advertiseURL(cfg.Cluster.URL, l.Addr()); err != nil {
 			return err
 		}
-		rep, err = joinReplicas(replicaStore, cfg.Cluster, log, func(lost []state.Fence) {
+		ccfg := cfg.Cluster
+		ccfg.Logger = log
+		rep, err = cluster.Start(replicaStore, ccfg, func(lost []state.Fence) {
 			if m := lostTo.Load(); m != nil {
 				m.LeasesLost(lost)
 			}
@@ -290,11 +294,11 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		defer func() {
 			lctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			if err := rep.leave(lctx); err != nil {
+			if err := rep.Leave(lctx); err != nil {
 				log.Warn("replica row not removed: the others stop seeing this one within the lease", "err", err)
 			}
 		}()
-		log.Info("serving as a replica", "replica", replicaStore.Replica(), "advertise_url", rep.URL(), "lease", cfg.Cluster.Lease)
+		log.Info("serving as a replica", "replica", replicaStore.Replica(), "advertise_url", rep.URL(), "lease", rep.Lease())
 	}
 	var ownership sessions.Ownership
 	if rep != nil {
@@ -496,4 +500,27 @@ func isLoopback(ip string) bool {
 	}
 	p := net.ParseIP(ip)
 	return p != nil && p.IsLoopback()
+}
+
+// advertiseURL is the URL the other replicas reach this one at: given,
+// else the listen address (the host's name when listening on every
+// address).
+func advertiseURL(given string, addr net.Addr) (string, error) {
+	if given != "" {
+		u, err := url.Parse(given)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return "", fmt.Errorf("--advertise-url %q: want http://host:port or https://host:port", given)
+		}
+		return u.Scheme + "://" + u.Host, nil
+	}
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "", err
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		if host, err = os.Hostname(); err != nil {
+			return "", fmt.Errorf("--advertise-url: listening on every address and the host has no name (%v): set --advertise-url", err)
+		}
+	}
+	return "http://" + net.JoinHostPort(host, port), nil
 }

@@ -323,7 +323,7 @@ func New(cfg Config, specs *kernelspecs.Catalog, prov jupyter.Provisioner, log *
 	}
 	m.closingCtx, m.cancelClosing = context.WithCancel(context.Background())
 	m.openWorkspaces()
-	m.records = &records{store: cfg.Store, log: log, cfg: &m.cfg, active: make(chan struct{}, 1)}
+	m.records = &records{store: cfg.Store, writer: m.writer, log: log, cfg: &m.cfg, active: make(chan struct{}, 1)}
 	m.warm = &WarmPools{m: m, bySpec: map[string]*pool{}}
 	m.jsessions = &JupyterSessions{m: m, byID: map[string]*Session{}}
 	m.catalog = &Catalog{cfg: &m.cfg, specs: specs, wsRoot: m.wsRoot}
@@ -336,6 +336,9 @@ func New(cfg Config, specs *kernelspecs.Catalog, prov jupyter.Provisioner, log *
 	if cfg.Store != nil {
 		m.store = cfg.Store
 		m.journal = runs.NewJournal(cfg.Store, log)
+		if cfg.Ownership != nil {
+			m.journal.Fence(func(kernel string) runs.Store { return m.writer(kernel) })
+		}
 		m.goroutine(func() { m.records.checkpoint(m.closing, m.Kernels) })
 		m.goroutine(func() { m.journal.Run(m.closingCtx) })
 	}

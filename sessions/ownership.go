@@ -101,14 +101,6 @@ func (rt restoration) owned(ctx context.Context, snap state.Snapshot) state.Snap
 	return out
 }
 
-// LeasesLost is told of the kernel leases this replica no longer holds
-// (cluster.Keeper's callback).
-func (m *Manager) LeasesLost(lost []state.Fence) {
-	for _, f := range lost {
-		m.log.Warn("kernel lease lost: another replica may own the kernel now", "kernel", f.Kernel, "epoch", f.Epoch)
-	}
-}
-
 // ownTimeout bounds taking a kernel's lease.
 const ownTimeout = 10 * time.Second
 
@@ -138,5 +130,123 @@ func (m *Manager) disown(ctx context.Context, kernel string) {
 	defer cancel()
 	if err := o.Release(rctx, kernel); err != nil {
 		m.log.Warn("kernel lease not released: it lapses within the lease", "kernel", kernel, "err", err)
+	}
+}
+
+// writer returns the store's writes of a kernel's records ("": of no
+// kernel). Among replicas they go under the kernel's fence: committed
+// only while this replica holds its lease, refused (state.ErrFenced)
+// once it lost it, even if it wakes up from a pause and writes late.
+func (m *Manager) writer(kernel string) state.Writer {
+	o := m.cfg.Ownership
+	if o == nil || kernel == "" {
+		return m.store
+	}
+	f, ok := o.Fence(kernel)
+	if !ok {
+		f = state.Fence{Kernel: kernel} // no epoch is 0: every write refused
+	}
+	return state.Fenced(m.store, f)
+}
+
+// LeasesLost is told of the kernel leases this replica no longer holds
+// (cluster.Keeper's callback, holding none of its locks): it lets go of
+// those kernels without stopping them, for the replica that owns them
+// now.
+func (m *Manager) LeasesLost(lost []state.Fence) {
+	o := m.cfg.Ownership
+	for _, f := range lost {
+		m.mu.Lock()
+		k := m.kernels[f.Kernel]
+		m.mu.Unlock()
+		if k == nil {
+			continue
+		}
+		if now, ok := o.Fence(f.Kernel); ok && now.Epoch > f.Epoch {
+			continue // held again, under a newer term
+		}
+		m.log.Warn("kernel lease lost: letting the kernel go to the replica that owns it now", "kernel", f.Kernel, "epoch", f.Epoch)
+		m.letGo(k)
+	}
+}
+
+// lostLease is why a run followed here ends when its kernel's lease is
+// lost.
+const lostLease = "this replica lost the lease of the context's kernel to another replica, which owns the kernel now; the run's output is no longer followed here"
+
+// letGo forgets k, its contexts and its Jupyter sessions without
+// stopping the kernel and without writing to the store: its websocket
+// clients are closed, its runs no longer followed nor written, and
+// nothing here acts for it again.
+func (m *Manager) letGo(k *Kernel) {
+	m.mu.Lock()
+	if m.kernels[k.id] == k {
+		delete(m.kernels, k.id)
+		m.freedLocked()
+	}
+	all := make([]*Context, 0, len(m.contexts))
+	for _, c := range m.contexts {
+		all = append(all, c)
+	}
+	m.mu.Unlock()
+	var theirs []*Context
+	for _, c := range all {
+		c.mu.Lock()
+		if c.kernel == k {
+			c.deleted = true // acts no more: its next run is refused
+			theirs = append(theirs, c)
+		}
+		c.mu.Unlock()
+	}
+	m.mu.Lock()
+	for _, c := range theirs {
+		if m.contexts[c.ID] == c {
+			delete(m.contexts, c.ID)
+		}
+	}
+	m.mu.Unlock()
+	m.jsessions.mu.Lock()
+	for id, s := range m.jsessions.byID {
+		if s.KernelID == k.id {
+			delete(m.jsessions.byID, id)
+		}
+	}
+	m.jsessions.mu.Unlock()
+	for _, c := range theirs {
+		c.stopCommands("this replica lost the lease of the context's kernel during the command")
+		queued, running := c.runs.Take()
+		if running != nil {
+			queued = append(queued, running)
+		}
+		m.runs.Forget(queued)
+		for _, r := range queued {
+			r.Lose(lostLease)
+		}
+	}
+	k.letGo()
+}
+
+// letGo detaches this process from the kernel's process, which goes on
+// running, without recording it.
+func (k *Kernel) letGo() {
+	k.cancelAdoption()
+	k.life.Lock()
+	defer k.life.Unlock()
+	k.mu.Lock()
+	if k.removed {
+		k.mu.Unlock()
+		return
+	}
+	k.removed = true
+	jk := k.jk
+	k.jk = nil
+	clients := k.clients
+	k.clients = map[*Client]struct{}{}
+	k.mu.Unlock()
+	for c := range clients {
+		c.closeWith(ErrShuttingDown)
+	}
+	if d, ok := jk.(interface{ Detach() }); ok && jk != nil {
+		d.Detach()
 	}
 }
