@@ -172,6 +172,9 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	if cfg.StateURL != "" {
 		// The database keeps the records; the state directory only the
 		// contexts' workspaces.
+		if cfg.ClusterSecret == nil {
+			return fmt.Errorf("--state-url: the gateways on one database are replicas that forward requests to each other, signed with a cluster secret: set --cluster-secret-file or KERNELGATE_CLUSTER_SECRET (the same on every replica; docs/replicas.md)")
+		}
 		octx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		// Every gateway on the database is a replica of the others
 		// (docs/replicas.md), under an id of its own for this process.
@@ -377,6 +380,10 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 			log.Warn("warm pool not filled at start", "err", err)
 		}
 	}()
+	var gatewayOwners gateway.Owners
+	if rep != nil {
+		gatewayOwners = owners{mgr: mgr, store: replicaStore}
+	}
 	srv := gateway.New(gateway.Config{
 		Token:          cfg.Token,
 		APIKeys:        keys,
@@ -388,6 +395,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		Metrics:        metrics,
 		MetricsOpen:    cfg.MetricsOpen,
 		ClusterSecret:  cfg.ClusterSecret,
+		Owners:         gatewayOwners,
 		ProductVersion: version,
 		Web:            web.Handler(),
 	}, mgr, log)

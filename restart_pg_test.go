@@ -3,6 +3,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -23,8 +25,10 @@ func TestRestartPostgresAfterSIGKILL(t *testing.T) {
 	url := strings.Replace(srv.CreateDB("gateway"), "postgres@", "postgres:"+secret+"@", 1)
 	dirs := newRestartDirs(t)
 	const admin = "restart-admin-token"
+	clusterSecret := filepath.Join(t.TempDir(), "cluster-secret")
+	os.WriteFile(clusterSecret, []byte(replicaSecret), 0o600)
 	start := func() *gatewayProcess {
-		return startGateway(t, bin, "--state-url", url, "--runtime-dir", dirs.runtime, "--pool-size", "0", "--token", admin, "--lease", "2s")
+		return startGateway(t, bin, "--state-url", url, "--cluster-secret-file", clusterSecret, "--runtime-dir", dirs.runtime, "--pool-size", "0", "--token", admin, "--lease", "2s")
 	}
 	g := start()
 	callAs(t, admin, "POST", g.url+"api/contexts", map[string]any{"id": "agent", "language": "python"}, 201, nil)
@@ -46,7 +50,7 @@ func TestRestartPostgresAfterSIGKILL(t *testing.T) {
 	// A second gateway on the same database serves beside it as a
 	// replica: each names itself and both in GET /api/status, and the
 	// context carries the URL of the replica that owns its kernel.
-	g3 := startGateway(t, bin, "--state-url", url, "--runtime-dir", t.TempDir(), "--pool-size", "0", "--token", admin, "--lease", "2s")
+	g3 := startGateway(t, bin, "--state-url", url, "--cluster-secret-file", clusterSecret, "--runtime-dir", t.TempDir(), "--pool-size", "0", "--token", admin, "--lease", "2s")
 	type status struct {
 		Replica  string   `json:"replica"`
 		Replicas []string `json:"replicas"`

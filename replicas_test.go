@@ -1,0 +1,127 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"kernelgate/internal/pgtest"
+)
+
+// replicaSecret is the cluster secret of the replicas of a test.
+const replicaSecret = "a-cluster-secret-of-forty-bytes-01234567"
+
+// startReplicas starts n gateways on one new database of srv, each a
+// replica with runtime and state directories of its own, and waits
+// until each sees them all live.
+func startReplicas(t *testing.T, bin string, srv *pgtest.TB, db string, n int, args ...string) []*gatewayProcess {
+	t.Helper()
+	url := srv.CreateDB(db)
+	secret := filepath.Join(t.TempDir(), "cluster-secret")
+	if err := os.WriteFile(secret, []byte(replicaSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var gs []*gatewayProcess
+	for range n {
+		dirs := newRestartDirs(t)
+		gs = append(gs, startGateway(t, bin, append([]string{"--state-url", url, "--cluster-secret-file", secret,
+			"--runtime-dir", dirs.runtime, "--pool-size", "0"}, args...)...))
+	}
+	for _, g := range gs {
+		var st replicaStatus
+		waitFor(t, func() bool {
+			call(t, "GET", g.url+"api/status", nil, 200, &st)
+			for _, o := range gs {
+				if !slices.Contains(st.Replicas, replicaURL(o)) {
+					return false
+				}
+			}
+			return st.Replica == replicaURL(g)
+		}, "%s: status %+v, want every replica live", func() []any { return []any{g.url, st} })
+	}
+	return gs
+}
+
+// replicaStatus is GET /api/status's part about replicas.
+type replicaStatus struct {
+	Replica  string   `json:"replica"`
+	Replicas []string `json:"replicas"`
+}
+
+// replicaURL is the URL a replica of a test advertises: its address.
+func replicaURL(g *gatewayProcess) string { return strings.TrimSuffix(g.url, "/") }
+
+// TestReplicasServeOneSetOfKernels: three replicas with local kernels on
+// one database. A context created through A is A's; code run through B
+// and C runs on its one kernel (its state is shared), its kernel's
+// websocket works through C, and a streamed run started through B is
+// resumed through C; each says A owns the context.
+func TestReplicasServeOneSetOfKernels(t *testing.T) {
+	bin := buildBinary(t)
+	srv := pgtest.Start(t)
+	gs := startReplicas(t, bin, srv, "replicas", 3)
+	a, b, c := gs[0], gs[1], gs[2]
+
+	var cm struct {
+		KernelID string `json:"kernelId"`
+		Replica  string `json:"replica"`
+	}
+	call(t, "POST", a.url+"api/contexts", map[string]any{"id": "agent", "language": "python"}, 201, nil)
+	var e execution
+	call(t, "POST", b.url+"api/execute", map[string]any{"context": "agent", "code": "x = 41"}, 200, &e)
+	if e.Process.Reason != "completed" {
+		t.Fatalf("x = 41 through B: %+v", e)
+	}
+	call(t, "POST", c.url+"api/execute", map[string]any{"context": "agent", "code": "x + 1"}, 200, &e)
+	if e.text() != "42" {
+		t.Fatalf("x + 1 through C: %+v, want 42", e)
+	}
+	for _, g := range gs {
+		call(t, "GET", g.url+"api/contexts/agent", nil, 200, &cm)
+		if cm.Replica != replicaURL(a) {
+			t.Errorf("the context through %s: replica %q, want its owner %s", g.url, cm.Replica, replicaURL(a))
+		}
+	}
+	if got := wsExecute(t, c.url, cm.KernelID, "x * 2"); got != "82" {
+		t.Errorf("x * 2 through C's websocket to the kernel: %q, want 82", got)
+	}
+
+	run := streamRun(t, b.url, "agent", "import time\nfor i in range(4):\n    print(i, flush=True)\n    time.sleep(0.2)", 1)
+	evs := runEvents(t, c.url, run, 2) // after its start and first line
+	var out []string
+	for _, ev := range evs {
+		if ev.Type == "stdout" {
+			out = append(out, strings.TrimSpace(ev.Text))
+		}
+	}
+	if last := evs[len(evs)-1]; last.Process.Reason != "completed" || !slices.Equal(out, []string{"1", "2", "3"}) {
+		t.Errorf("the run started through B, resumed through C after its first line: stdout %q, end %+v; want 1 2 3, completed", out, last)
+	}
+}
+
+// TestReplicasNeedClusterSecret: a gateway on a database is a replica,
+// which refuses to start without the cluster secret the replicas sign
+// their forwarded requests with, saying so, and without the URL's
+// password in what it says.
+func TestReplicasNeedClusterSecret(t *testing.T) {
+	bin := buildBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "serve", "--port", "0", "--state-url", "postgres://kg:pw-in-url@127.0.0.1:1/kg",
+		"--runtime-dir", t.TempDir(), "--pool-size", "0")
+	cmd.Env = append(os.Environ(), "XDG_STATE_HOME="+t.TempDir(), "KERNELGATE_CLUSTER_SECRET=", "KERNELGATE_CLUSTER_SECRET_FILE=")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "cluster secret") {
+		t.Errorf("a replica without a cluster secret: %v, want a refusal naming it:\n%s", err, out)
+	}
+	if strings.Contains(string(out), "pw-in-url") {
+		t.Errorf("the refusal shows the database password:\n%s", out)
+	}
+}
