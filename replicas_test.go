@@ -4,11 +4,15 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -124,4 +128,68 @@ func TestReplicasNeedClusterSecret(t *testing.T) {
 	if strings.Contains(string(out), "pw-in-url") {
 		t.Errorf("the refusal shows the database password:\n%s", out)
 	}
+}
+
+// ownerOf returns the replica of gs that owns the context, as the
+// context's model says through any of them.
+func ownerOf(t *testing.T, gs []*gatewayProcess, context string) (owner *gatewayProcess, others []*gatewayProcess) {
+	t.Helper()
+	var cm struct{ Replica string }
+	call(t, "GET", gs[0].url+"api/contexts/"+context, nil, 200, &cm)
+	for _, g := range gs {
+		if replicaURL(g) == cm.Replica {
+			owner = g
+		} else {
+			others = append(others, g)
+		}
+	}
+	if owner == nil {
+		t.Fatalf("context %s: owner %q is none of the replicas", context, cm.Replica)
+	}
+	return owner, others
+}
+
+// TestReplicasFailoverAfterSIGKILL: when the replica owning a context is
+// SIGKILLed, a survivor takes its kernel over (the same process) within
+// the lease and a few seconds: the context answers through either
+// survivor with its state kept.
+func TestReplicasFailoverAfterSIGKILL(t *testing.T) {
+	bin := buildBinary(t)
+	srv := pgtest.Start(t)
+	gs := startReplicas(t, bin, srv, "failover", 3, "--lease", "2s")
+	call(t, "POST", gs[0].url+"api/contexts", map[string]any{"id": "agent", "language": "python"}, 201, nil)
+	var e execution
+	call(t, "POST", gs[1].url+"api/execute", map[string]any{"context": "agent", "code": "x = 41"}, 200, &e)
+	owner, survivors := ownerOf(t, gs, "agent")
+	owner.kill(t, syscall.SIGKILL)
+
+	// Within the lease and a few seconds a survivor owns the context.
+	var cm struct{ Replica string }
+	if !pollUntil(15*time.Second, func() bool {
+		cm.Replica = ""
+		_, err := tryCall(survivors[0].url+"api/contexts/agent", &cm)
+		return err == nil && (cm.Replica == replicaURL(survivors[0]) || cm.Replica == replicaURL(survivors[1]))
+	}) {
+		t.Fatalf("no survivor took the context over within 15 s of its owner's death: %+v\n%s\n%s", cm, survivors[0].logs, survivors[1].logs)
+	}
+	for _, g := range survivors {
+		call(t, "POST", g.url+"api/execute", map[string]any{"context": "agent", "code": "x + 1"}, 200, &e)
+		if e.text() != "42" {
+			t.Errorf("x + 1 through %s after the owner's death: %+v, want 42 (its state kept)", g.url, e)
+		}
+	}
+}
+
+// tryCall GETs url and decodes a 200's body into out; an error for any
+// other answer (a replica forwarding to a dead owner answers 503).
+func tryCall(url string, out any) (int, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return resp.StatusCode, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return 200, json.NewDecoder(resp.Body).Decode(out)
 }

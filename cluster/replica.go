@@ -13,6 +13,7 @@ import (
 // in the membership (Member) and the keeper of its kernel leases
 // (Keeper). It is what sessions.Ownership asks for.
 type Replica struct {
+	store  Store
 	member *Member
 	keeper *Keeper
 	lease  time.Duration
@@ -36,7 +37,7 @@ func Start(store Store, cfg Config, onLost func([]state.Fence)) (*Replica, error
 		keeper.Close()
 		return nil, fmt.Errorf("joining the replicas: %w", err)
 	}
-	return &Replica{member: member, keeper: keeper, lease: cfg.Lease}, nil
+	return &Replica{store: store, member: member, keeper: keeper, lease: cfg.Lease}, nil
 }
 
 // URL is this replica's advertised URL.
@@ -71,6 +72,10 @@ func (r *Replica) Fence(kernel string) (state.Fence, bool) { return r.keeper.Fen
 func (r *Replica) Release(ctx context.Context, kernel string) error {
 	return r.keeper.Release(ctx, kernel)
 }
+
+// Free returns the kernels with a record whose lease no replica holds
+// (released, or lapsed), for this one to take over.
+func (r *Replica) Free(ctx context.Context) ([]string, error) { return r.store.FreeKernels(ctx) }
 
 // Member is the replica's membership.
 func (r *Replica) Member() *Member { return r.member }

@@ -30,6 +30,9 @@ type Ownership interface {
 	Release(ctx context.Context, kernel string) error
 	// Lease is how long a lease lives without a renewal.
 	Lease() time.Duration
+	// Free returns the kernels with a record whose lease no replica
+	// holds (released, or lapsed: their owner died or froze).
+	Free(ctx context.Context) ([]string, error)
 }
 
 // replicaURL is this replica's advertised URL, or "" for a single
@@ -249,4 +252,86 @@ func (k *Kernel) letGo() {
 	if d, ok := jk.(interface{ Detach() }); ok && jk != nil {
 		d.Detach()
 	}
+}
+
+// failover takes over, every lease/3 until the manager closes, the
+// kernels no replica holds (their owner died, froze past its lease, or
+// stopped and left them running): started by Restore.
+func (m *Manager) failover() {
+	t := time.NewTicker(m.cfg.Ownership.Lease() / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.closing:
+			return
+		case <-t.C:
+		}
+		m.adoptFree(m.closingCtx)
+	}
+}
+
+// adoptFree acquires the leases of the kernels no replica holds and
+// takes them over as a start does: the kernel (the same process, adopted
+// again), its contexts, Jupyter sessions and runs.
+func (m *Manager) adoptFree(ctx context.Context) {
+	o := m.cfg.Ownership
+	ids, err := o.Free(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			m.log.Warn("cluster: could not list the kernels no replica holds", "err", err)
+		}
+		return
+	}
+	got := map[string]bool{}
+	for _, id := range ids {
+		if _, err := m.Kernel(id); err == nil {
+			continue // still this replica's here: its lease's loss is on its way
+		}
+		if _, err := o.Acquire(ctx, id); err == nil {
+			got[id] = true
+		}
+	}
+	if len(got) == 0 {
+		return
+	}
+	t0 := time.Now()
+	snap, err := m.store.Load(ctx)
+	if err != nil {
+		m.log.Warn("cluster: kernels not taken over: their records could not be read; their leases are released for another replica", "kernels", len(got), "err", err)
+		for id := range got {
+			m.disown(ctx, id)
+		}
+		return
+	}
+	var mine state.Snapshot
+	contexts := map[string]bool{}
+	for _, rec := range snap.Kernels {
+		if got[rec.ID] {
+			mine.Kernels = append(mine.Kernels, rec)
+		}
+	}
+	for _, rec := range snap.Contexts {
+		if got[rec.KernelID] {
+			mine.Contexts = append(mine.Contexts, rec)
+			contexts[rec.ID] = true
+		}
+	}
+	for _, rec := range snap.Sessions {
+		if got[rec.KernelID] {
+			mine.Sessions = append(mine.Sessions, rec)
+		}
+	}
+	for _, rec := range snap.Runs {
+		var of struct {
+			Context string `json:"context"`
+			Kernel  string `json:"kernel"`
+		}
+		if json.Unmarshal(rec.Data, &of) == nil && (contexts[of.Context] || got[of.Kernel]) {
+			mine.Runs = append(mine.Runs, rec)
+		}
+	}
+	rep := restoration{m}.take(ctx, &mine)
+	m.log.Info("cluster: took over kernels no replica held", "kernels", rep.Adopted, "pending", rep.Pending, "lost", rep.Lost, "stopped", rep.Stopped,
+		"contexts", rep.Contexts, "sessions", rep.Sessions, "runs", rep.Runs, "picked_up", rep.PickedUp,
+		"took", time.Since(t0).Round(time.Millisecond))
 }

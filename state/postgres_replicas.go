@@ -324,3 +324,14 @@ func (p *Postgres) OwnerOf(ctx context.Context, kind, id string) (Lease, error) 
 	}
 	return l, nil
 }
+
+// FreeKernels returns the kernels with a record whose lease no replica
+// holds: released (their owner stopped and left them running) or lapsed
+// (their owner died, froze or was cut off). Any replica may take them
+// over (AcquireLease).
+func (p *Postgres) FreeKernels(ctx context.Context) ([]string, error) {
+	rows, _ := p.pool.Query(ctx, `SELECT l.kernel_id FROM leases l JOIN kernels k ON k.id = l.kernel_id
+		WHERE l.owner = '' OR l.expires_at <= now() ORDER BY l.kernel_id`)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return ids, p.replicaCall(err)
+}
