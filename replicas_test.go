@@ -181,9 +181,11 @@ func TestReplicasFailoverAfterSIGKILL(t *testing.T) {
 }
 
 // tryCall GETs url and decodes a 200's body into out; an error for any
-// other answer (a replica forwarding to a dead owner answers 503).
+// other answer (a replica forwarding to a dead owner answers 503), or
+// none within 5 s (one forwarding to a frozen owner waits for it).
 func tryCall(url string, out any) (int, error) {
-	resp, err := http.Get(url)
+	client := &http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get(url)
 	if err != nil {
 		return 0, err
 	}
@@ -192,4 +194,55 @@ func tryCall(url string, out any) (int, error) {
 		return resp.StatusCode, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	return 200, json.NewDecoder(resp.Body).Decode(out)
+}
+
+// TestReplicasFrozenOwnerLetsGo: a replica SIGSTOPped past its lease
+// loses its kernel to a survivor, which takes it over with its state;
+// after SIGCONT the frozen one does not act for it again: it lets the
+// kernel go (its late lease lost, its writes refused), answers for the
+// context by forwarding to the new owner, and the context has one state.
+func TestReplicasFrozenOwnerLetsGo(t *testing.T) {
+	bin := buildBinary(t)
+	srv := pgtest.Start(t)
+	gs := startReplicas(t, bin, srv, "frozen", 3, "--lease", "2s")
+	call(t, "POST", gs[0].url+"api/contexts", map[string]any{"id": "agent", "language": "python"}, 201, nil)
+	var e execution
+	call(t, "POST", gs[1].url+"api/execute", map[string]any{"context": "agent", "code": "x = 41"}, 200, &e)
+	frozen, survivors := ownerOf(t, gs, "agent")
+	frozen.cmd.Process.Signal(syscall.SIGSTOP)
+	t.Cleanup(func() { frozen.cmd.Process.Signal(syscall.SIGCONT) })
+
+	var cm struct{ Replica string }
+	if !pollUntil(15*time.Second, func() bool {
+		cm.Replica = ""
+		_, err := tryCall(survivors[0].url+"api/contexts/agent", &cm)
+		return err == nil && cm.Replica != "" && cm.Replica != replicaURL(frozen)
+	}) {
+		t.Fatalf("no survivor took the context over within 15 s of its owner freezing: %+v", cm)
+	}
+	newOwner := cm.Replica
+	call(t, "POST", survivors[1].url+"api/execute", map[string]any{"context": "agent", "code": "x += 1; x"}, 200, &e)
+	if e.text() != "42" {
+		t.Fatalf("x += 1 through a survivor while the owner is frozen: %+v, want 42", e)
+	}
+
+	frozen.cmd.Process.Signal(syscall.SIGCONT)
+	// The woken replica lets the kernel go and forwards to the new owner.
+	waitFor(t, func() bool {
+		cm.Replica = ""
+		_, err := tryCall(frozen.url+"api/contexts/agent", &cm)
+		return err == nil && cm.Replica == newOwner
+	}, "the woken replica says the context is %q's, want %s's", func() []any { return []any{cm.Replica, newOwner} })
+	var st struct{ Kernels int }
+	call(t, "GET", frozen.url+"api/status", nil, 200, &st)
+	if st.Kernels != 0 {
+		t.Errorf("the woken replica still has %d kernels", st.Kernels)
+	}
+	if !strings.Contains(frozen.logs.String(), "kernel lease lost") {
+		t.Errorf("the woken replica's log does not say it lost the lease:\n%s", frozen.logs)
+	}
+	call(t, "POST", frozen.url+"api/execute", map[string]any{"context": "agent", "code": "x += 1; x"}, 200, &e)
+	if e.text() != "43" {
+		t.Errorf("x += 1 through the woken replica: %+v, want 43 (one state, the new owner's)", e)
+	}
 }
