@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"kernelgate/cluster"
 	"kernelgate/forward"
 	"kernelgate/gateway"
 	"kernelgate/jupyter"
@@ -99,6 +100,9 @@ type config struct {
 	// with it (docs/replicas.md).
 	ClusterSecretFile string
 	ClusterSecret     *forward.Secret
+	// Cluster is this gateway's part among the replicas of a
+	// --state-url (--advertise-url, --lease).
+	Cluster cluster.Config
 
 	// Provisioners (docs/kubernetes.md).
 	DefaultProvisioner string
@@ -255,10 +259,13 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("base-url")
 	fs.Var(optionalString{&c.StateDir, &c.StateDirSet}, "state-dir", "directory of the state store, which keeps kernels, contexts, sessions and runs across restarts (default $XDG_STATE_HOME/kernelgate, else ~/.local/state/kernelgate); an empty value keeps them in memory only")
 	add("state-dir")
-	fs.StringVar(&c.StateURL, "state-url", "", "postgres://user:password@host/db: keep the state in PostgreSQL (13 or later) instead of the file of --state-dir, which then holds only the contexts' workspaces; one gateway per database for now")
+	fs.StringVar(&c.StateURL, "state-url", "", "postgres://user:password@host/db: keep the state in PostgreSQL (13 or later) instead of the file of --state-dir, which then holds only the contexts' workspaces; every gateway started on one database is a replica serving one set of kernels (docs/replicas.md)")
 	add("state-url")
 	fs.StringVar(&c.ClusterSecretFile, "cluster-secret-file", "", "file holding the secret replicas authenticate each other with (at least 32 bytes, surrounding whitespace ignored; or the secret itself in KERNELGATE_CLUSTER_SECRET); the same on every replica")
 	add("cluster-secret-file")
+	c.Cluster.Flags(fs)
+	add("advertise-url")
+	add("lease")
 	fs.BoolVar(&c.KeepKernels, "keep-kernels", false, "at SIGTERM or SIGINT leave the kernels running and recorded in the state directory, for the next start to adopt (upgrades, rolling restarts); without it they are shut down")
 	add("keep-kernels")
 	fs.DurationVar(&c.OrphanTimeout, "orphan-timeout", localprov.DefaultOrphanTimeout, "how long a kernel left running (--keep-kernels, or a gateway that died) lives on when no gateway adopts it again")

@@ -11,14 +11,20 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
+
+	"kernelgate/cluster"
 	"kernelgate/gateway"
 	"kernelgate/jupyter"
 	"kernelgate/kernelspecs"
@@ -162,20 +168,27 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	// store, and storeID naming it to the kernels launched for it (see
 	// localprov.Provisioner.StateID): "" without one.
 	var store state.Store
+	var replicaStore *state.Postgres // a replica's store, nil otherwise
 	storeID := ""
 	if cfg.StateURL != "" {
 		// The database keeps the records; the state directory only the
 		// contexts' workspaces.
+		if cfg.ClusterSecret == nil {
+			return fmt.Errorf("--state-url: the gateways on one database are replicas that forward requests to each other, signed with a cluster secret: set --cluster-secret-file or KERNELGATE_CLUSTER_SECRET (the same on every replica; docs/replicas.md)")
+		}
 		octx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		pg, err := state.OpenPostgres(octx, cfg.StateURL, state.PostgresOptions{Options: state.Options{Logger: log}})
+		// Every gateway on the database is a replica of the others
+		// (docs/replicas.md), under an id of its own for this process.
+		pg, err := state.OpenPostgres(octx, cfg.StateURL, state.PostgresOptions{Options: state.Options{Logger: log}, Replica: uuid.NewString()})
 		cancel()
 		if err != nil {
 			return fmt.Errorf("--state-url: %w", err)
 		}
 		defer pg.Close()
 		store = pg
+		replicaStore = pg
 		storeID = "postgres:" + pg.Where()
-		log.Info("state kept in PostgreSQL", "db", pg.Where(), "workspaces_dir", stateDir, "keep_kernels", cfg.KeepKernels, "orphan_timeout", cfg.OrphanTimeout)
+		log.Info("state kept in PostgreSQL", "db", pg.Where(), "replica", pg.Replica(), "workspaces_dir", stateDir, "keep_kernels", cfg.KeepKernels, "orphan_timeout", cfg.OrphanTimeout)
 	} else if stateDir != "" {
 		bolt, err := state.Open(filepath.Join(stateDir, state.FileName), state.Options{Logger: log})
 		if err != nil {
@@ -215,7 +228,13 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		if stateDir != "" {
 			owner = "state dir " + stateDir
 		}
-		lock, err := workspace.LockRoot(workspaces.Dir(), owner)
+		take := workspace.LockRoot
+		if replicaStore != nil {
+			// Replicas share one root (docs/replicas.md): each context's
+			// folder is its owner's, whichever replica that is.
+			take = workspace.ShareRoot
+		}
+		lock, err := take(workspaces.Dir(), owner)
 		if err != nil {
 			return fmt.Errorf("--workspace-root: %w", err)
 		}
@@ -259,6 +278,58 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	if kube != nil {
 		defer kube.Stop()
 	}
+	// Listening starts before the state is restored (requests wait for
+	// serving to begin): a replica advertises its address as it joins.
+	l, err := net.Listen("tcp", cfg.addr())
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	var rep *cluster.Replica
+	var lostTo atomic.Pointer[sessions.Manager]
+	if replicaStore != nil {
+		if cfg.Cluster.URL, err = advertiseURL(cfg.Cluster.URL, l.Addr()); err != nil {
+			return err
+		}
+		ccfg := cfg.Cluster
+		ccfg.Logger = log
+		rep, err = cluster.Start(replicaStore, ccfg, func(lost []state.Fence) {
+			if m := lostTo.Load(); m != nil {
+				m.LeasesLost(lost)
+			}
+		})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			lctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := rep.Leave(lctx); err != nil {
+				log.Warn("replica row not removed: the others stop seeing this one within the lease", "err", err)
+			}
+		}()
+		log.Info("serving as a replica", "replica", replicaStore.Replica(), "advertise_url", rep.URL(), "lease", rep.Lease())
+	}
+	var ownership sessions.Ownership
+	var peerKernels func(context.Context) (int, error)
+	if rep != nil {
+		ownership = rep
+		// --max-kernels counts the other replicas' kernels too.
+		peerKernels = replicaStore.PeerKernels
+		if kube != nil {
+			// The pod sweep leaves what another replica owns, may
+			// adopt, or (without a lease yet) created.
+			lease := rep.Lease()
+			kube.Replica = replicaStore.Replica()
+			kube.Owned = func(ctx context.Context, id string) (bool, error) {
+				return replicaStore.LeaseClaimed(ctx, id, 2*lease+adoptionGrace)
+			}
+			kube.LiveReplica = func(ctx context.Context, id string) (bool, error) {
+				live, err := replicaStore.LiveReplicas(ctx, lease)
+				return slices.ContainsFunc(live, func(r state.Replica) bool { return r.ID == id }), err
+			}
+		}
+	}
 	mgr := sessions.New(sessions.Config{
 		DefaultKernel: cfg.DefaultKernel,
 		MaxKernels:    cfg.MaxKernels,
@@ -291,7 +362,10 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		PipNoIndex:       cfg.PipNoIndex,
 		MaxKernelFrame:   maxFrame,
 		Store:            store,
+		Ownership:        ownership,
+		PeerKernels:      peerKernels,
 	}, specs, prov, log)
+	lostTo.Store(mgr)
 	restored, err := mgr.Restore(context.Background())
 	if err != nil {
 		mgr.Close(context.Background())
@@ -330,6 +404,10 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 			log.Warn("warm pool not filled at start", "err", err)
 		}
 	}()
+	var gatewayOwners gateway.Owners
+	if rep != nil {
+		gatewayOwners = owners{mgr: mgr, store: replicaStore}
+	}
 	srv := gateway.New(gateway.Config{
 		Token:          cfg.Token,
 		APIKeys:        keys,
@@ -341,18 +419,11 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		Metrics:        metrics,
 		MetricsOpen:    cfg.MetricsOpen,
 		ClusterSecret:  cfg.ClusterSecret,
+		Owners:         gatewayOwners,
 		ProductVersion: version,
 		Web:            web.Handler(),
 	}, mgr, log)
 
-	l, err := net.Listen("tcp", cfg.addr())
-	if err != nil {
-		stop()
-		<-warmed
-		mgr.Close(context.Background())
-		localprov.StopZygotes()
-		return err
-	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 
@@ -461,4 +532,33 @@ func isLoopback(ip string) bool {
 	}
 	p := net.ParseIP(ip)
 	return p != nil && p.IsLoopback()
+}
+
+// adoptionGrace is how long, beyond twice the lease, a kernel pod whose
+// owner stopped renewing is kept from the sweep for another replica to
+// adopt: the scan runs every lease/3, and an adoption of a pod takes
+// seconds.
+const adoptionGrace = 30 * time.Second
+
+// advertiseURL is the URL the other replicas reach this one at: given,
+// else the listen address (the host's name when listening on every
+// address).
+func advertiseURL(given string, addr net.Addr) (string, error) {
+	if given != "" {
+		u, err := url.Parse(given)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return "", fmt.Errorf("--advertise-url %q: want http://host:port or https://host:port", given)
+		}
+		return u.Scheme + "://" + u.Host, nil
+	}
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "", err
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		if host, err = os.Hostname(); err != nil {
+			return "", fmt.Errorf("--advertise-url: listening on every address and the host has no name (%v): set --advertise-url", err)
+		}
+	}
+	return "http://" + net.JoinHostPort(host, port), nil
 }

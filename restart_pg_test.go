@@ -3,22 +3,21 @@
 package main
 
 import (
-	"context"
 	"os"
-	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"kernelgate/internal/pgtest"
 )
 
 // TestRestartPostgresAfterSIGKILL: with --state-url the records live in
 // PostgreSQL. A context with state and its token survive a SIGKILL of
-// the gateway and a restart on the same database; a second gateway on
-// that database while one serves refuses to start; the URL's password
-// is in no log.
+// the gateway and a restart on the same database (after the dead
+// process's lease lapses); a second gateway on that database serves
+// beside it as a replica; the URL's password is in no log.
 func TestRestartPostgresAfterSIGKILL(t *testing.T) {
 	bin := buildBinary(t)
 	srv := pgtest.Start(t)
@@ -26,8 +25,10 @@ func TestRestartPostgresAfterSIGKILL(t *testing.T) {
 	url := strings.Replace(srv.CreateDB("gateway"), "postgres@", "postgres:"+secret+"@", 1)
 	dirs := newRestartDirs(t)
 	const admin = "restart-admin-token"
+	clusterSecret := filepath.Join(t.TempDir(), "cluster-secret")
+	os.WriteFile(clusterSecret, []byte(replicaSecret), 0o600)
 	start := func() *gatewayProcess {
-		return startGateway(t, bin, "--state-url", url, "--runtime-dir", dirs.runtime, "--pool-size", "0", "--token", admin)
+		return startGateway(t, bin, "--state-url", url, "--cluster-secret-file", clusterSecret, "--runtime-dir", dirs.runtime, "--pool-size", "0", "--token", admin, "--lease", "2s")
 	}
 	g := start()
 	callAs(t, admin, "POST", g.url+"api/contexts", map[string]any{"id": "agent", "language": "python"}, 201, nil)
@@ -46,17 +47,28 @@ func TestRestartPostgresAfterSIGKILL(t *testing.T) {
 		t.Fatalf("the context after the restart: %+v, want 42", e)
 	}
 
-	// A second gateway on the same database is refused.
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, "serve", "--port", "0", "--kernelspec-dir", kernelsDir(t), "--state-url", url,
-		"--runtime-dir", t.TempDir(), "--pool-size", "0", "--token", admin)
-	cmd.Env = append(os.Environ(), "XDG_STATE_HOME="+t.TempDir())
-	out, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "another kernelgate") {
-		t.Errorf("a second gateway on the database: %v, want a refusal saying why:\n%s", err, out)
+	// A second gateway on the same database serves beside it as a
+	// replica: each names itself and both in GET /api/status, and the
+	// context carries the URL of the replica that owns its kernel.
+	g3 := startGateway(t, bin, "--state-url", url, "--cluster-secret-file", clusterSecret, "--runtime-dir", t.TempDir(), "--pool-size", "0", "--token", admin, "--lease", "2s")
+	type status struct {
+		Replica  string   `json:"replica"`
+		Replicas []string `json:"replicas"`
 	}
-	for name, log := range map[string]string{"first": g.logs.String(), "second": g2.logs.String(), "refused": string(out)} {
+	self := func(g *gatewayProcess) string { return strings.TrimSuffix(g.url, "/") }
+	for _, g := range []*gatewayProcess{g2, g3} {
+		var st status
+		waitFor(t, func() bool {
+			callAs(t, admin, "GET", g.url+"api/status", nil, 200, &st)
+			return st.Replica == self(g) && slices.Contains(st.Replicas, self(g2)) && slices.Contains(st.Replicas, self(g3))
+		}, "%s/api/status: %+v, want itself and both replicas live", func() []any { return []any{self(g), st} })
+	}
+	var cm struct{ Replica string }
+	callAs(t, admin, "GET", g2.url+"api/contexts/agent", nil, 200, &cm)
+	if cm.Replica != self(g2) {
+		t.Errorf("the context's replica: %q, want its owner %q", cm.Replica, self(g2))
+	}
+	for name, log := range map[string]string{"first": g.logs.String(), "second": g2.logs.String(), "replica": g3.logs.String()} {
 		if strings.Contains(log, secret) {
 			t.Errorf("the %s gateway's log holds the database password", name)
 		}

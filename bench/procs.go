@@ -56,8 +56,9 @@ func startKernelgate(ctx context.Context, name, bin string, extra ...string) (*s
 	// With --state-url the records go to the database, and the state
 	// directory (the default, here in the scratch directory) holds the
 	// workspaces.
+	// Its gateway is a replica, which needs a cluster secret.
 	if slices.Contains(extra, "--state-url") {
-		s.env = append(s.env, "XDG_STATE_HOME="+filepath.Join(dir, "xdg"))
+		s.env = append(s.env, "XDG_STATE_HOME="+filepath.Join(dir, "xdg"), "KERNELGATE_CLUSTER_SECRET=bench-cluster-secret-of-at-least-32-bytes")
 	} else {
 		args = append(args, "--state-dir", filepath.Join(dir, "state"))
 	}

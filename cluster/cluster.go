@@ -80,6 +80,7 @@ type Store interface {
 	ReleaseLease(ctx context.Context, f state.Fence) error
 	TransferLease(ctx context.Context, f state.Fence, to string, ttl time.Duration) (state.Lease, error)
 	LeaseOwner(ctx context.Context, kernel string) (state.Lease, error)
+	FreeKernels(ctx context.Context) ([]string, error)
 }
 
 var _ Store = (*state.Postgres)(nil)

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"net/http"
 
 	"kernelgate/e2b"
@@ -76,7 +77,17 @@ func (s *Server) e2bAccess(key string) (e2b.Access, error) {
 
 // e2bHandler builds the E2B-compatible handler.
 func (s *Server) e2bHandler() *e2b.Handler {
+	var owned func(ctx context.Context, sandboxID string) (bool, error)
+	if s.cfg.Owners != nil {
+		// With replicas a sandbox's timeout and its record are its
+		// owner's: the replica holding its default context's kernel.
+		owned = func(ctx context.Context, id string) (bool, error) {
+			_, local, err := s.cfg.Owners.Owner(ctx, KindSandbox, id)
+			return local, err
+		}
+	}
 	return e2b.New(e2b.Config{
+		Owned:     owned,
 		Authorize: s.e2bAccess,
 		Describe: func(err error) (int, string) {
 			ae := classify(err)

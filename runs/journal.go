@@ -53,6 +53,8 @@ var _ Store = state.Store(nil)
 type Journal struct {
 	store Store
 	log   *slog.Logger
+	// fenced, when set, gives the writes of the runs of a kernel (Fence).
+	fenced func(kernel string) Store
 
 	// stuck: a commit did not come within StoreTimeout; promises do not
 	// wait until the catch-up sees the store commit again.
@@ -66,6 +68,20 @@ type Journal struct {
 // NewJournal returns a journal writing to store.
 func NewJournal(store Store, log *slog.Logger) *Journal {
 	return &Journal{store: store, log: log, wake: make(chan struct{}, 1)}
+}
+
+// Fence makes the records and events of each run sent to a kernel go
+// through writer(kernel) (a store shared by replicas: the kernel's fenced
+// writes, state.Fenced); a run not sent yet writes to the journal's
+// store. Call it before the journal writes anything.
+func (j *Journal) Fence(writer func(kernel string) Store) { j.fenced = writer }
+
+// storeOf is where the writes of a run sent to kernel go.
+func (j *Journal) storeOf(kernel string) Store {
+	if j.fenced == nil || kernel == "" {
+		return j.store
+	}
+	return j.fenced(kernel)
 }
 
 // Stuck reports whether the store is taken as stuck: a commit did not
@@ -355,9 +371,11 @@ func (r *Run) tryWrite(mode writeMode) <-chan struct{} {
 		}
 		data = marshalRunRecord(rec, exec)
 	}
+	kernel := r.kernelID
 	r.mu.Unlock()
+	w := ps.j.storeOf(kernel)
 	if len(evs) > 0 {
-		if err := ps.j.store.AppendRunEvents(r.ID, evs...); errors.Is(err, state.ErrBusy) {
+		if err := w.AppendRunEvents(r.ID, evs...); errors.Is(err, state.ErrBusy) {
 			ps.fallBehind(r)
 		} else {
 			ps.written = n
@@ -368,20 +386,20 @@ func (r *Run) tryWrite(mode writeMode) <-chan struct{} {
 	}
 	switch mode {
 	case writePromise:
-		ps.j.commit(r.ID, data)
+		ps.j.commit(w, r.ID, data)
 		ps.stored = st
 		r.madeDurable()
 		return nil
 	case writeSending:
 		ps.committing = true
 		ps.stored = st
-		ps.j.commitAsync(r, ps, data)
+		ps.j.commitAsync(w, r, ps, data)
 		return nil
 	}
 	if ps.behind { // its events first
 		return nil
 	}
-	if err := ps.j.store.PutRun(r.ID, data); errors.Is(err, state.ErrBusy) {
+	if err := w.PutRun(r.ID, data); errors.Is(err, state.ErrBusy) {
 		ps.fallBehind(r)
 		return nil
 	}
@@ -415,13 +433,13 @@ func (j *Journal) wakeCatchUp() {
 // later promises queue their record without waiting until the catch-up
 // sees the store commit again, so that a hung disk costs the runs it
 // holds up one wait, not one each.
-func (j *Journal) commit(id string, data []byte) {
+func (j *Journal) commit(w Store, id string, data []byte) {
 	ctx, cancel := storeCtx()
 	if j.stuck.Load() {
 		cancel() // queued, not waited for
 	}
 	defer cancel()
-	err := j.store.CommitRun(ctx, id, data)
+	err := w.CommitRun(ctx, id, data)
 	switch {
 	case err == nil, errors.Is(err, state.ErrClosed):
 	case ctx.Err() != nil:
@@ -447,9 +465,9 @@ func (j *Journal) commitLate(id string) {
 // record is queued and the run durable at once. The store's callback
 // (on its writer) only stops a timer, sets commitErr and closes a
 // channel. The caller holds ps.wmu.
-func (j *Journal) commitAsync(r *Run, ps *runStore, data []byte) {
+func (j *Journal) commitAsync(w Store, r *Run, ps *runStore, data []byte) {
 	if j.stuck.Load() {
-		if err := j.store.CommitRunAsync(r.ID, data, func(error) {}); err != nil && !errors.Is(err, state.ErrClosed) {
+		if err := w.CommitRunAsync(r.ID, data, func(error) {}); err != nil && !errors.Is(err, state.ErrClosed) {
 			j.log.Error("state: run record not committed: a restart of the gateway loses it", "run", r.ID, "err", err)
 		}
 		j.wakeCatchUp()
@@ -464,7 +482,7 @@ func (j *Journal) commitAsync(r *Run, ps *runStore, data []byte) {
 			r.madeDurable()
 		}
 	})
-	err := j.store.CommitRunAsync(r.ID, data, func(err error) {
+	err := w.CommitRunAsync(r.ID, data, func(err error) {
 		if settled.CompareAndSwap(false, true) {
 			timer.Stop()
 			ps.commitErr = err

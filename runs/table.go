@@ -281,3 +281,13 @@ func (t *Table) Restore(recs []state.Run) []Restored {
 	t.mu.Unlock()
 	return out
 }
+
+// Forget stops writing rs to the store: another replica owns their
+// kernel now and writes them. They stay in the table.
+func (t *Table) Forget(rs []*Run) {
+	for _, r := range rs {
+		r.mu.Lock()
+		r.ps = nil
+		r.mu.Unlock()
+	}
+}

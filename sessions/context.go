@@ -69,6 +69,9 @@ type ContextModel struct {
 	ExecutionState  string   `json:"executionState"`
 	CreatedAt       string   `json:"createdAt"`
 	LastActivity    string   `json:"lastActivity"`
+	// Replica is the advertised URL of the replica that owns the
+	// context's kernel, when several serve one store.
+	Replica string `json:"replica,omitempty"`
 }
 
 // Model returns the context's model; active says whether its kernel is
@@ -86,6 +89,7 @@ func (c *Context) Model() ContextModel {
 	cm := ContextModel{
 		ID: c.ID, Language: c.Language, Kernelspec: c.spec.Name, Cwd: c.Cwd, Env: names, ProcessIDs: ids,
 		ExecutionState: "dead", CreatedAt: timefmt.Format(c.created), LastActivity: timefmt.Format(c.created),
+		Replica: c.m.replicaURL(),
 	}
 	if k != nil {
 		km := k.Model()

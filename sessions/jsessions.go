@@ -273,7 +273,7 @@ func (js *JupyterSessions) put(s Session) {
 	ctx, cancel := storeCtx()
 	defer cancel()
 	rec := state.Session{ID: s.ID, Path: s.Path, Name: s.Name, Type: s.Type, KernelID: s.KernelID, Created: s.created}
-	if err := js.m.store.PutSession(ctx, rec); err != nil {
+	if err := js.m.writer(rec.KernelID).PutSession(ctx, rec); err != nil {
 		js.m.log.Error("state: session not recorded: a restart of the gateway loses it", "session", s.ID, "err", err)
 	}
 }

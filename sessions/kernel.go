@@ -24,6 +24,9 @@ type KernelModel struct {
 	ExecutionState string `json:"execution_state"`
 	Connections    int    `json:"connections"`
 	Reason         string `json:"reason,omitempty"`
+	// Replica is the advertised URL of the replica that owns the kernel,
+	// when several serve one store.
+	Replica string `json:"replica,omitempty"`
 }
 
 // restartPolicy says what happens when a kernel's process dies.
@@ -102,6 +105,9 @@ func (m *Manager) newKernel(id string, spec *kernelspecs.Spec, env map[string]st
 	if err != nil {
 		return nil, errorf(ErrKernelStart, "%v", err)
 	}
+	if err := m.own(id); err != nil {
+		return nil, errorf(ErrKernelStart, "%v", err)
+	}
 	now := time.Now()
 	return &Kernel{
 		id: id, spec: spec, m: m, env: env, cwd: wd.cwd, ws: wd.ws, created: now, policy: policy,
@@ -130,6 +136,7 @@ func (k *Kernel) Model() KernelModel {
 		ExecutionState: string(k.state),
 		Connections:    len(k.clients),
 		Reason:         k.reason,
+		Replica:        k.m.replicaURL(),
 	}
 }
 

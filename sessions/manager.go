@@ -131,6 +131,9 @@ type Config struct {
 	// checkpoint gathers writes; idle kernels write nothing and wake
 	// nothing.
 	CheckpointInterval time.Duration
+	// Ownership is the leases this replica holds when several gateways
+	// serve one store (nil: a single gateway).
+	Ownership Ownership
 }
 
 // DefaultConfig returns the defaults.
@@ -327,7 +330,7 @@ func New(cfg Config, specs *kernelspecs.Catalog, prov jupyter.Provisioner, log *
 	}
 	m.closingCtx, m.cancelClosing = context.WithCancel(context.Background())
 	m.openWorkspaces()
-	m.records = &records{store: cfg.Store, log: log, cfg: &m.cfg, active: make(chan struct{}, 1)}
+	m.records = &records{store: cfg.Store, writer: m.writer, log: log, cfg: &m.cfg, active: make(chan struct{}, 1)}
 	m.warm = &WarmPools{m: m, bySpec: map[string]*pool{}}
 	m.jsessions = &JupyterSessions{m: m, byID: map[string]*Session{}}
 	m.catalog = &Catalog{cfg: &m.cfg, specs: specs, wsRoot: m.wsRoot}
@@ -340,6 +343,9 @@ func New(cfg Config, specs *kernelspecs.Catalog, prov jupyter.Provisioner, log *
 	if cfg.Store != nil {
 		m.store = cfg.Store
 		m.journal = runs.NewJournal(cfg.Store, log)
+		if cfg.Ownership != nil {
+			m.journal.Fence(func(kernel string) runs.Store { return m.writer(kernel) })
+		}
 		m.goroutine(func() { m.records.checkpoint(m.closing, m.Kernels) })
 		m.goroutine(func() { m.journal.Run(m.closingCtx) })
 	}
@@ -515,6 +521,10 @@ type Status struct {
 	LastActivity string `json:"last_activity"`
 	Kernels      int    `json:"kernels"`
 	Connections  int    `json:"connections"`
+	// Replica is this replica's advertised URL and Replicas the live
+	// ones', when several gateways serve one store (omitted otherwise).
+	Replica  string   `json:"replica,omitempty"`
+	Replicas []string `json:"replicas,omitempty"`
 }
 
 // Status reports the kernels, connections and latest activity.
@@ -530,7 +540,11 @@ func (m *Manager) Status() Status {
 		conns += len(k.clients)
 		k.mu.Unlock()
 	}
-	return Status{Started: timefmt.Format(m.started), LastActivity: timefmt.Format(last), Kernels: len(ks), Connections: conns}
+	st := Status{Started: timefmt.Format(m.started), LastActivity: timefmt.Format(last), Kernels: len(ks), Connections: conns}
+	if o := m.cfg.Ownership; o != nil {
+		st.Replica, st.Replicas = o.URL(), o.Replicas()
+	}
+	return st
 }
 
 // cull shuts down idle kernels.

@@ -62,6 +62,8 @@ type records struct {
 	store state.Store
 	log   *slog.Logger
 	cfg   *Config
+	// writer gives the writes of a kernel's records (Manager.writer).
+	writer func(kernel string) state.Writer
 	// active is signalled (without blocking) when a kernel's activity is
 	// CheckpointInterval past its record: it wakes the checkpoint.
 	active chan struct{}
@@ -114,7 +116,7 @@ func (rs *records) putKernel(k *Kernel, jk process) {
 	ctx, cancel := storeCtx()
 	defer cancel()
 	rec := rs.kernel(k, jk)
-	if err := rs.store.PutKernel(ctx, rec); err != nil {
+	if err := rs.writer(k.id).PutKernel(ctx, rec); err != nil {
 		rs.log.Error("state: kernel not recorded: a restart of the gateway loses it", "kernel", k.id, "err", err)
 		return
 	}
@@ -132,7 +134,7 @@ func (rs *records) deleteKernel(id string) {
 	}
 	ctx, cancel := storeCtx()
 	defer cancel()
-	if err := rs.store.DeleteKernel(ctx, id); err != nil {
+	if err := rs.writer(id).DeleteKernel(ctx, id); err != nil {
 		rs.log.Error("state: kernel record not deleted", "kernel", id, "err", err)
 	}
 }
@@ -162,7 +164,7 @@ func (rs *records) putContext(c *Context) {
 	rec.Extra, _ = json.Marshal(ex)
 	ctx, cancel := storeCtx()
 	defer cancel()
-	if err := rs.store.PutContext(ctx, rec); err != nil {
+	if err := rs.writer(rec.KernelID).PutContext(ctx, rec); err != nil {
 		rs.log.Error("state: context not recorded: a restart of the gateway loses it", "context", c.ID, "err", err)
 	}
 }
@@ -172,9 +174,15 @@ func (rs *records) deleteContext(c *Context) {
 	if rs.store == nil || c.Isolated {
 		return
 	}
+	c.mu.Lock()
+	kernel := ""
+	if c.kernel != nil {
+		kernel = c.kernel.id
+	}
+	c.mu.Unlock()
 	ctx, cancel := storeCtx()
 	defer cancel()
-	if err := rs.store.DeleteContext(ctx, c.ID); err != nil {
+	if err := rs.writer(kernel).DeleteContext(ctx, c.ID); err != nil {
 		rs.log.Error("state: context record not deleted", "context", c.ID, "err", err)
 	}
 }

@@ -67,6 +67,25 @@ func (m *Manager) Restore(ctx context.Context) (RestoreReport, error) {
 	}
 	t0 := time.Now()
 	rt := restoration{m}
+	if m.cfg.Ownership != nil {
+		owned := rt.owned(ctx, *snap)
+		snap = &owned
+	}
+	rep = rt.take(ctx, snap)
+	m.log.Info("state restored", "kernels", rep.Adopted, "pending", rep.Pending, "lost", rep.Lost, "stopped", rep.Stopped,
+		"contexts", rep.Contexts, "sessions", rep.Sessions, "runs", rep.Runs, "picked_up", rep.PickedUp,
+		"took", time.Since(t0).Round(time.Millisecond))
+	if m.cfg.Ownership != nil {
+		m.goroutine(m.failover)
+	}
+	return rep, nil
+}
+
+// take takes over the kernels, contexts, Jupyter sessions and runs of
+// snap (at start, or another replica's a failover hands over).
+func (rt restoration) take(ctx context.Context, snap *state.Snapshot) RestoreReport {
+	m := rt.m
+	var rep RestoreReport
 
 	// The contexts say which kernels of the lazy policy are theirs; the
 	// others (warm pool, isolated runs) end.
@@ -149,10 +168,7 @@ func (m *Manager) Restore(ctx context.Context) (RestoreReport, error) {
 		rep.Sessions++
 	}
 	rep.Runs, rep.PickedUp = rt.runs(snap.Runs, contexts)
-	m.log.Info("state restored", "kernels", rep.Adopted, "pending", rep.Pending, "lost", rep.Lost, "stopped", rep.Stopped,
-		"contexts", rep.Contexts, "sessions", rep.Sessions, "runs", rep.Runs, "picked_up", rep.PickedUp,
-		"took", time.Since(t0).Round(time.Millisecond))
-	return rep, nil
+	return rep
 }
 
 type restoreOutcome int

@@ -107,6 +107,7 @@ func (m *Manager) stopKernel(ctx context.Context, k *Kernel) {
 	k.shutdown(ctx)
 	if mine {
 		m.stopped()
+		m.disown(ctx, k.id)
 	}
 }
 

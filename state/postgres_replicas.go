@@ -308,3 +308,57 @@ func (p *Postgres) LeaseClaimed(ctx context.Context, kernel string, grace time.D
 		AND owner <> '' AND expires_at > now() - $2 * interval '1 microsecond')`, kernel, micros(grace)).Scan(&claimed)
 	return claimed, p.replicaCall(err)
 }
+
+// Kinds of records OwnerOf finds the kernel of.
+const (
+	OfKernel  = "kernel"
+	OfContext = "context"
+	OfSession = "session"
+	OfRun     = "run"
+)
+
+// ErrUnknownKind: OwnerOf was asked of a kind it does not know.
+var ErrUnknownKind = errors.New("state: no such kind of record")
+
+// OwnerOf returns the lease of the kernel a record belongs to (kind
+// OfKernel: the kernel itself; OfContext, OfSession: the kernel the
+// record names; OfRun: its context's kernel, else the kernel it ran on),
+// with its holder's URL, in one round trip. ErrNoLease when the record
+// is not there, names no kernel, or no replica holds that kernel's lease.
+func (p *Postgres) OwnerOf(ctx context.Context, kind, id string) (Lease, error) {
+	switch kind {
+	case OfKernel, OfContext, OfSession, OfRun:
+	default:
+		return Lease{}, fmt.Errorf("%w: %q", ErrUnknownKind, kind)
+	}
+	var l Lease
+	err := p.pool.QueryRow(ctx, `WITH k AS (SELECT CASE $1::text
+			WHEN 'kernel' THEN $2::text
+			WHEN 'context' THEN (SELECT data->>'kernelId' FROM contexts WHERE id = $2)
+			WHEN 'session' THEN (SELECT data->>'kernelId' FROM sessions WHERE id = $2)
+			WHEN 'run' THEN (SELECT coalesce(nullif(c.data->>'kernelId', ''), r.j->>'kernel')
+				FROM (SELECT convert_from(data, 'UTF8')::json AS j FROM runs WHERE id = $2) r
+				LEFT JOIN contexts c ON c.id = r.j->>'context')
+		END AS id)
+		SELECT l.kernel_id, l.owner, coalesce(r.url, ''), l.epoch, l.expires_at
+		FROM k JOIN leases l ON l.kernel_id = k.id LEFT JOIN replicas r ON r.id = l.owner
+		WHERE l.owner <> '' AND l.expires_at > now()`, kind, id).Scan(&l.Kernel, &l.Owner, &l.OwnerURL, &l.Epoch, &l.Expires)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Lease{}, fmt.Errorf("%w: %s %s", ErrNoLease, kind, id)
+	}
+	if err != nil {
+		return Lease{}, p.replicaCall(err)
+	}
+	return l, nil
+}
+
+// FreeKernels returns the kernels with a record whose lease no replica
+// holds: released (their owner stopped and left them running) or lapsed
+// (their owner died, froze or was cut off). Any replica may take them
+// over (AcquireLease).
+func (p *Postgres) FreeKernels(ctx context.Context) ([]string, error) {
+	rows, _ := p.pool.Query(ctx, `SELECT l.kernel_id FROM leases l JOIN kernels k ON k.id = l.kernel_id
+		WHERE l.owner = '' OR l.expires_at <= now() ORDER BY l.kernel_id`)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return ids, p.replicaCall(err)
+}

@@ -30,7 +30,16 @@ type RootLock struct{ f *os.File }
 // takes it (its state directory), written into the file for the message
 // another gateway gets. A root that another live process holds is
 // ErrRootInUse.
-func LockRoot(dir, owner string) (*RootLock, error) {
+func LockRoot(dir, owner string) (*RootLock, error) { return lockRoot(dir, owner, false) }
+
+// ShareRoot takes the workspace root dir for this process together with
+// its peers: replicas on one store share one root (each context's folder
+// is its owner's, whichever replica that is), and any number of them may
+// hold it at once, while a gateway of its own (LockRoot) may not beside
+// them, nor they beside it (ErrRootInUse).
+func ShareRoot(dir, owner string) (*RootLock, error) { return lockRoot(dir, owner, true) }
+
+func lockRoot(dir, owner string, shared bool) (*RootLock, error) {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return nil, fmt.Errorf("workspace root: %w", err)
@@ -40,7 +49,11 @@ func LockRoot(dir, owner string) (*RootLock, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workspace root: lock: %w", err)
 	}
-	held, err := flock.TryLock(f)
+	take := flock.TryLock
+	if shared {
+		take = flock.TryLockShared
+	}
+	held, err := take(f)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("workspace root: lock %s: %w", filepath.Join(dir, LockFile), err)
@@ -53,6 +66,12 @@ func LockRoot(dir, owner string) (*RootLock, error) {
 			desc = "another process"
 		}
 		return nil, fmt.Errorf("%w: %s is held by %s; give each gateway a --workspace-root of its own", ErrRootInUse, dir, desc)
+	}
+	if shared {
+		// Every replica writes the same words: none clobbers another's.
+		f.Truncate(0)
+		f.WriteAt([]byte("kernelgate replicas sharing this root\n"), 0)
+		return &RootLock{f: f}, nil
 	}
 	f.Truncate(0)
 	f.WriteAt([]byte(fmt.Sprintf("kernelgate pid %d (%s)\n", os.Getpid(), owner)), 0)

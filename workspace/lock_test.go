@@ -30,3 +30,30 @@ func TestLockRoot(t *testing.T) {
 	}
 	again.Close()
 }
+
+// TestShareRoot: replicas share a root, any number at once; a gateway of
+// its own is refused beside them, and they beside it.
+func TestShareRoot(t *testing.T) {
+	dir := t.TempDir()
+	a, err := ShareRoot(dir, "replica a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ShareRoot(dir, "replica b")
+	if err != nil {
+		t.Fatalf("a second replica on the root: %v", err)
+	}
+	if _, err := LockRoot(dir, "state dir /c"); !errors.Is(err, ErrRootInUse) || !strings.Contains(err.Error(), "replicas") {
+		t.Fatalf("a gateway of its own beside replicas: %v, want ErrRootInUse naming the replicas", err)
+	}
+	a.Close()
+	b.Close()
+	one, err := LockRoot(dir, "state dir /c")
+	if err != nil {
+		t.Fatalf("the root once the replicas left: %v", err)
+	}
+	defer one.Close()
+	if _, err := ShareRoot(dir, "replica d"); !errors.Is(err, ErrRootInUse) {
+		t.Fatalf("a replica beside a gateway of its own: %v, want ErrRootInUse", err)
+	}
+}
