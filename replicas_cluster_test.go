@@ -8,8 +8,8 @@ import (
 	"io"
 	"net/http"
 	"path/filepath"
-	"time"
 	"testing"
+	"time"
 
 	"kernelgate/internal/pgtest"
 )
@@ -45,7 +45,9 @@ func TestReplicasShareWorkspaceRootAndKernelLimit(t *testing.T) {
 	}
 	call(t, "DELETE", b.url+"api/contexts/one", nil, 204, nil)
 	// Its lease released, the place is free for B.
-	waitFor(t, func() bool { return postStatus(b.url+"api/execute", map[string]any{"isolated": true, "code": "2"}) == 200 },
+	waitFor(t, func() bool {
+		return postStatus(b.url+"api/execute", map[string]any{"isolated": true, "code": "2"}) == 200
+	},
 		"an isolated run through B once A's kernel was deleted", func() []any { return nil })
 }
 
