@@ -4,7 +4,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -288,43 +287,18 @@ func TestCommandsBesideKernelKeptByEarlierVersion(t *testing.T) {
 
 	// Rewrite the kept kernel's info as the earlier version wrote it:
 	// without "command".
-	ctx := context.Background()
-	store, err := state.Open(filepath.Join(dirs.state, state.FileName), state.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap, err := store.Load(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rewritten := 0
-	for _, k := range snap.Kernels {
-		info, err := jupyter.UnmarshalProvisionerInfo(k.ProvisionerInfo)
-		if err != nil {
-			t.Fatal(err)
-		}
+	rewriteKeptKernels(t, dirs.state, func(k state.Kernel, info jupyter.ProvisionerInfo) ([]byte, error) {
 		var data map[string]json.RawMessage
 		if err := json.Unmarshal(info.Data, &data); err != nil || data["command"] == nil {
 			t.Fatalf("kernel %s: info %s holds no command plan (%v)", k.ID, info.Data, err)
 		}
 		delete(data, "command")
+		var err error
 		if info.Data, err = json.Marshal(data); err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
-		if k.ProvisionerInfo, err = info.Marshal(); err != nil {
-			t.Fatal(err)
-		}
-		if err := store.PutKernel(ctx, k); err != nil {
-			t.Fatal(err)
-		}
-		rewritten++
-	}
-	if err := store.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if rewritten == 0 {
-		t.Fatal("the store kept no kernel")
-	}
+		return info.Marshal()
+	})
 
 	g2 := dirs.start(t, bin, "--pool-size", "0")
 	if e := execute(t, g2.url, "agent", "import os\n(x, os.getpid())"); e.text() != fmt.Sprintf("(41, %d)", *c.KernelProcessID) {

@@ -31,8 +31,26 @@ func TestKeptKernelOfEarlierVersionAdopted(t *testing.T) {
 	waitProcs(t, dirs.runtime, false, []int{*c.KernelProcessID})
 
 	// Rewrite the kept kernel's info as the earlier version wrote it.
+	rewriteKeptKernels(t, dirs.state, func(k state.Kernel, info jupyter.ProvisionerInfo) ([]byte, error) {
+		if len(info.Data) == 0 {
+			t.Fatalf("kernel %s: info %s", k.ID, k.ProvisionerInfo)
+		}
+		return json.Marshal(map[string]any{"provisioner": "local", "connection": info.Connection, "local": info.Data})
+	})
+
+	g2 := dirs.start(t, bin, "--pool-size", "0")
+	if e := execute(t, g2.url, "agent", "import os\n(x, os.getpid())"); e.text() != fmt.Sprintf("(41, %d)", *c.KernelProcessID) {
+		t.Fatalf("the context whose kernel an earlier version kept: %+v\n%s", e, g2.logs)
+	}
+}
+
+// rewriteKeptKernels rewrites the provisioner info of every kernel kept
+// in the store of stateDir (no gateway running on it) as rewrite says: as
+// an earlier version of kernelgate wrote it.
+func rewriteKeptKernels(t *testing.T, stateDir string, rewrite func(k state.Kernel, info jupyter.ProvisionerInfo) ([]byte, error)) {
+	t.Helper()
 	ctx := context.Background()
-	store, err := state.Open(filepath.Join(dirs.state, state.FileName), state.Options{})
+	store, err := state.Open(filepath.Join(stateDir, state.FileName), state.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,11 +61,10 @@ func TestKeptKernelOfEarlierVersionAdopted(t *testing.T) {
 	rewritten := 0
 	for _, k := range snap.Kernels {
 		info, err := jupyter.UnmarshalProvisionerInfo(k.ProvisionerInfo)
-		if err != nil || len(info.Data) == 0 {
-			t.Fatalf("kernel %s: info %s, %v", k.ID, k.ProvisionerInfo, err)
-		}
-		k.ProvisionerInfo, err = json.Marshal(map[string]any{"provisioner": "local", "connection": info.Connection, "local": info.Data})
 		if err != nil {
+			t.Fatal(err)
+		}
+		if k.ProvisionerInfo, err = rewrite(k, info); err != nil {
 			t.Fatal(err)
 		}
 		if err := store.PutKernel(ctx, k); err != nil {
@@ -60,10 +77,5 @@ func TestKeptKernelOfEarlierVersionAdopted(t *testing.T) {
 	}
 	if rewritten == 0 {
 		t.Fatal("the store kept no kernel")
-	}
-
-	g2 := dirs.start(t, bin, "--pool-size", "0")
-	if e := execute(t, g2.url, "agent", "import os\n(x, os.getpid())"); e.text() != fmt.Sprintf("(41, %d)", *c.KernelProcessID) {
-		t.Fatalf("the context whose kernel an earlier version kept: %+v\n%s", e, g2.logs)
 	}
 }

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"kernelgate/internal/leakcheck"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -52,22 +52,14 @@ func front(t *testing.T, target string) (*Proxy, string) {
 	return p, "http://" + l.Addr().String()
 }
 
-// noLeaks checks, at the end of the test, that the goroutines are back to
-// what they were.
+// noLeaks checks, at the end of the test, that the goroutines and files
+// are back to what they were.
 func noLeaks(t *testing.T) {
 	t.Helper()
-	before := runtime.NumGoroutine()
+	before := leakcheck.Snapshot(t)
 	t.Cleanup(func() {
 		http.DefaultClient.CloseIdleConnections()
-		deadline := time.Now().Add(10 * time.Second)
-		for runtime.NumGoroutine() > before {
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				t.Errorf("goroutines: %d, were %d\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
-				return
-			}
-			time.Sleep(10 * time.Millisecond) // polling the count, not waiting for an event
-		}
+		leakcheck.Check(t, before)
 	})
 }
 

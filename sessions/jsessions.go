@@ -114,11 +114,11 @@ func (js *JupyterSessions) Get(id string) (SessionModel, error) {
 
 func (js *JupyterSessions) drop(id string) {
 	js.mu.Lock()
-	_, ok := js.byID[id]
+	s, ok := js.byID[id]
 	delete(js.byID, id)
 	js.mu.Unlock()
 	if ok {
-		js.deleteRecord(id)
+		js.deleteRecord(id, s.KernelID)
 	}
 }
 
@@ -258,7 +258,7 @@ func (js *JupyterSessions) Delete(ctx context.Context, id string) error {
 	if !ok {
 		return errorf(ErrNoSuchSession, "Session not found: %s", id)
 	}
-	js.deleteRecord(id)
+	js.deleteRecord(id, s.KernelID)
 	if err := js.m.ShutdownKernel(ctx, s.KernelID); err != nil {
 		return errorf(ErrKernelGone, "Kernel deleted before session")
 	}
@@ -278,13 +278,15 @@ func (js *JupyterSessions) put(s Session) {
 	}
 }
 
-func (js *JupyterSessions) deleteRecord(id string) {
+// deleteRecord deletes the record of session id, whose kernel is
+// kernel: under its fence, as the record was written.
+func (js *JupyterSessions) deleteRecord(id, kernel string) {
 	if js.m.store == nil {
 		return
 	}
 	ctx, cancel := storeCtx()
 	defer cancel()
-	if err := js.m.store.DeleteSession(ctx, id); err != nil {
+	if err := js.m.writer(kernel).DeleteSession(ctx, id); err != nil {
 		js.m.log.Error("state: session record not deleted", "session", id, "err", err)
 	}
 }

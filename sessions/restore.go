@@ -158,7 +158,7 @@ func (rt restoration) take(ctx context.Context, snap *state.Snapshot) RestoreRep
 	}
 	for _, rec := range snap.Sessions {
 		if _, ok := kernels[rec.KernelID]; !ok {
-			m.jsessions.deleteRecord(rec.ID)
+			m.jsessions.deleteRecord(rec.ID, rec.KernelID)
 			continue
 		}
 		s := &Session{ID: rec.ID, Path: rec.Path, Name: rec.Name, Type: rec.Type, KernelID: rec.KernelID, created: rec.Created}
