@@ -51,7 +51,14 @@ func (b *bench) benchFiles(ctx context.Context) error {
 	if err := resetPeak(b.kg.pid()); err != nil {
 		return err
 	}
-	var up, upCp, down, downCp, downDd, null, nullCp, cpuDown, cpuGw, cpuCp, cpuDd sample
+	// The floor of a download over loopback TCP: the same client from a
+	// bare net/http file server (sendfile, no gateway).
+	bare, stopBare, err := startBareServer(src)
+	if err != nil {
+		return err
+	}
+	defer stopBare()
+	var up, upCp, down, downCp, downDd, downBare, null, nullCp, cpuDown, cpuGw, cpuCp, cpuDd, cpuBare sample
 	for i := 0; i < b.opt.filesRuns; i++ {
 		progress("files: run %d of %d", i+1, b.opt.filesRuns)
 		d, err := measure(func() error { _, err := cpFile(src, filepath.Join(dir, "cp-sync.bin"), true); return err })
@@ -99,6 +106,14 @@ func (b *bench) benchFiles(ctx context.Context) error {
 		cpuDown = append(cpuDown, g1-g0+selfCPU()-s0)
 		cpuGw = append(cpuGw, g1-g0)
 		os.Remove(filepath.Join(dir, "down.bin"))
+		s0 = selfCPU()
+		d, err = measure(func() error { return bare.download(fctx, "-", "-", filepath.Join(dir, "bare.bin"), size) })
+		if err != nil {
+			return err
+		}
+		downBare = append(downBare, d)
+		cpuBare = append(cpuBare, selfCPU()-s0)
+		os.Remove(filepath.Join(dir, "bare.bin"))
 		// Both discarding: cp into /dev/null, the body spliced there.
 		d, err = measure(func() error { _, err := cpFile(src, os.DevNull, false); return err })
 		if err != nil {
@@ -127,6 +142,11 @@ func (b *bench) benchFiles(ctx context.Context) error {
 		figure: "files: download " + label + " (GET, the body spliced into a file; vs cp, and dd's read/write copy, into a file, same filesystem; sources in the page cache), MiB/s p50",
 		kg:     fmt.Sprintf("%.0f", rate(down.p50())), direct: fmt.Sprintf("%.0f (cp) / %.0f (dd)", rate(downCp.p50()), rate(downDd.p50())),
 		ratios: fmt.Sprintf("kernelgate/cp %.2f, kernelgate/dd %.2f", rate(down.p50())/rate(downCp.p50()), rate(down.p50())/rate(downDd.p50())),
+	})
+	b.add(row{
+		figure: "files: download " + label + " into a file from a bare net/http file server (sendfile, the same client and loopback TCP, no gateway), MiB/s p50",
+		kg:     fmt.Sprintf("%.0f", rate(down.p50())), direct: fmt.Sprintf("%.0f (bare) / %.0f (cp)", rate(downBare.p50()), rate(downCp.p50())),
+		ratios: fmt.Sprintf("kernelgate/bare %.2f, bare/cp %.2f (client CPU, bare: %.0f ms)", rate(down.p50())/rate(downBare.p50()), rate(downBare.p50())/rate(downCp.p50()), ms(cpuBare.p50())),
 	})
 	b.add(row{
 		figure: "files: download " + label + " into a file, CPU (gateway + client, of which the gateway; vs cp, dd), ms p50",

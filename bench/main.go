@@ -110,10 +110,13 @@ func main() {
 		return nil
 	})
 	relay := flag.String("relay", "", "serve as a byte relay to these loopback ports (used by the harness itself)")
+	serveFile := flag.String("serve-file", "", "serve this file to every GET on a free loopback port (used by the harness itself)")
 	flag.Parse()
 	var err error
 	if *relay != "" {
 		err = relayMain(*relay)
+	} else if *serveFile != "" {
+		err = bareServeMain(*serveFile)
 	} else if *profile != "" {
 		err = profileMain(*profile, *workloads, *profileN)
 	} else {
