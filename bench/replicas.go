@@ -115,12 +115,23 @@ func newReplicaSet(ctx context.Context, srv *pgtest.Server, db, dir string, n in
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, err
 	}
-	rs := &replicaSet{name: db, args: append([]string{"--pool-size", "0", "--state-url", url, "--workspace-root", root}, extra...)}
-	for range n {
-		if _, err := rs.start(ctx); err != nil {
-			rs.stop()
-			return nil, err
+	rs := &replicaSet{name: db, args: append([]string{"--pool-size", "0", "--state-url", url, "--workspace-root", root}, extra...), n: n}
+	started := make([]*server, n)
+	err = parallel(n, n, func(i int) error {
+		sctx, cancel := within(ctx, 2*time.Minute)
+		defer cancel()
+		var err error
+		started[i], err = startKernelgate(sctx, fmt.Sprintf("kernelgate (%s replica %d)", rs.name, i+1), kernelgateBin, rs.args...)
+		return err
+	})
+	for _, s := range started {
+		if s != nil {
+			rs.live = append(rs.live, s)
 		}
+	}
+	if err != nil {
+		rs.stop()
+		return nil, err
 	}
 	if err := rs.waitLive(ctx); err != nil {
 		rs.stop()
@@ -129,7 +140,7 @@ func newReplicaSet(ctx context.Context, srv *pgtest.Server, db, dir string, n in
 	return rs, nil
 }
 
-// start starts one more replica.
+// start starts one more replica (after one killed).
 func (rs *replicaSet) start(ctx context.Context) (*server, error) {
 	sctx, cancel := within(ctx, 2*time.Minute)
 	defer cancel()
@@ -186,10 +197,15 @@ func (rs *replicaSet) kill(s *server) {
 }
 
 // stop stops every replica (idempotent).
-func (rs *replicaSet) stop() {
-	for _, s := range slices.Concat(rs.live, rs.dead) {
-		s.stop()
+func (rs *replicaSet) stop() { stopAll(slices.Concat(rs.live, rs.dead)...) }
+
+// stopAll stops the servers at once, each shutting its kernels down.
+func stopAll(servers ...*server) {
+	var wg sync.WaitGroup
+	for _, s := range servers {
+		wg.Go(s.stop)
 	}
+	wg.Wait()
 }
 
 // ownedContext creates a Python context through s and checks that s
@@ -280,15 +296,11 @@ func (b *bench) setupSpreadLoad(ctx context.Context, servers []*server) (*spread
 	return l, nil
 }
 
+// close closes the connections; the contexts go with their gateways.
 func (l *spreadLoad) close() {
 	for _, cs := range l.conns {
 		for _, c := range cs {
 			c.Close()
-		}
-	}
-	for _, id := range l.contexts {
-		if id != "" {
-			l.servers[0].deleteContext(context.Background(), id)
 		}
 	}
 }
@@ -338,12 +350,13 @@ func (b *bench) benchReplicaLoad(ctx context.Context, srv *pgtest.Server, rs *re
 	if err != nil {
 		return err
 	}
-	defer pg.stop()
 	bolt, err := startKernelgate(sctx, "kernelgate (one gateway, bbolt)", kernelgateBin, "--pool-size", "0")
 	if err != nil {
+		pg.stop()
 		return err
 	}
-	defer bolt.stop()
+	// Both stop at once, with their kernels, when the load is done.
+	defer stopAll(pg, bolt)
 	systems := []struct {
 		name    string
 		servers []*server
