@@ -82,7 +82,8 @@ fuzz:
 # Debian's Jupyter Server (about 6 minutes), with kernel pods of kubernetes-provisioner on the
 # test control plane against local kernels, which writes its table into docs/benchmarks.md.
 # One section alone: make build && go run ./bench -only state (the state store on and off,
-# and the start with 100 kernels to re-adopt; about 3 minutes).
+# and the start with 100 kernels to re-adopt; about 3 minutes), or -only replicas (three
+# replicas on a private PostgreSQL: forwarding, load spread over them, failover; about 2 minutes).
 bench: kernels build k8s-binaries
 	@bench/install-jupyter-server.sh
 	$(GO) test ./jupyter -run '^$$' -bench . -benchtime 1x -timeout 20m

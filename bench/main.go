@@ -59,6 +59,7 @@ type options struct {
 	filesMiB    int // size of the file uploaded and downloaded
 	filesRuns   int // uploads and downloads of it
 	adopt       int // kept kernels a start re-adopts (state)
+	failovers   int // owners SIGKILLed, one a trial (replicas)
 }
 
 var full = options{
@@ -66,7 +67,7 @@ var full = options{
 	loadKernels: 16, loadClients: 4, loadCount: 25, loadRounds: 2,
 	streamRuns: 5, streamMiB: 100,
 	density: []int{0, 10, 50}, jsDensity: 10, idle: 30 * time.Second,
-	filesMiB: 1024, filesRuns: 3, adopt: 100,
+	filesMiB: 1024, filesRuns: 3, adopt: 100, failovers: 7,
 }
 
 // extraFlags are added to every kernelgate command line (-kgflag).
@@ -99,7 +100,7 @@ type bench struct {
 func main() {
 	quick := flag.Bool("quick", false, "small samples, for trying the harness (figures are not meaningful)")
 	write := flag.String("write", "", "markdown file whose generated section gets the table (docs/benchmarks.md)")
-	only := flag.String("only", "", "comma-separated sections to run: start,roundtrip,pool,stream,load,density,launcher,warm,files,agents,commands,bigoutput,k8s,state,r (default all)")
+	only := flag.String("only", "", "comma-separated sections to run: start,roundtrip,pool,stream,load,density,launcher,warm,files,agents,commands,bigoutput,k8s,state,replicas,r (default all)")
 	profile := flag.String("profile", "", "instead of the benchmarks, serve the gateway in this process and write CPU profiles of -workloads into this directory")
 	workloads := flag.String("workloads", "ws-deno,rest-python,rest-deno", "workloads of -profile: ws-deno, ws-python, rest-python, rest-deno, stream-python, stream-deno, load-rest, load-ws")
 	profileN := flag.Int("n", 2000, "round trips per -profile workload")
@@ -164,7 +165,7 @@ func run(quick bool, write, only string) error {
 		b.opt = options{starts: 2, roundTrips: 30, rtKernels: 2, warmup: 5, poolRuns: 3,
 			loadKernels: 4, loadClients: 2, loadCount: 10, loadRounds: 1,
 			streamRuns: 1, streamMiB: 20, density: []int{0, 2, 4}, jsDensity: 2, idle: 3 * time.Second,
-			filesMiB: 64, filesRuns: 1, adopt: 5}
+			filesMiB: 64, filesRuns: 1, adopt: 5, failovers: 2}
 	}
 	for _, k := range kernels {
 		if _, err := b.specs.Get(k.spec); err != nil {
@@ -195,6 +196,7 @@ func run(quick bool, write, only string) error {
 		{"bigoutput", b.benchBigOutput},
 		{"k8s", b.benchK8s},
 		{"state", b.benchState},
+		{"replicas", b.benchReplicas},
 		{"r", b.benchR},
 	}
 	for name := range want {
@@ -214,10 +216,10 @@ func run(quick bool, write, only string) error {
 	go machine.sampleLoad(lctx)
 	defer stopLoad()
 	defer b.stopServers()
-	// The state and warm sections start kernelgates of their own.
+	// The state, replicas and warm sections start kernelgates of their own.
 	shared := len(want) == 0
 	for name := range want {
-		shared = shared || name != "state" && name != "warm"
+		shared = shared || name != "state" && name != "replicas" && name != "warm"
 	}
 	if shared {
 		if err := b.startServers(ctx); err != nil {
