@@ -129,7 +129,7 @@ func (s *Server) execute(c echo.Context) error {
 	req.Wait = format == noStream
 	run, err := s.mgr.Execute(c.Request().Context(), req)
 	if err != nil {
-		return err
+		return s.forwardShared(c, err)
 	}
 	c.Response().Header().Set("X-Run-Id", run.ID)
 	if format != noStream {
@@ -332,6 +332,9 @@ func (s *Server) createContext(c echo.Context) error {
 }
 
 func (s *Server) listContexts(c echo.Context) error {
+	if s.clustered(c) {
+		return s.listClusterContexts(c)
+	}
 	cs := s.mgr.Contexts()
 	out := make([]sessions.ContextModel, 0, len(cs))
 	for _, ctx := range cs {
@@ -471,7 +474,7 @@ func (s *Server) executeCommand(c echo.Context, body executeBody, env map[string
 		Argv: sessions.ShellCommand(*body.Code), Cwd: body.Cwd, Env: env, Timeout: timeout, Stdin: body.Stdin,
 	})
 	if err != nil {
-		return err
+		return s.forwardShared(c, err)
 	}
 	c.Response().Header().Set("X-Run-Id", run.ID)
 	if format != noStream {
