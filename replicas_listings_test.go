@@ -186,8 +186,10 @@ func startTokenReplicas(t *testing.T, bin string, srv *pgtest.TB, db, token stri
 }
 
 // TestReplicaContextTokensClusterWide: a context token minted through A
-// works through B and C at once; revoked through B, or its context
-// deleted through C, it is refused by every replica.
+// works through B and C at once; revoked through B (its context's
+// tokens), through C (every context token: also those of a context B
+// owns), or its context deleted through C, it is refused by every
+// replica.
 func TestReplicaContextTokensClusterWide(t *testing.T) {
 	bin := buildBinary(t)
 	srv := pgtest.Start(t)
@@ -195,18 +197,20 @@ func TestReplicaContextTokensClusterWide(t *testing.T) {
 	gs := startTokenReplicas(t, bin, srv, "tokens", admin, 3)
 	a, b, c := gs[0], gs[1], gs[2]
 	callAs(t, admin, "POST", a.url+"api/contexts", map[string]any{"id": "tok", "language": "python"}, 201, nil)
-	mint := func(g *gatewayProcess) string {
+	mintFor := func(g *gatewayProcess, id string) string {
 		t.Helper()
 		var tok struct{ Token string }
-		callAs(t, admin, "POST", g.url+"api/contexts/tok/tokens", map[string]any{"ttl": 600}, 201, &tok)
+		callAs(t, admin, "POST", g.url+"api/contexts/"+id+"/tokens", map[string]any{"ttl": 600}, 201, &tok)
 		return tok.Token
 	}
-	everywhere := func(tok string, want int) {
+	mint := func(g *gatewayProcess) string { t.Helper(); return mintFor(g, "tok") }
+	everywhereOn := func(id, tok string, want int) {
 		t.Helper()
 		for _, g := range gs {
-			callAs(t, tok, "GET", g.url+"api/contexts/tok", nil, want, nil)
+			callAs(t, tok, "GET", g.url+"api/contexts/"+id, nil, want, nil)
 		}
 	}
+	everywhere := func(tok string, want int) { t.Helper(); everywhereOn("tok", tok, want) }
 
 	t1 := mint(a)
 	everywhere(t1, 200)
@@ -218,10 +222,20 @@ func TestReplicaContextTokensClusterWide(t *testing.T) {
 	callAs(t, admin, "DELETE", b.url+"api/contexts/tok/tokens", nil, 204, nil)
 	everywhere(t1, 401)
 
-	t2 := mint(c)
+	// Every context token at once, through a replica that owns none of
+	// their contexts.
+	callAs(t, admin, "POST", b.url+"api/contexts", map[string]any{"id": "tok-b", "language": "python"}, 201, nil)
+	t2, t3 := mint(c), mintFor(a, "tok-b")
 	everywhere(t2, 200)
-	callAs(t, admin, "DELETE", c.url+"api/contexts/tok", nil, 204, nil)
+	everywhereOn("tok-b", t3, 200)
+	callAs(t, admin, "DELETE", c.url+"api/context-tokens", nil, 204, nil)
 	everywhere(t2, 401)
+	everywhereOn("tok-b", t3, 401)
+
+	t4 := mint(c)
+	everywhere(t4, 200)
+	callAs(t, admin, "DELETE", c.url+"api/contexts/tok", nil, 204, nil)
+	everywhere(t4, 401)
 }
 
 // TestReplicaSharedContextIsTheClusters: a run without context through

@@ -410,6 +410,14 @@ func (s *Server) revokeAllContextTokens(c echo.Context) error {
 	s.tokens.revokeAll()
 	s.closeTokenSockets("")
 	s.mgr.RevokeAllContextTokens()
+	if s.clustered(c) {
+		if missed := s.revokeOnPeers(c); len(missed) > 0 {
+			s.log.Warn("context tokens revoked here, but not confirmed by every replica", "replicas", missed)
+			c.Response().Header().Set("Retry-After", "1")
+			return newError(http.StatusServiceUnavailable, "UNAVAILABLE",
+				"context tokens revoked here and on the replicas that answered; not confirmed by "+strings.Join(missed, ", ")+": retry")
+		}
+	}
 	s.log.Info("every context token revoked")
 	return c.NoContent(http.StatusNoContent)
 }

@@ -131,11 +131,12 @@ func (s *Server) peerParts(c echo.Context, keep []string) []part {
 	return parts
 }
 
-// askPeer asks the replica at base for its part of r's listing.
-func (s *Server) askPeer(ctx context.Context, base string, r *http.Request, keep []string, principal []byte) ([]json.RawMessage, bool) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+r.URL.RequestURI(), nil)
+// peerRequest is r (its method, path and query, without a body) for the
+// replica at base, signed for principal, with the headers keep copies.
+func (s *Server) peerRequest(ctx context.Context, base string, r *http.Request, keep []string, principal []byte) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, r.Method, strings.TrimSuffix(base, "/")+r.URL.RequestURI(), nil)
 	if err != nil {
-		return nil, false
+		return nil, err
 	}
 	req.Host = r.Host
 	for _, h := range keep {
@@ -145,6 +146,15 @@ func (s *Server) askPeer(ctx context.Context, base string, r *http.Request, keep
 	}
 	req.Header.Set("Accept", "application/json")
 	s.cfg.ClusterSecret.Sign(req.Header, req.Method, req.URL.RequestURI(), principal, time.Now())
+	return req, nil
+}
+
+// askPeer asks the replica at base for its part of r's listing.
+func (s *Server) askPeer(ctx context.Context, base string, r *http.Request, keep []string, principal []byte) ([]json.RawMessage, bool) {
+	req, err := s.peerRequest(ctx, base, r, keep, principal)
+	if err != nil {
+		return nil, false
+	}
 	resp, err := s.peers.Do(req)
 	if err != nil {
 		s.log.Info("listing: a replica did not answer; its part is read from the store", "replica", base, "err", err)
@@ -355,4 +365,43 @@ func (s *Server) clusterToken(ctx context.Context, tok string) (p principal, ok,
 		return principal{}, false, true
 	}
 	return principal{name: "context-token", scopes: allScopes, context: t.Context, contextCreated: t.ContextCreated}, true, false
+}
+
+// revokeOnPeers sends c's revocation of every context token to every
+// other live replica, each revoking those of the contexts it owns, and
+// returns the replicas that did not confirm it.
+func (s *Server) revokeOnPeers(c echo.Context) (missed []string) {
+	self := s.cluster.Self()
+	r := c.Request()
+	p, _ := c.Get(principalKey).(principal)
+	principal := encodePrincipal(p)
+	ctx, cancel := context.WithTimeout(r.Context(), listTimeout)
+	defer cancel()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, u := range s.cluster.Replicas() {
+		if u == self {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok := false
+			if req, err := s.peerRequest(ctx, u, r, noHeaders, principal); err == nil {
+				if resp, err := s.peers.Do(req); err == nil {
+					io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+					resp.Body.Close()
+					ok = resp.StatusCode == http.StatusNoContent
+				}
+			}
+			if !ok {
+				mu.Lock()
+				missed = append(missed, u)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	slices.Sort(missed)
+	return missed
 }
