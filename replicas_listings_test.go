@@ -239,9 +239,9 @@ func TestReplicaContextTokensClusterWide(t *testing.T) {
 }
 
 // TestReplicaSharedContextIsTheClusters: a run without context through
-// A, then through B and C, runs on one shared kernel: the state set
-// through A is read through the others, and the shared context is listed
-// once, A's.
+// A, then through B and C (and MCP's run_code through C), runs on one
+// shared kernel: the state set through A is read through the others, and
+// the shared context is listed once, A's.
 func TestReplicaSharedContextIsTheClusters(t *testing.T) {
 	bin := buildBinary(t)
 	srv := pgtest.Start(t)
@@ -253,6 +253,21 @@ func TestReplicaSharedContextIsTheClusters(t *testing.T) {
 		if e.text() != "7" {
 			t.Errorf(`{"code":"x"} through %s: %+v, want 7 (the shared kernel A started)`, g.url, e)
 		}
+	}
+	// MCP's run_code without context goes there too.
+	mcp, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+		"params": map[string]any{"name": "run_code", "arguments": map[string]any{"code": "x * 6"}}})
+	req, _ := http.NewRequest("POST", gs[2].url+"mcp", bytes.NewReader(mcp))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(answer), "42") {
+		t.Errorf("MCP run_code x * 6 through C: %d %s, want 42 from the shared kernel", resp.StatusCode, answer)
 	}
 	for _, g := range gs {
 		if cs := listing(t, g.url, "api/contexts"); cs["code-python"].Replica != replicaURL(gs[0]) {
