@@ -405,8 +405,10 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		}
 	}()
 	var gatewayOwners gateway.Owners
+	var gatewayCluster gateway.Cluster
 	if rep != nil {
 		gatewayOwners = owners{mgr: mgr, store: replicaStore}
+		gatewayCluster = clusterRecords{mgr: mgr, store: replicaStore, rep: rep}
 	}
 	srv := gateway.New(gateway.Config{
 		Token:          cfg.Token,
@@ -420,6 +422,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		MetricsOpen:    cfg.MetricsOpen,
 		ClusterSecret:  cfg.ClusterSecret,
 		Owners:         gatewayOwners,
+		Cluster:        gatewayCluster,
 		ProductVersion: version,
 		Web:            web.Handler(),
 	}, mgr, log)

@@ -233,10 +233,14 @@ func TestReplicasFrozenOwnerLetsGo(t *testing.T) {
 		_, err := tryCall(frozen.url+"api/contexts/agent", &cm)
 		return err == nil && cm.Replica == newOwner
 	}, "the woken replica says the context is %q's, want %s's", func() []any { return []any{cm.Replica, newOwner} })
-	var st struct{ Kernels int }
-	call(t, "GET", frozen.url+"api/status", nil, 200, &st)
-	if st.Kernels != 0 {
-		t.Errorf("the woken replica still has %d kernels", st.Kernels)
+	// Its listing (the cluster's) shows the kernel as the new owner's:
+	// were it still its own, its own model would come first.
+	var agent struct {
+		KernelID string `json:"kernelId"`
+	}
+	call(t, "GET", frozen.url+"api/contexts/agent", nil, 200, &agent)
+	if k := listing(t, frozen.url, "api/kernels")[agent.KernelID]; k.Replica != newOwner {
+		t.Errorf("the woken replica lists the context's kernel as %+v, want it %s's", k, newOwner)
 	}
 	if !strings.Contains(frozen.logs.String(), "kernel lease lost") {
 		t.Errorf("the woken replica's log does not say it lost the lease:\n%s", frozen.logs)

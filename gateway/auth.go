@@ -145,7 +145,7 @@ type tokenStore struct {
 func (ts *tokenStore) mint(ctxID string, created time.Time, ttl time.Duration) (string, time.Time) {
 	b := make([]byte, 32)
 	rand.Read(b)
-	tok := "kgc_" + hex.EncodeToString(b)
+	tok := contextTokenPrefix + hex.EncodeToString(b)
 	exp := time.Now().Add(ttl)
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
@@ -254,6 +254,10 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			return newError(http.StatusUnauthorized, "UNAUTHORIZED", "authentication required: send Authorization: Bearer <token>")
 		}
 		p, ok, expired := s.identify(tok)
+		if !ok && !expired {
+			// A context token another replica minted.
+			p, ok, expired = s.clusterToken(r.Context(), tok)
+		}
 		if expired {
 			return newError(http.StatusForbidden, "FORBIDDEN", "the context token has expired: ask for a new one")
 		}

@@ -56,6 +56,7 @@ var errorTable = []struct {
 	{sessions.ErrKernelStart, http.StatusServiceUnavailable, "KERNEL_START_FAILED"},
 	{sessions.ErrKernelDead, http.StatusServiceUnavailable, "KERNEL_START_FAILED"},
 	{sessions.ErrShuttingDown, http.StatusServiceUnavailable, "UNAVAILABLE"},
+	{sessions.ErrSharedElsewhere, http.StatusServiceUnavailable, "NOT_OWNER"},
 	{workspace.ErrBadPath, http.StatusBadRequest, "BAD_REQUEST"},
 	{workspace.ErrEscapes, http.StatusBadRequest, "BAD_REQUEST"},
 	{workspace.ErrIsDir, http.StatusBadRequest, "BAD_REQUEST"},

@@ -129,7 +129,7 @@ func (s *Server) execute(c echo.Context) error {
 	req.Wait = format == noStream
 	run, err := s.mgr.Execute(c.Request().Context(), req)
 	if err != nil {
-		return err
+		return s.forwardShared(c, err)
 	}
 	c.Response().Header().Set("X-Run-Id", run.ID)
 	if format != noStream {
@@ -332,6 +332,9 @@ func (s *Server) createContext(c echo.Context) error {
 }
 
 func (s *Server) listContexts(c echo.Context) error {
+	if s.clustered(c) {
+		return s.listClusterContexts(c)
+	}
 	cs := s.mgr.Contexts()
 	out := make([]sessions.ContextModel, 0, len(cs))
 	for _, ctx := range cs {
@@ -407,6 +410,14 @@ func (s *Server) revokeAllContextTokens(c echo.Context) error {
 	s.tokens.revokeAll()
 	s.closeTokenSockets("")
 	s.mgr.RevokeAllContextTokens()
+	if s.clustered(c) {
+		if missed := s.revokeOnPeers(c); len(missed) > 0 {
+			s.log.Warn("context tokens revoked here, but not confirmed by every replica", "replicas", missed)
+			c.Response().Header().Set("Retry-After", "1")
+			return newError(http.StatusServiceUnavailable, "UNAVAILABLE",
+				"context tokens revoked here and on the replicas that answered; not confirmed by "+strings.Join(missed, ", ")+": retry")
+		}
+	}
 	s.log.Info("every context token revoked")
 	return c.NoContent(http.StatusNoContent)
 }
@@ -471,7 +482,7 @@ func (s *Server) executeCommand(c echo.Context, body executeBody, env map[string
 		Argv: sessions.ShellCommand(*body.Code), Cwd: body.Cwd, Env: env, Timeout: timeout, Stdin: body.Stdin,
 	})
 	if err != nil {
-		return err
+		return s.forwardShared(c, err)
 	}
 	c.Response().Header().Set("X-Run-Id", run.ID)
 	if format != noStream {

@@ -15,6 +15,9 @@ func (s *Server) getAPI(c echo.Context) error {
 }
 
 func (s *Server) getStatus(c echo.Context) error {
+	if s.clustered(c) {
+		return s.clusterStatus(c)
+	}
 	return c.JSON(http.StatusOK, s.mgr.Status())
 }
 
@@ -106,6 +109,9 @@ func envStrings(raw map[string]any) (map[string]string, error) {
 }
 
 func (s *Server) listKernels(c echo.Context) error {
+	if s.clustered(c) {
+		return s.listClusterKernels(c)
+	}
 	ks := s.mgr.Kernels()
 	out := make([]sessions.KernelModel, 0, len(ks))
 	for _, k := range ks {

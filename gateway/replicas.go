@@ -80,6 +80,9 @@ func (s *Server) setupReplicas() {
 	}
 	s.owners = s.cfg.Owners
 	s.proxy = forward.New(s.cfg.ClusterSecret, s.log)
+	if s.cfg.Cluster != nil {
+		s.cluster, s.peers = s.cfg.Cluster, newPeerClient()
+	}
 }
 
 // fromReplica authenticates a request another replica forwarded: its
@@ -137,7 +140,7 @@ func (s *Server) ownedBy(kind Kind, id func(echo.Context) string) echo.Middlewar
 // ownedInBody is ownedBy for an id in a JSON body (execute, MCP): the
 // body, up to the body limit, is read to find it and then given whole to
 // the handler or the owner.
-func (s *Server) ownedInBody(kind Kind, find func(body []byte) string) echo.MiddlewareFunc {
+func (s *Server) ownedInBody(kind Kind, find func(c echo.Context, body []byte) string) echo.MiddlewareFunc {
 	return s.ownedBy(kind, func(c echo.Context) string {
 		r := c.Request()
 		body, err := io.ReadAll(io.LimitReader(r.Body, s.cfg.MaxBodyBytes+1))
@@ -150,33 +153,63 @@ func (s *Server) ownedInBody(kind Kind, find func(body []byte) string) echo.Midd
 		if err != nil || int64(len(body)) > s.cfg.MaxBodyBytes {
 			return ""
 		}
-		return find(body)
+		c.Set(bodyKey, body) // for a handler that finds the owner later
+		return find(c, body)
 	})
 }
 
-// executeContext is the context an execute body names.
-func executeContext(body []byte) string {
+// executeContext is the context an execute body names; none (and not
+// isolated) names the shared context of its language or kernelspec,
+// which among replicas one of them serves for all.
+func (s *Server) executeContext(_ echo.Context, body []byte) string {
 	var b struct {
-		Context string `json:"context"`
+		Context    string `json:"context"`
+		Isolated   bool   `json:"isolated"`
+		Language   string `json:"language"`
+		Kernelspec string `json:"kernelspec"`
 	}
 	json.Unmarshal(body, &b)
+	if b.Context == "" && !b.Isolated && s.cluster != nil {
+		return s.mgr.Catalog().SharedID(b.Language, b.Kernelspec)
+	}
 	return b.Context
 }
 
-// mcpContext is the context an MCP tool call names.
-func mcpContext(body []byte) string {
+// mcpContext is the context an MCP tool call names; none is a context
+// token's own context, else (among replicas) the shared context run_code
+// and run_command go to.
+func (s *Server) mcpContext(c echo.Context, body []byte) string {
 	var b struct {
 		Method string `json:"method"`
 		Params struct {
+			Name      string `json:"name"`
 			Arguments struct {
-				Context string `json:"context"`
+				Context    string `json:"context"`
+				Language   string `json:"language"`
+				Kernelspec string `json:"kernelspec"`
 			} `json:"arguments"`
 		} `json:"params"`
 	}
 	if json.Unmarshal(body, &b) != nil || b.Method != "tools/call" {
 		return ""
 	}
-	return b.Params.Arguments.Context
+	args := b.Params.Arguments
+	if args.Context != "" {
+		return args.Context
+	}
+	if p, _ := c.Get(principalKey).(principal); p.context != "" {
+		return p.context
+	}
+	if s.cluster == nil {
+		return ""
+	}
+	switch b.Params.Name {
+	case "run_code":
+		return s.mgr.Catalog().SharedID(args.Language, args.Kernelspec)
+	case "run_command":
+		return s.mgr.Catalog().SharedID("python", "")
+	}
+	return ""
 }
 
 // e2bSandbox is the sandbox an E2B request names: in its path

@@ -60,6 +60,10 @@ type Config struct {
 	// (--cluster-secret-file, KERNELGATE_CLUSTER_SECRET): it signs the
 	// requests this replica forwards and checks those it receives.
 	ClusterSecret *forward.Secret
+	// Cluster, set with Owners, is what this replica reads of the others
+	// in the store: the listings are then the cluster's and context
+	// tokens minted by any replica work here (replicas_list.go).
+	Cluster Cluster
 
 	testLogger *slog.Logger // tests capture the logs here
 }
@@ -118,6 +122,8 @@ type Server struct {
 	e2b     *e2b.Handler
 	owners  Owners         // nil: one gateway
 	proxy   *forward.Proxy // to the other replicas, with owners
+	cluster Cluster        // the others' records, with owners
+	peers   *http.Client   // asks the others for their listings
 
 	mu     sync.Mutex
 	conns  map[*wsConn]struct{}
@@ -209,6 +215,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.proxy != nil {
 		s.proxy.Close()
 	}
+	if s.peers != nil {
+		s.peers.CloseIdleConnections()
+	}
 	s.wg.Wait()
 	return err
 }
@@ -276,14 +285,14 @@ func (s *Server) routes() {
 	ja.POST("/api/kernels/:id/restart", s.restartKernel, exec, byKernel)
 	ja.GET("/api/kernels/:id/channels", s.channels, ctxExec, byKernel)
 	ja.GET("/api/sessions", s.listSessions, read)
-	ja.POST("/api/sessions", s.createSession, exec)
+	ja.POST("/api/sessions", s.createSession, exec, s.ownedInBody(KindKernel, sessionKernel))
 	ja.GET("/api/sessions/:id", s.getSession, read, bySession)
 	ja.PATCH("/api/sessions/:id", s.updateSession, exec, bySession)
 	ja.DELETE("/api/sessions/:id", s.deleteSession, exec, bySession)
 
 	// Code-interpreter surface.
 	ci := base.Group("", tag(apiSurface), s.authenticate)
-	ci.POST("/api/execute", s.execute, ctxExec, s.ownedInBody(KindContext, executeContext))
+	ci.POST("/api/execute", s.execute, ctxExec, s.ownedInBody(KindContext, s.executeContext))
 	ci.POST("/api/contexts", s.createContext, exec)
 	ci.GET("/api/contexts", s.listContexts, read)
 	ci.GET("/api/contexts/:id", s.getContext, ctxRead, byContext)
@@ -309,7 +318,7 @@ func (s *Server) routes() {
 	// Agents: MCP over Streamable HTTP, with the API's credentials.
 	ag := base.Group("", tag(apiSurface), s.authenticate)
 	// The transport is stateless: no session to GET a stream of or DELETE.
-	ag.POST("/mcp", echo.WrapHandler(s.mcpHandler()), s.ownedInBody(KindContext, mcpContext))
+	ag.POST("/mcp", echo.WrapHandler(s.mcpHandler()), s.ownedInBody(KindContext, s.mcpContext))
 	// E2B's SDK: its own headers, checked by the handler.
 	s.e2b = s.e2bHandler()
 	e2bPrefix := strings.TrimSuffix(s.cfg.BaseURL, "/") + "/e2b"
@@ -317,6 +326,9 @@ func (s *Server) routes() {
 	// goes out with sendfile as the files API's do.
 	e2bStrip := http.StripPrefix(e2bPrefix, s.e2b)
 	e2bH := func(c echo.Context) error {
+		if s.e2bListing(c) {
+			return s.listClusterSandboxes(c, e2bStrip)
+		}
 		e2bStrip.ServeHTTP(download{c.Response()}, c.Request())
 		return nil
 	}

@@ -40,6 +40,9 @@ func (b *sessionBody) request() sessions.SessionRequest {
 }
 
 func (s *Server) listSessions(c echo.Context) error {
+	if s.clustered(c) {
+		return s.listClusterSessions(c)
+	}
 	return c.JSON(http.StatusOK, s.mgr.JupyterSessions().List())
 }
 

@@ -31,6 +31,10 @@ type Context struct {
 
 	// pool gave an isolated context its kernel; it refills when the run ends.
 	pool *pool
+	// claimed is the id of the kernel a shared context claimed among
+	// replicas was claimed for: its first kernel starts under it
+	// (cluster_shared.go). Guarded by mu.
+	claimed string
 	// ws is the context's workspace; Cwd lies in it. Set before the
 	// context is published, never changed.
 	ws         *workspace.Workspace
@@ -125,10 +129,26 @@ func (c *Context) ensureKernel(ctx context.Context) (*Kernel, process, error) {
 	}
 	// No kernel, or it was deleted through the Jupyter API: take a ready
 	// one from the pool, or start another.
-	k = c.takeWarm(ctx)
+	// A shared context claimed among replicas starts the kernel its
+	// claim names (cluster_shared.go).
+	c.mu.Lock()
+	id := c.claimed
+	c.claimed = ""
+	c.mu.Unlock()
+	claimed := id != ""
+	k = nil
+	if !claimed {
+		id = newID()
+		k = c.takeWarm(ctx)
+	}
 	if k == nil {
 		var err error
-		if k, err = c.m.startKernel(ctx, newID(), c.spec, c.Env, workDir{ws: c.ws, cwd: c.Cwd}, restartLazily); err != nil {
+		if k, err = c.m.startKernel(ctx, id, c.spec, c.Env, workDir{ws: c.ws, cwd: c.Cwd}, restartLazily); err != nil {
+			if claimed {
+				c.mu.Lock()
+				c.claimed = id
+				c.mu.Unlock()
+			}
 			return nil, nil, err
 		}
 	}

@@ -345,6 +345,9 @@ func (m *Manager) sharedContext(req ExecuteRequest) (*Context, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cl := m.claimer(); cl != nil {
+		return m.clusterSharedContext(cl, req, choice)
+	}
 	lang, spec, id := choice.language, choice.spec, choice.shared
 	existing := func() (*Context, bool, error) {
 		if m.closed {

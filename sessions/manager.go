@@ -301,6 +301,9 @@ type Manager struct {
 	closed           bool
 	// langVersions: the language version kernels of a spec reported.
 	langVersions map[string]string
+	// claiming are the shared contexts being claimed among replicas
+	// (cluster_shared.go), each closed once its claim is decided.
+	claiming map[string]chan struct{}
 
 	wsRoot  *workspace.Root
 	catalog *Catalog
