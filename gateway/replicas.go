@@ -129,7 +129,7 @@ func (s *Server) ownedBy(kind Kind, id func(echo.Context) string) echo.Middlewar
 					return err
 				}
 			}
-			return next(c)
+			return s.sendOnIfMoved(c, next(c))
 		}
 	}
 }
@@ -150,6 +150,7 @@ func (s *Server) ownedInBody(kind Kind, find func(body []byte) string) echo.Midd
 		if err != nil || int64(len(body)) > s.cfg.MaxBodyBytes {
 			return ""
 		}
+		c.Set(bodyKey, body) // for sendOnIfMoved
 		return find(body)
 	})
 }

@@ -1,0 +1,357 @@
+package sessions
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"kernelgate/runs"
+	"kernelgate/state"
+)
+
+// This file is a replica's handover of its kernels when it stops while
+// other replicas serve (docs/replicas.md): each kernel's runs finish
+// here, then its lease goes to a live replica, which adopts it at once,
+// and this replica lets it go without stopping it. A request for a
+// kernel being handed over waits until it is over and is then sent on
+// to the new owner (MovedError); one for a kernel whose lease is free,
+// or was handed to this replica, takes it over here (AdoptKernel).
+
+// handing is the manager's part of handovers.
+type handing struct {
+	// leaving: this replica hands its kernels over and takes none.
+	leaving atomic.Bool
+	// takeMu makes takeovers (AdoptKernel, the failover scan) one at a
+	// time, so that a kernel is taken once.
+	takeMu sync.Mutex
+	// enqueue is held (read) by Execute from its look at the context's
+	// handover to its run's enqueueing, and (write) by a handover as it
+	// begins: once it has begun, every run queued before it is in the
+	// queue it drains, and every later one waits for it.
+	enqueue sync.RWMutex
+
+	mu sync.Mutex
+	// moved are the handovers by "kernel:<id>" and "context:<id>", kept
+	// once over: a request that found the kernel or context here just
+	// before it went is sent on to its new owner.
+	moved map[string]*handover
+}
+
+// handover is one kernel's.
+type handover struct {
+	kernel string
+	done   chan struct{} // closed once the kernel is let go
+	to     string        // the new owner's URL; "" when none took it
+}
+
+// MovedError says that a kernel, or a context of it, was handed over to
+// another replica (or is being handed over). Its request is to be sent
+// to the new owner (NewOwner), which takes it over if it has not yet.
+// Unsent, it reads as ErrShuttingDown.
+type MovedError struct {
+	// What names what the request addressed ("context agent").
+	What string
+	h    *handover
+}
+
+func (e *MovedError) Error() string {
+	return e.What + " is being handed over to another replica as this one stops"
+}
+
+// Unwrap makes an unsent MovedError an ErrShuttingDown.
+func (e *MovedError) Unwrap() error { return ErrShuttingDown }
+
+// NewOwner waits until the handover is over and returns the advertised
+// URL of the replica that owns the kernel now. ErrShuttingDown when no
+// replica took it (its lease was released: any replica asked for it
+// takes it over).
+func (e *MovedError) NewOwner(ctx context.Context) (string, error) {
+	select {
+	case <-e.h.done:
+	case <-ctx.Done():
+		return "", ctx.Err()
+	}
+	if e.h.to == "" {
+		return "", errorf(ErrShuttingDown, "%s was released for any replica to take over: retry", e.What)
+	}
+	return e.h.to, nil
+}
+
+// movedLocked returns the handover of key ("kernel:<id>",
+// "context:<id>"), or nil. The caller holds handing.mu.
+func (h *handing) movedLocked(key string) *handover { return h.moved[key] }
+
+// movedError returns a MovedError for what is named key, when that was
+// (or is being) handed over.
+func (m *Manager) movedError(key, what string) error {
+	m.handing.mu.Lock()
+	h := m.handing.movedLocked(key)
+	m.handing.mu.Unlock()
+	if h == nil {
+		return nil
+	}
+	return &MovedError{What: what, h: h}
+}
+
+// holdForHandover waits, when c's kernel is being handed over, until it
+// is over and returns a MovedError for the request to be sent on.
+func (m *Manager) holdForHandover(ctx context.Context, c *Context) error {
+	err := m.movedError("context:"+c.ID, "context "+c.ID)
+	if err == nil {
+		return nil
+	}
+	var me *MovedError
+	errors.As(err, &me)
+	select {
+	case <-me.h.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return err
+}
+
+// Leaving reports whether this replica is handing its kernels over (it
+// is not ready for new requests).
+func (m *Manager) Leaving() bool { return m.handing.leaving.Load() }
+
+// HandoverReport says what a HandOver did.
+type HandoverReport struct {
+	// Peers is how many live replicas could take kernels.
+	Peers int
+	// Handed are the kernels handed over; Released those whose lease
+	// was released for any replica (no peer took it); Kept those left
+	// to stop with this replica (shared and isolated contexts' kernels).
+	Handed, Released, Kept int
+	// Unfinished are the runs still running when the drain ended: their
+	// new owner follows them.
+	Unfinished int
+}
+
+// HandOver hands this replica's kernels over to the other live replicas
+// as it stops: from now on it takes no kernel over (Leaving). Each
+// kernel's runs finish here within drain (new runs for it wait), then
+// its lease goes to a live replica, spread over them, this replica lets
+// it go without stopping it, the requests that waited are sent on
+// (MovedError), and tell asks the new owner to take it over at once
+// (it would on the first request for it anyway, or when the lease
+// lapses). Kernels of shared contexts (code-python, …) and isolated runs
+// stay, to stop with the replica. With no other live replica it does
+// nothing but mark the replica leaving: the last one standing shuts down
+// as a single gateway does. It may be called again (the kernels started
+// since are handed over then).
+func (m *Manager) HandOver(ctx context.Context, drain time.Duration, tell func(ctx context.Context, url, kernel string) error) HandoverReport {
+	var rep HandoverReport
+	o := m.cfg.Ownership
+	if o == nil {
+		return rep
+	}
+	m.handing.leaving.Store(true)
+	peers := o.Peers()
+	rep.Peers = len(peers)
+	if len(peers) == 0 {
+		return rep
+	}
+	type move struct {
+		k    *Kernel
+		ctxs []*Context
+		h    *handover
+	}
+	var moves []move
+	m.handing.enqueue.Lock()
+	for _, k := range m.Kernels() {
+		if _, ok := o.Fence(k.id); !ok {
+			continue // not leased here (a pool kernel), or lost already
+		}
+		ctxs, ok := m.contextsOf(k)
+		if !ok {
+			rep.Kept++
+			continue
+		}
+		h := &handover{kernel: k.id, done: make(chan struct{})}
+		m.handing.mu.Lock()
+		if m.handing.moved == nil {
+			m.handing.moved = map[string]*handover{}
+		}
+		if m.handing.moved["kernel:"+k.id] != nil {
+			m.handing.mu.Unlock()
+			continue // handed over already (a later call)
+		}
+		m.handing.moved["kernel:"+k.id] = h
+		for _, c := range ctxs {
+			m.handing.moved["context:"+c.ID] = h
+		}
+		m.handing.mu.Unlock()
+		moves = append(moves, move{k, ctxs, h})
+	}
+	m.handing.enqueue.Unlock()
+
+	deadline := time.Now().Add(drain)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i, mv := range moves {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Spread over the peers, the first one tried in turn.
+			first := i % len(peers)
+			order := append(append([]state.Replica{}, peers[first:]...), peers[:first]...)
+			unfinished, handed := m.handOverKernel(ctx, mv.k, mv.ctxs, mv.h, order, deadline, tell)
+			mu.Lock()
+			defer mu.Unlock()
+			rep.Unfinished += unfinished
+			if handed {
+				rep.Handed++
+			} else {
+				rep.Released++
+			}
+		}()
+	}
+	wg.Wait()
+	return rep
+}
+
+// contextsOf lists k's contexts; false when k stays with this replica
+// (a shared or isolated context's kernel).
+func (m *Manager) contextsOf(k *Kernel) ([]*Context, bool) {
+	m.mu.Lock()
+	all := make([]*Context, 0, len(m.contexts))
+	for _, c := range m.contexts {
+		all = append(all, c)
+	}
+	m.mu.Unlock()
+	var out []*Context
+	for _, c := range all {
+		c.mu.Lock()
+		mine := c.kernel == k
+		c.mu.Unlock()
+		if !mine {
+			continue
+		}
+		if c.Shared || c.Isolated {
+			return nil, false
+		}
+		out = append(out, c)
+	}
+	return out, true
+}
+
+// handedOverDuring is how a run still running when its kernel was handed
+// over ends here.
+const handedOverDuring = "this replica stopped during the run and handed the context's kernel over to another replica, which follows the run: its result is at GET /api/runs/{id}"
+
+// handOverKernel drains k's contexts' queues until deadline, gives its
+// lease to the first of peers that takes it (released when none does),
+// lets it go and ends h; then tells the new owner. It returns how many
+// runs were left running, and whether a peer took the kernel.
+func (m *Manager) handOverKernel(ctx context.Context, k *Kernel, ctxs []*Context, h *handover, peers []state.Replica, deadline time.Time, tell func(ctx context.Context, url, kernel string) error) (unfinished int, handed bool) {
+	o := m.cfg.Ownership
+	for _, c := range ctxs {
+		drainQueue(c.runs, deadline)
+	}
+	// The runs that never started are sent on with their requests.
+	for _, c := range ctxs {
+		queued, running := c.runs.Take()
+		for _, r := range queued {
+			m.runs.Drop(r, &MovedError{What: "context " + c.ID, h: h})
+		}
+		if running != nil {
+			unfinished++
+		}
+	}
+	// Let go first: no two replicas ever talk to the kernel at once.
+	m.letGo(k, handedOverDuring, "this replica stopped during the command and handed the context's kernel over to another replica")
+	for _, p := range peers {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ownTimeout)
+		err := o.Handover(tctx, k.id, p.ID)
+		cancel()
+		if err == nil {
+			h.to = p.URL
+			break
+		}
+		if errors.Is(err, state.ErrFenced) || errors.Is(err, state.ErrNoLease) {
+			m.log.Warn("kernel lease lost before its handover: the replica that holds it now has it", "kernel", k.id, "err", err)
+			break
+		}
+		m.log.Warn("kernel not handed over to a replica: trying the next", "kernel", k.id, "to", p.URL, "err", err)
+	}
+	if h.to == "" {
+		m.disown(ctx, k.id)
+	}
+	close(h.done)
+	if h.to == "" {
+		m.log.Warn("kernel lease released for any replica to take over: no replica took it", "kernel", k.id)
+		return unfinished, false
+	}
+	m.log.Info("kernel handed over", "kernel", k.id, "to", h.to, "contexts", len(ctxs), "unfinished_runs", unfinished)
+	if tell != nil {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ownTimeout)
+		if err := tell(tctx, h.to, k.id); err != nil {
+			m.log.Info("the new owner was not told of its kernel: it takes it over on the first request for it, or when the lease lapses", "kernel", k.id, "to", h.to, "err", err)
+		}
+		cancel()
+	}
+	return unfinished, true
+}
+
+// drainPoll is how often a drain looks again at a queue between two runs.
+const drainPoll = 20 * time.Millisecond
+
+// drainQueue waits until q has no run running nor waiting, or deadline.
+func drainQueue(q *runs.Queue, deadline time.Time) {
+	for {
+		running := q.Running()
+		if running == nil && q.Len() == 0 {
+			return
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return
+		}
+		var wake <-chan struct{}
+		wait := min(left, drainPoll)
+		if running != nil {
+			wake, wait = running.Done(), left
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// AdoptKernel takes over here the kernel of id whose lease was handed
+// to this replica, or is free (released, or lapsed), with its contexts,
+// Jupyter sessions and runs, as the failover scan does, at once: for a
+// request that names it. Nothing when this replica has it already;
+// state.ErrLeaseHeld when another replica holds it; ErrShuttingDown when
+// this replica is leaving.
+func (m *Manager) AdoptKernel(ctx context.Context, id string) error {
+	o := m.cfg.Ownership
+	if o == nil {
+		return nil
+	}
+	if m.handing.leaving.Load() {
+		return errorf(ErrShuttingDown, "this replica is handing its kernels over")
+	}
+	m.handing.takeMu.Lock()
+	defer m.handing.takeMu.Unlock()
+	if _, err := m.Kernel(id); err == nil {
+		return nil
+	}
+	if _, err := o.Adopt(ctx, id); err != nil {
+		if _, err := o.Acquire(ctx, id); err != nil {
+			return err
+		}
+	}
+	rep, took := m.takeOver(ctx, map[string]bool{id: true})
+	if !took {
+		return errorf(ErrShuttingDown, "kernel %s: its records could not be read", id)
+	}
+	m.log.Info("cluster: took a kernel over on request", "kernel", id, "adopted", rep.Adopted, "pending", rep.Pending, "lost", rep.Lost,
+		"contexts", rep.Contexts, "sessions", rep.Sessions, "runs", rep.Runs, "picked_up", rep.PickedUp)
+	return nil
+}
