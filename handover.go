@@ -28,7 +28,7 @@ func handOver(mgr *sessions.Manager, srv *gateway.Server, grace time.Duration, l
 		log.Info("no other replica serves: the kernels are shut down as a single gateway's")
 		return
 	}
-	log.Info("kernels handed over", "handed", rep.Handed, "released", rep.Released, "kept", rep.Kept,
+	log.Info("kernels handed over", "handed", rep.Handed, "kept", rep.Kept,
 		"unfinished_runs", rep.Unfinished, "replicas", rep.Peers, "took", time.Since(t0).Round(time.Millisecond))
 }
 

@@ -6,16 +6,21 @@ import (
 	"kernelgate/state"
 )
 
-// Peers are the live replicas other than this one, as of the last
-// heartbeat, ordered by id: those a kernel can be handed over to.
-func (r *Replica) Peers() []state.Replica {
+// Peers are the live replicas other than this one, read from the store
+// now (the membership's own view may be a heartbeat old), ordered by id:
+// those a kernel can be handed over to.
+func (r *Replica) Peers(ctx context.Context) ([]state.Replica, error) {
+	live, err := r.store.Heartbeat(ctx, r.member.URL(), r.lease)
+	if err != nil {
+		return nil, err
+	}
 	var out []state.Replica
-	for _, l := range r.member.Live() {
+	for _, l := range live {
 		if l.ID != r.member.ID() {
 			out = append(out, l)
 		}
 	}
-	return out
+	return out, nil
 }
 
 // Handover hands the kernel's lease to the live replica `to` under the

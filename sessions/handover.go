@@ -96,7 +96,8 @@ func (m *Manager) movedError(key, what string) error {
 }
 
 // holdForHandover waits, when c's kernel is being handed over, until it
-// is over and returns a MovedError for the request to be sent on.
+// is over and returns a MovedError for the request to be sent on (nil
+// when no replica took the kernel: it stays here).
 func (m *Manager) holdForHandover(ctx context.Context, c *Context) error {
 	err := m.movedError("context:"+c.ID, "context "+c.ID)
 	if err == nil {
@@ -109,6 +110,9 @@ func (m *Manager) holdForHandover(ctx context.Context, c *Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	if me.h.to == "" {
+		return nil
+	}
 	return err
 }
 
@@ -120,10 +124,10 @@ func (m *Manager) Leaving() bool { return m.handing.leaving.Load() }
 type HandoverReport struct {
 	// Peers is how many live replicas could take kernels.
 	Peers int
-	// Handed are the kernels handed over; Released those whose lease
-	// was released for any replica (no peer took it); Kept those left
-	// to stop with this replica (shared and isolated contexts' kernels).
-	Handed, Released, Kept int
+	// Handed are the kernels handed over; Kept those left to stop with
+	// this replica (shared and isolated contexts' kernels, and those no
+	// replica took).
+	Handed, Kept int
 	// Unfinished are the runs still running when the drain ended: their
 	// new owner follows them.
 	Unfinished int
@@ -148,7 +152,12 @@ func (m *Manager) HandOver(ctx context.Context, drain time.Duration, tell func(c
 		return rep
 	}
 	m.handing.leaving.Store(true)
-	peers := o.Peers()
+	pctx, cancel := context.WithTimeout(ctx, ownTimeout)
+	peers, err := o.Peers(pctx)
+	cancel()
+	if err != nil {
+		m.log.Warn("cluster: the live replicas could not be read: the kernels stay, to stop with this replica", "err", err)
+	}
 	rep.Peers = len(peers)
 	if len(peers) == 0 {
 		return rep
@@ -204,7 +213,7 @@ func (m *Manager) HandOver(ctx context.Context, drain time.Duration, tell func(c
 			if handed {
 				rep.Handed++
 			} else {
-				rep.Released++
+				rep.Kept++
 			}
 		}()
 	}
@@ -242,9 +251,10 @@ func (m *Manager) contextsOf(k *Kernel) ([]*Context, bool) {
 const handedOverDuring = "this replica stopped during the run and handed the context's kernel over to another replica, which follows the run: its result is at GET /api/runs/{id}"
 
 // handOverKernel drains k's contexts' queues until deadline, gives its
-// lease to the first of peers that takes it (released when none does),
-// lets it go and ends h; then tells the new owner. It returns how many
-// runs were left running, and whether a peer took the kernel.
+// lease to the first of peers that takes it, lets it go and ends h; then
+// tells the new owner. It returns how many runs were left running, and
+// whether a peer took the kernel (if none did, it stays here, to stop
+// with this replica).
 func (m *Manager) handOverKernel(ctx context.Context, k *Kernel, ctxs []*Context, h *handover, peers []state.Replica, deadline time.Time, tell func(ctx context.Context, url, kernel string) error) (unfinished int, handed bool) {
 	o := m.cfg.Ownership
 	for _, c := range ctxs {
@@ -260,8 +270,6 @@ func (m *Manager) handOverKernel(ctx context.Context, k *Kernel, ctxs []*Context
 			unfinished++
 		}
 	}
-	// Let go first: no two replicas ever talk to the kernel at once.
-	m.letGo(k, handedOverDuring, "this replica stopped during the command and handed the context's kernel over to another replica")
 	for _, p := range peers {
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ownTimeout)
 		err := o.Handover(tctx, k.id, p.ID)
@@ -277,13 +285,24 @@ func (m *Manager) handOverKernel(ctx context.Context, k *Kernel, ctxs []*Context
 		m.log.Warn("kernel not handed over to a replica: trying the next", "kernel", k.id, "to", p.URL, "err", err)
 	}
 	if h.to == "" {
-		m.disown(ctx, k.id)
-	}
-	close(h.done)
-	if h.to == "" {
-		m.log.Warn("kernel lease released for any replica to take over: no replica took it", "kernel", k.id)
+		// No replica took it (they all stopped meanwhile): it stays,
+		// to stop with this one as the last replica standing.
+		m.handing.mu.Lock()
+		for key, kh := range m.handing.moved {
+			if kh == h {
+				delete(m.handing.moved, key)
+			}
+		}
+		m.handing.mu.Unlock()
+		close(h.done)
+		m.log.Warn("kernel not handed over: no other replica took it; it stops with this replica", "kernel", k.id)
 		return unfinished, false
 	}
+	// The lease is the new owner's: nothing here acts for the kernel
+	// again, and the new owner takes it over once this replica lets it go
+	// (or, asked first, at once: this replica no longer writes for it).
+	m.letGo(k, handedOverDuring, "this replica stopped during the command and handed the context's kernel over to another replica")
+	close(h.done)
 	m.log.Info("kernel handed over", "kernel", k.id, "to", h.to, "contexts", len(ctxs), "unfinished_runs", unfinished)
 	if tell != nil {
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ownTimeout)

@@ -321,10 +321,15 @@ func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*runs.Run, e
 	}
 	// A context whose kernel is being handed over takes no new run: the
 	// request waits for the handover and goes on to the new owner.
-	m.handing.enqueue.RLock()
-	if err := m.movedError("context:"+c.ID, "context "+c.ID); err != nil {
+	for {
+		m.handing.enqueue.RLock()
+		if m.movedError("context:"+c.ID, "context "+c.ID) == nil {
+			break
+		}
 		m.handing.enqueue.RUnlock()
-		return nil, m.holdForHandover(ctx, c)
+		if err := m.holdForHandover(ctx, c); err != nil {
+			return nil, err
+		}
 	}
 	r := c.newRun("", req)
 	inline, first, err := c.runs.EnqueueRun(r, req.Wait)

@@ -33,9 +33,9 @@ type Ownership interface {
 	// Free returns the kernels with a record whose lease no replica
 	// holds (released, or lapsed: their owner died or froze).
 	Free(ctx context.Context) ([]string, error)
-	// Peers are the live replicas other than this one: those a kernel
-	// can be handed over to.
-	Peers() []state.Replica
+	// Peers are the live replicas other than this one, as the store
+	// says now: those a kernel can be handed over to.
+	Peers(ctx context.Context) ([]state.Replica, error)
 	// Handover hands the kernel's lease to the live replica of id `to`
 	// under the next epoch; the lease is kept when that fails.
 	Handover(ctx context.Context, kernel, to string) error
