@@ -354,6 +354,10 @@ func TestReplicasRollingRestartLosesNothing(t *testing.T) {
 		pids = append(pids, *b.KernelProcessID)
 	}
 	t.Logf("acknowledged runs: %v", counts)
+	// A kernel's websocket works through any replica after the moves.
+	if got := wsExecute(t, reps[1].g.url, *before[ids[1]].KernelID, "n"); got != strconv.Itoa(counts[0]) {
+		t.Errorf("n through %s's websocket to the kernel of %s: %q, want %d", reps[1].g.url, ids[1], got, counts[0])
+	}
 
 	// The replicas stop one after the other; the last one standing
 	// shuts the kernels down, and none is left.

@@ -174,7 +174,9 @@ func (m *Manager) HandOver(ctx context.Context, drain time.Duration, tell func(c
 			continue // not leased here (a pool kernel), or lost already
 		}
 		ctxs, ok := m.contextsOf(k)
-		if !ok {
+		if !ok || len(ctxs) == 0 && k.policy == restartLazily {
+			// A shared or isolated context's kernel, or a context's
+			// kernel whose context is gone: it stops here.
 			rep.Kept++
 			continue
 		}
