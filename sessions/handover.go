@@ -128,8 +128,9 @@ type HandoverReport struct {
 	// this replica (shared and isolated contexts' kernels, and those no
 	// replica took).
 	Handed, Kept int
-	// Unfinished are the runs still running when the drain ended: their
-	// new owner follows them.
+	// Unfinished are the runs still running when the drain ended (their
+	// new owner follows them), and those still queued whose ids were
+	// handed out (they never run).
 	Unfinished int
 }
 
@@ -252,6 +253,11 @@ func (m *Manager) contextsOf(k *Kernel) ([]*Context, bool) {
 // over ends here.
 const handedOverDuring = "this replica stopped during the run and handed the context's kernel over to another replica, which follows the run: its result is at GET /api/runs/{id}"
 
+// handedOverBefore is how a run still queued, its id handed out, ends
+// here when its kernel is handed over (the new owner's record says it
+// never ran).
+const handedOverBefore = "this replica stopped before the run started and handed the context's kernel over to another replica; the run never ran"
+
 // handOverKernel drains k's contexts' queues until deadline, gives its
 // lease to the first of peers that takes it, lets it go and ends h; then
 // tells the new owner. It returns how many runs were left running, and
@@ -262,11 +268,20 @@ func (m *Manager) handOverKernel(ctx context.Context, k *Kernel, ctxs []*Context
 	for _, c := range ctxs {
 		drainQueue(c.runs, deadline)
 	}
-	// The runs that never started are sent on with their requests.
+	// The runs that never started and whose callers wait for them are
+	// sent on with their requests. Those whose ids were handed out
+	// (streamed, or in the background) stay recorded as queued: the new
+	// owner says they never ran.
 	for _, c := range ctxs {
 		queued, running := c.runs.Take()
 		for _, r := range queued {
-			m.runs.Drop(r, &MovedError{What: "context " + c.ID, h: h})
+			if r.Waited() {
+				m.runs.Drop(r, &MovedError{What: "context " + c.ID, h: h})
+			} else {
+				unfinished++
+				m.runs.Forget([]*runs.Run{r})
+				r.Lose(handedOverBefore)
+			}
 		}
 		if running != nil {
 			unfinished++
