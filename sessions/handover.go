@@ -387,6 +387,11 @@ func (m *Manager) AdoptKernel(ctx context.Context, id string) error {
 	if !took {
 		return errorf(ErrShuttingDown, "kernel %s: its records could not be read", id)
 	}
+	if rep.Adopted+rep.Pending+rep.Lost == 0 {
+		// No record of it (shut down meanwhile): nothing to keep.
+		m.disown(ctx, id)
+		return nil
+	}
 	m.log.Info("cluster: took a kernel over on request", "kernel", id, "adopted", rep.Adopted, "pending", rep.Pending, "lost", rep.Lost,
 		"contexts", rep.Contexts, "sessions", rep.Sessions, "runs", rep.Runs, "picked_up", rep.PickedUp)
 	return nil
