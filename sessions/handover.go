@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"kernelgate/jupyter"
 	"kernelgate/runs"
 	"kernelgate/state"
 )
@@ -172,7 +173,13 @@ func (m *Manager) HandOver(ctx context.Context, drain time.Duration, tell func(c
 	m.handing.enqueue.Lock()
 	for _, k := range m.Kernels() {
 		if _, ok := o.Fence(k.id); !ok {
-			continue // not leased here (a pool kernel), or lost already
+			continue // not leased here, or lost already
+		}
+		k.mu.Lock()
+		starting := k.state == jupyter.StateStarting && k.adopting == nil
+		k.mu.Unlock()
+		if starting {
+			continue // its start is a request in flight: the next call's
 		}
 		ctxs, ok := m.contextsOf(k)
 		if !ok || len(ctxs) == 0 && k.policy == restartLazily {
