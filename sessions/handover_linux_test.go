@@ -23,8 +23,9 @@ import (
 // TestHandoverMovesTheKernelToAPeer: replica A hands its context's kernel
 // over to replica B as it stops: the run in progress finishes on A, a run
 // asked for meanwhile waits and is told to go to B (MovedError naming B),
-// the lease is B's under a later epoch, B takes the kernel over (the same
-// process, its state kept) and A has nothing of it left.
+// the lease is B's under a later epoch, A's websocket client of the
+// kernel is closed, B takes the kernel over (the same process, its state
+// kept) and A has nothing of it left.
 func TestHandoverMovesTheKernelToAPeer(t *testing.T) {
 	pg := pgtest.Start(t)
 	url := pg.CreateDB("handover")
@@ -68,6 +69,14 @@ func TestHandoverMovesTheKernelToAPeer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	k, err := a.Kernel(kernel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := k.Attach("ws-session")
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// A run in progress on A as it stops.
 	slow, err := a.Execute(ctx, ExecuteRequest{Code: "import time; time.sleep(1); n += 1; n", Context: c.ID})
@@ -108,6 +117,11 @@ func TestHandoverMovesTheKernelToAPeer(t *testing.T) {
 		t.Errorf("handover report %+v, want 1 kernel handed to 1 peer, no run unfinished", rep)
 	}
 
+	select {
+	case <-client.Done():
+	default:
+		t.Errorf("the kernel's websocket client on A is still open after the handover (it should reconnect through any replica)")
+	}
 	after, err := storeA.LeaseOwner(ctx, kernel)
 	if err != nil || after.Owner != "replica-b" || after.Epoch <= before.Epoch {
 		t.Errorf("the kernel's lease after the handover: %+v, %v; want B's, after epoch %d", after, err, before.Epoch)
