@@ -27,13 +27,7 @@ type handing struct {
 	// takeMu makes takeovers (AdoptKernel, the failover scan) one at a
 	// time, so that a kernel is taken once.
 	takeMu sync.Mutex
-	// enqueue is held (read) by Execute from its look at the context's
-	// handover to its run's enqueueing, and (write) by a handover as it
-	// begins: once it has begun, every run queued before it is in the
-	// queue it drains, and every later one waits for it.
-	enqueue sync.RWMutex
-
-	mu sync.Mutex
+	mu     sync.Mutex
 	// moved are the handovers by "kernel:<id>" and "context:<id>", kept
 	// once over: a request that found the kernel or context here just
 	// before it went is sent on to its new owner.
@@ -96,23 +90,17 @@ func (m *Manager) movedError(key, what string) error {
 	return &MovedError{What: what, h: h}
 }
 
-// holdForHandover waits, when c's kernel is being handed over, until it
-// is over and returns a MovedError for the request to be sent on (nil
-// when no replica took the kernel: it stays here).
-func (m *Manager) holdForHandover(ctx context.Context, c *Context) error {
-	err := m.movedError("context:"+c.ID, "context "+c.ID)
-	if err == nil {
-		return nil
-	}
+// holdForHandover returns err, after waiting, when it is a MovedError,
+// until the handover is over.
+func holdForHandover(ctx context.Context, err error) error {
 	var me *MovedError
-	errors.As(err, &me)
+	if !errors.As(err, &me) {
+		return err
+	}
 	select {
 	case <-me.h.done:
 	case <-ctx.Done():
 		return ctx.Err()
-	}
-	if me.h.to == "" {
-		return nil
 	}
 	return err
 }
@@ -170,7 +158,6 @@ func (m *Manager) HandOver(ctx context.Context, drain time.Duration, tell func(c
 		h    *handover
 	}
 	var moves []move
-	m.handing.enqueue.Lock()
 	for _, k := range m.Kernels() {
 		if _, ok := o.Fence(k.id); !ok {
 			continue // not leased here, or lost already
@@ -188,23 +175,32 @@ func (m *Manager) HandOver(ctx context.Context, drain time.Duration, tell func(c
 			rep.Kept++
 			continue
 		}
-		h := &handover{kernel: k.id, done: make(chan struct{})}
-		m.handing.mu.Lock()
-		if m.handing.moved == nil {
-			m.handing.moved = map[string]*handover{}
-		}
-		if m.handing.moved["kernel:"+k.id] != nil {
-			m.handing.mu.Unlock()
-			continue // handed over already (a later call)
-		}
-		m.handing.moved["kernel:"+k.id] = h
-		for _, c := range ctxs {
-			m.handing.moved["context:"+c.ID] = h
-		}
-		m.handing.mu.Unlock()
-		moves = append(moves, move{k, ctxs, h})
+		moves = append(moves, move{k, ctxs, &handover{kernel: k.id, done: make(chan struct{})}})
 	}
-	m.handing.enqueue.Unlock()
+	m.handing.mu.Lock()
+	if m.handing.moved == nil {
+		m.handing.moved = map[string]*handover{}
+	}
+	fresh := moves[:0]
+	for _, mv := range moves {
+		if m.handing.moved["kernel:"+mv.k.id] != nil {
+			continue // handed over already (an earlier call)
+		}
+		m.handing.moved["kernel:"+mv.k.id] = mv.h
+		for _, c := range mv.ctxs {
+			m.handing.moved["context:"+c.ID] = mv.h
+		}
+		fresh = append(fresh, mv)
+	}
+	m.handing.mu.Unlock()
+	moves = fresh
+	// From here the contexts' queues take no new run (its request
+	// waits, then goes to the new owner): their drains end.
+	for _, mv := range moves {
+		for _, c := range mv.ctxs {
+			c.runs.Divert(&MovedError{What: "context " + c.ID, h: mv.h})
+		}
+	}
 
 	deadline := time.Now().Add(drain)
 	var mu sync.Mutex
@@ -310,7 +306,12 @@ func (m *Manager) handOverKernel(ctx context.Context, k *Kernel, ctxs []*Context
 	}
 	if h.to == "" {
 		// No replica took it (they all stopped meanwhile): it stays,
-		// to stop with this one as the last replica standing.
+		// to stop with this one as the last replica standing, its
+		// contexts taking runs again until then (those asked for
+		// meanwhile are refused: it is shutting down).
+		for _, c := range ctxs {
+			c.runs.Divert(nil)
+		}
 		m.handing.mu.Lock()
 		for key, kh := range m.handing.moved {
 			if kh == h {

@@ -319,24 +319,14 @@ func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*runs.Run, e
 			return nil, err
 		}
 	}
-	// A context whose kernel is being handed over takes no new run: the
-	// request waits for the handover and goes on to the new owner.
-	for {
-		m.handing.enqueue.RLock()
-		if m.movedError("context:"+c.ID, "context "+c.ID) == nil {
-			break
-		}
-		m.handing.enqueue.RUnlock()
-		if err := m.holdForHandover(ctx, c); err != nil {
-			return nil, err
-		}
-	}
 	r := c.newRun("", req)
 	inline, first, err := c.runs.EnqueueRun(r, req.Wait)
-	m.handing.enqueue.RUnlock()
 	if err != nil {
 		m.runs.Drop(r, err)
-		return nil, err
+		// A context whose kernel is being handed over takes no new
+		// run: the request waits for the handover and goes on to the
+		// new owner.
+		return nil, holdForHandover(ctx, err)
 	}
 	if !first && !req.Wait {
 		// It waits behind another run: its record is committed now,
