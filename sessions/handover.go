@@ -27,7 +27,8 @@ type handing struct {
 	// takeMu makes takeovers (AdoptKernel, the failover scan) one at a
 	// time, so that a kernel is taken once.
 	takeMu sync.Mutex
-	mu     sync.Mutex
+
+	mu sync.Mutex
 	// moved are the handovers by "kernel:<id>" and "context:<id>", kept
 	// once over: a request that found the kernel or context here just
 	// before it went is sent on to its new owner.
