@@ -312,7 +312,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("interrupt-grace")
 	fs.DurationVar(&c.LateOutputWait, "late-output-wait", sd.LateOutputWait, "quiet period before a Deno run without a result ends, for output Deno publishes after its idle status (negative: none)")
 	add("late-output-wait")
-	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "at SIGTERM or SIGINT, how long requests in flight may take to finish before the kernels are stopped (their runs end lost); the process exits at most "+shutdownStop.String()+" later whatever the kernels do, and at once on a second signal")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "at SIGTERM or SIGINT, how long requests in flight may take to finish before the kernels are stopped (their runs end lost); the process exits at most "+shutdownStop.String()+" later whatever the kernels do, and at once on a second signal. A replica handing its kernels over to the others first lets their runs finish for as long again")
 	add("shutdown-grace")
 	fs.StringVar(&c.DefaultProvisioner, "default-provisioner", localprov.Name, "provisioner of kernelspecs whose metadata.kernel_provisioner names none: local-provisioner or kubernetes-provisioner")
 	add("default-provisioner")

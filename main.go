@@ -374,7 +374,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	// What gateway processes that died left behind goes next: processes
 	// their kernels started, kernel directories with keys, cgroups; the
 	// kernels adopted again are kept.
-	swept, err := local.Sweep(restored.Keep)
+	swept, err := local.Sweep(append(restored.Keep, othersKernels(replicaStore, log)...))
 	if swept != (localprov.Swept{}) {
 		log.Info("removed what earlier gateway processes left", "kernel_dirs", swept.Dirs, "cgroups", swept.Cgroups, "processes_killed", swept.Processes)
 	}
@@ -447,13 +447,21 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	// From here a second SIGINT or SIGTERM ends the process at once.
 	stop()
 	finished := make(chan struct{})
+	limit := cfg.ShutdownGrace + shutdownStop
+	if rep != nil {
+		limit += cfg.ShutdownGrace + handoverStop
+	}
 	go func() {
 		defer close(finished)
-		shutdown(srv, mgr, cfg.ShutdownGrace, keep)
+		if rep != nil {
+			// While other replicas serve, its kernels go to them.
+			handOver(mgr, srv, cfg.ShutdownGrace, log)
+		}
+		shutdown(srv, mgr, cfg.ShutdownGrace, keep, rep != nil)
 		<-warmed
 		localprov.StopZygotes()
 	}()
-	bound := time.NewTimer(cfg.ShutdownGrace + shutdownStop)
+	bound := time.NewTimer(limit)
 	defer bound.Stop()
 	select {
 	case <-finished:
@@ -462,7 +470,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 		// run beside the shutdown still under way and are not bounded.
 		// The next start removes what kernels that outlived the process
 		// leave (localprov.Provisioner.Sweep).
-		fmt.Fprintf(stderr, "kernelgate: shutdown did not finish within --shutdown-grace %v plus %v: exiting anyway\n", cfg.ShutdownGrace, shutdownStop)
+		fmt.Fprintf(stderr, "kernelgate: shutdown did not finish within %v: exiting anyway\n", limit)
 		os.Exit(1)
 	}
 	if keep {
@@ -480,10 +488,14 @@ const shutdownStop = 15 * time.Second
 // shutdown refuses new requests and lets those in flight finish within
 // grace, then stops the kernels, which ends the runs still going (lost),
 // and closes the connections still open once their requests have ended.
-func shutdown(srv *gateway.Server, mgr *sessions.Manager, grace time.Duration, keep bool) {
+func shutdown(srv *gateway.Server, mgr *sessions.Manager, grace time.Duration, keep, replica bool) {
 	gctx, cancel := context.WithTimeout(context.Background(), grace)
 	srv.Shutdown(gctx)
 	cancel()
+	if replica {
+		// The kernels started by the requests that ended meanwhile.
+		mgr.HandOver(context.Background(), 0, srv.AskToAdopt)
+	}
 	kctx, cancel := context.WithTimeout(context.Background(), shutdownStop*2/3)
 	if keep {
 		mgr.Detach(kctx)

@@ -13,8 +13,9 @@ import (
 // (gateway.Owners): what this replica serves is its own; otherwise the
 // holder of the lease of the kernel it belongs to, as the store says (a
 // context → its kernel, a run → its context's kernel, a session → its
-// kernel, a sandbox → its default context's kernel). What is unknown, or
-// whose kernel no replica holds, is answered here (404, or taken).
+// kernel, a sandbox → its default context's kernel). What is unknown is
+// answered here (404, or taken); a kernel no replica holds, or handed to
+// this one, is taken over here first (sessions.Manager.AdoptKernel).
 type owners struct {
 	mgr   *sessions.Manager
 	store *state.Postgres
@@ -25,12 +26,12 @@ func (o owners) Owner(ctx context.Context, kind gateway.Kind, id string) (string
 	of := ""
 	switch kind {
 	case gateway.KindKernel:
-		if _, err := o.mgr.Kernel(id); err == nil {
+		if _, err := o.mgr.Kernel(id); here(err) {
 			return "", true, nil
 		}
 		of = state.OfKernel
 	case gateway.KindContext:
-		if _, err := o.mgr.Context(id); err == nil {
+		if _, err := o.mgr.Context(id); here(err) {
 			return "", true, nil
 		}
 		of = state.OfContext
@@ -42,7 +43,7 @@ func (o owners) Owner(ctx context.Context, kind gateway.Kind, id string) (string
 		// A sandbox lives with its default context (e2b's
 		// "e2b-<sandbox>-python"), made with the sandbox.
 		id, of = "e2b-"+id+"-python", state.OfContext
-		if _, err := o.mgr.Context(id); err == nil {
+		if _, err := o.mgr.Context(id); here(err) {
 			return "", true, nil
 		}
 	default:
@@ -51,11 +52,55 @@ func (o owners) Owner(ctx context.Context, kind gateway.Kind, id string) (string
 	l, err := o.store.OwnerOf(ctx, of, id)
 	switch {
 	case errors.Is(err, state.ErrNoLease):
-		return "", true, nil
+		return o.free(ctx, of, id)
 	case err != nil:
 		return "", false, err
+	case l.Owner == o.store.Replica() && o.mgr.Leaving():
+		return "", true, nil // still here while it is handed over
 	case l.Owner == o.store.Replica():
+		// Handed to this replica (or taken) and not taken over here
+		// yet: taken over now, for this request.
+		if err := o.mgr.AdoptKernel(ctx, l.Kernel); err != nil {
+			return o.again(ctx, of, id, err)
+		}
 		return "", true, nil
 	}
 	return l.OwnerURL, false, nil
+}
+
+// here reports whether a lookup in this replica's manager found what it
+// asked for, or found it being handed over (the handler waits for that
+// and sends the request on: gateway's sendOnIfMoved).
+func here(err error) bool {
+	var moved *sessions.MovedError
+	return err == nil || errors.As(err, &moved)
+}
+
+// free answers for what belongs to a kernel no replica holds (its lease
+// released, or lapsed: its owner stopped, died or froze): this replica
+// takes the kernel over now rather than answer 404 until the failover
+// scan. What is unknown is answered here.
+func (o owners) free(ctx context.Context, of, id string) (string, bool, error) {
+	kernel, err := o.store.FreeKernelOf(ctx, of, id)
+	if err != nil {
+		return "", true, nil
+	}
+	if err := o.mgr.AdoptKernel(ctx, kernel); err != nil {
+		return o.again(ctx, of, id, err)
+	}
+	return "", true, nil
+}
+
+// again asks the store once more after this replica could not take a
+// kernel over: another replica took it meanwhile (the request goes
+// there), or this one is stopping.
+func (o owners) again(ctx context.Context, of, id string, adoptErr error) (string, bool, error) {
+	l, err := o.store.OwnerOf(ctx, of, id)
+	switch {
+	case err == nil && l.Owner != o.store.Replica():
+		return l.OwnerURL, false, nil
+	case errors.Is(err, state.ErrNoLease), err == nil:
+		return "", false, adoptErr
+	}
+	return "", false, err
 }

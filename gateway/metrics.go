@@ -137,8 +137,12 @@ func (s *Server) healthz(c echo.Context) error {
 }
 
 // readyz answers 200 when kernels can be started, 503 with the reasons
-// otherwise.
+// otherwise (and from the moment a replica starts handing its kernels
+// over as it stops).
 func (s *Server) readyz(c echo.Context) error {
+	if s.mgr.Leaving() {
+		return c.JSON(http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "problems": []string{"this replica is stopping: it hands its kernels over to the other replicas"}})
+	}
 	if problems := s.mgr.Catalog().Ready(); len(problems) > 0 {
 		return c.JSON(http.StatusServiceUnavailable, map[string]any{"status": "unavailable", "problems": problems})
 	}

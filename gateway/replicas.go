@@ -132,7 +132,7 @@ func (s *Server) ownedBy(kind Kind, id func(echo.Context) string) echo.Middlewar
 					return err
 				}
 			}
-			return next(c)
+			return s.sendOnIfMoved(c, next(c))
 		}
 	}
 }
@@ -153,7 +153,7 @@ func (s *Server) ownedInBody(kind Kind, find func(c echo.Context, body []byte) s
 		if err != nil || int64(len(body)) > s.cfg.MaxBodyBytes {
 			return ""
 		}
-		c.Set(bodyKey, body) // for a handler that finds the owner later
+		c.Set(bodyKey, body) // for forwardShared and sendOnIfMoved
 		return find(c, body)
 	})
 }

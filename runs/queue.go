@@ -97,7 +97,9 @@ type Queue struct {
 	running *Run
 	working bool
 	closed  bool
-	runIDs  []string
+	// diverted: every run is refused with it (Divert).
+	diverted error
+	runIDs   []string
 	// The kernel and process generation the last run started on, and
 	// whether a run has told that they were replaced since (a lost run
 	// does): the next run on another process says its state is gone.
@@ -128,6 +130,10 @@ func (q *Queue) EnqueueRun(r *Run, inline bool) (bool, bool, error) {
 	if q.closed {
 		q.mu.Unlock()
 		return false, false, errorf(ErrQueueClosed, "context %s was deleted", q.id)
+	}
+	if err := q.diverted; err != nil {
+		q.mu.Unlock()
+		return false, false, err
 	}
 	if limit := q.cfg.Limit; len(q.queue) >= limit {
 		q.mu.Unlock()

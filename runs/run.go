@@ -586,3 +586,8 @@ func (r *Run) CloseInput() bool {
 	closeInput()
 	return true
 }
+
+// Waited reports whether its caller waits for its end to answer (Spec.Wait):
+// until then it has handed out nothing of the run, and a run that never
+// started can be asked for again elsewhere.
+func (r *Run) Waited() bool { return r.wait }

@@ -187,6 +187,9 @@ func (m *Manager) Context(id string) (*Context, error) {
 	defer m.mu.Unlock()
 	c, ok := m.contexts[id]
 	if !ok || c.Isolated {
+		if err := m.movedError("context:"+id, "context "+id); err != nil {
+			return nil, err
+		}
 		return nil, errorf(ErrNoSuchContext, "no context %q: create it with POST /api/contexts", id)
 	}
 	return c, nil
@@ -320,7 +323,10 @@ func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*runs.Run, e
 	inline, first, err := c.runs.EnqueueRun(r, req.Wait)
 	if err != nil {
 		m.runs.Drop(r, err)
-		return nil, err
+		// A context whose kernel is being handed over takes no new
+		// run: the request waits for the handover and goes on to the
+		// new owner.
+		return nil, holdForHandover(ctx, err)
 	}
 	if !first && !req.Wait {
 		// It waits behind another run: its record is committed now,

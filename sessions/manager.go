@@ -312,6 +312,9 @@ type Manager struct {
 	// warm are the warm pools.
 	warm    *WarmPools
 	wsOwned bool // a temporary root, removed by Close
+
+	// handing is the replica's handover of its kernels (handover.go).
+	handing handing
 }
 
 // New returns a manager of kernels started from specs with prov.
@@ -490,6 +493,9 @@ func (m *Manager) Kernel(id string) (*Kernel, error) {
 	defer m.mu.Unlock()
 	k, ok := m.kernels[id]
 	if !ok {
+		if err := m.movedError("kernel:"+id, "kernel "+id); err != nil {
+			return nil, err
+		}
 		return nil, errorf(ErrNoSuchKernel, "Kernel does not exist: %s", id)
 	}
 	return k, nil

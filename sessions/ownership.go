@@ -33,6 +33,15 @@ type Ownership interface {
 	// Free returns the kernels with a record whose lease no replica
 	// holds (released, or lapsed: their owner died or froze).
 	Free(ctx context.Context) ([]string, error)
+	// Peers are the live replicas other than this one, as the store
+	// says now: those a kernel can be handed over to.
+	Peers(ctx context.Context) ([]state.Replica, error)
+	// Handover hands the kernel's lease to the live replica of id `to`
+	// under the next epoch; the lease is kept when that fails.
+	Handover(ctx context.Context, kernel, to string) error
+	// Adopt starts keeping the lease of a kernel another replica handed
+	// to this one; state.ErrLeaseHeld or state.ErrNoLease otherwise.
+	Adopt(ctx context.Context, kernel string) (state.Fence, error)
 }
 
 // replicaURL is this replica's advertised URL, or "" for a single
@@ -169,7 +178,7 @@ func (m *Manager) LeasesLost(lost []state.Fence) {
 			continue // held again, under a newer term
 		}
 		m.log.Warn("kernel lease lost: letting the kernel go to the replica that owns it now", "kernel", f.Kernel, "epoch", f.Epoch)
-		m.letGo(k)
+		m.letGo(k, lostLease, "this replica lost the lease of the context's kernel during the command")
 	}
 }
 
@@ -179,9 +188,10 @@ const lostLease = "this replica lost the lease of the context's kernel to anothe
 
 // letGo forgets k, its contexts and its Jupyter sessions without
 // stopping the kernel and without writing to the store: its websocket
-// clients are closed, its runs no longer followed nor written, and
+// clients are closed, its runs no longer followed nor written (they end
+// here saying runWhy), its commands stopped (saying commandWhy), and
 // nothing here acts for it again.
-func (m *Manager) letGo(k *Kernel) {
+func (m *Manager) letGo(k *Kernel, runWhy, commandWhy string) {
 	m.mu.Lock()
 	if m.kernels[k.id] == k {
 		delete(m.kernels, k.id)
@@ -216,14 +226,14 @@ func (m *Manager) letGo(k *Kernel) {
 	}
 	m.jsessions.mu.Unlock()
 	for _, c := range theirs {
-		c.stopCommands("this replica lost the lease of the context's kernel during the command")
+		c.stopCommands(commandWhy)
 		queued, running := c.runs.Take()
 		if running != nil {
 			queued = append(queued, running)
 		}
 		m.runs.Forget(queued)
 		for _, r := range queued {
-			r.Lose(lostLease)
+			r.Lose(runWhy)
 		}
 	}
 	k.letGo()
@@ -275,6 +285,12 @@ func (m *Manager) failover() {
 // again), its contexts, Jupyter sessions and runs.
 func (m *Manager) adoptFree(ctx context.Context) {
 	o := m.cfg.Ownership
+	if m.handing.leaving.Load() {
+		return // this replica hands its kernels over: it takes none
+	}
+	// One takeover at a time (AdoptKernel too): a kernel is taken once.
+	m.handing.takeMu.Lock()
+	defer m.handing.takeMu.Unlock()
 	ids, err := o.Free(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -294,6 +310,19 @@ func (m *Manager) adoptFree(ctx context.Context) {
 	if len(got) == 0 {
 		return
 	}
+	rep, took := m.takeOver(ctx, got)
+	if took {
+		m.log.Info("cluster: took over kernels no replica held", "kernels", rep.Adopted, "pending", rep.Pending, "lost", rep.Lost, "stopped", rep.Stopped,
+			"contexts", rep.Contexts, "sessions", rep.Sessions, "runs", rep.Runs, "picked_up", rep.PickedUp)
+	}
+}
+
+// takeOver takes over the kernels of got, whose leases this replica has
+// just acquired or adopted, as a start does: the kernel (the same
+// process, adopted again), its contexts, Jupyter sessions and runs. When
+// their records cannot be read their leases are released for another
+// replica (took false). The caller holds handing.takeMu.
+func (m *Manager) takeOver(ctx context.Context, got map[string]bool) (rep RestoreReport, took bool) {
 	t0 := time.Now()
 	snap, err := m.store.Load(ctx)
 	if err != nil {
@@ -301,7 +330,7 @@ func (m *Manager) adoptFree(ctx context.Context) {
 		for id := range got {
 			m.disown(ctx, id)
 		}
-		return
+		return rep, false
 	}
 	var mine state.Snapshot
 	contexts := map[string]bool{}
@@ -330,8 +359,7 @@ func (m *Manager) adoptFree(ctx context.Context) {
 			mine.Runs = append(mine.Runs, rec)
 		}
 	}
-	rep := restoration{m}.take(ctx, &mine)
-	m.log.Info("cluster: took over kernels no replica held", "kernels", rep.Adopted, "pending", rep.Pending, "lost", rep.Lost, "stopped", rep.Stopped,
-		"contexts", rep.Contexts, "sessions", rep.Sessions, "runs", rep.Runs, "picked_up", rep.PickedUp,
-		"took", time.Since(t0).Round(time.Millisecond))
+	rep = restoration{m}.take(ctx, &mine)
+	m.log.Debug("cluster: kernels taken over", "kernels", len(got), "took", time.Since(t0).Round(time.Millisecond))
+	return rep, true
 }

@@ -1,0 +1,42 @@
+package cluster
+
+import (
+	"context"
+
+	"kernelgate/state"
+)
+
+// Peers are the live replicas other than this one, read from the store
+// now (the membership's own view may be a heartbeat old), ordered by id:
+// those a kernel can be handed over to.
+func (r *Replica) Peers(ctx context.Context) ([]state.Replica, error) {
+	live, err := r.store.Heartbeat(ctx, r.member.URL(), r.lease)
+	if err != nil {
+		return nil, err
+	}
+	var out []state.Replica
+	for _, l := range live {
+		if l.ID != r.member.ID() {
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+// Handover hands the kernel's lease to the live replica `to` under the
+// next epoch (Keeper.Handover); `to` then adopts it (Adopt).
+func (r *Replica) Handover(ctx context.Context, kernel, to string) error {
+	_, err := r.keeper.Handover(ctx, kernel, to)
+	return err
+}
+
+// Adopt starts keeping a lease another replica handed to this one
+// (Keeper.Adopt) and returns its fence; state.ErrLeaseHeld or
+// state.ErrNoLease when this replica does not hold it.
+func (r *Replica) Adopt(ctx context.Context, kernel string) (state.Fence, error) {
+	l, err := r.keeper.Adopt(ctx, kernel)
+	if err != nil {
+		return state.Fence{}, err
+	}
+	return l.Fence(), nil
+}
