@@ -204,11 +204,23 @@ func TestReplicasRollingRestartLosesNothing(t *testing.T) {
 	const clients = 4
 	ids := []string{"slow"}
 	call(t, "POST", reps[0].g.url+"api/contexts", map[string]any{"id": "slow", "language": "python"}, 201, nil)
+	// The last client runs without a context: on the cluster's shared
+	// Python context (code-python), which moves with its kernel too.
+	body := func(id, code string) map[string]any {
+		if id == "code-python" {
+			return map[string]any{"language": "python", "code": code}
+		}
+		return map[string]any{"context": id, "code": code}
+	}
 	for i := range clients {
 		id := "counter-" + strconv.Itoa(i)
+		if i == clients-1 {
+			id = "code-python"
+		} else {
+			frontCall("POST", "api/contexts", map[string]any{"id": id, "language": "python"}, nil)
+		}
 		ids = append(ids, id)
-		frontCall("POST", "api/contexts", map[string]any{"id": id, "language": "python"}, nil)
-		frontCall("POST", "api/execute", map[string]any{"context": id, "code": "n = 0"}, nil)
+		frontCall("POST", "api/execute", body(id, "n = 0"), nil)
 	}
 	before := map[string]ctxModel{}
 	owners := map[string]bool{}
@@ -251,7 +263,7 @@ func TestReplicasRollingRestartLosesNothing(t *testing.T) {
 					return
 				case <-pace.C:
 				}
-				code, b, err := fr.do("POST", "api/execute", map[string]any{"context": id, "code": "n += 1; n"})
+				code, b, err := fr.do("POST", "api/execute", body(id, "n += 1; n"))
 				if err != nil || code != 200 {
 					fail("client %s after %d runs: %d %s %v", id, counts[i], code, b, err)
 					return
@@ -332,7 +344,7 @@ func TestReplicasRollingRestartLosesNothing(t *testing.T) {
 	// Every acknowledged run counted once; every context on its kernel.
 	for i := range clients {
 		var e execution
-		frontCall("POST", "api/execute", map[string]any{"context": ids[i+1], "code": "n"}, &e)
+		frontCall("POST", "api/execute", body(ids[i+1], "n"), &e)
 		if e.text() != strconv.Itoa(counts[i]) {
 			t.Errorf("context %s: n = %s, its client counted %d acknowledged runs", ids[i+1], e.text(), counts[i])
 		}

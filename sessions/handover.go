@@ -245,7 +245,9 @@ func (m *Manager) contextsOf(k *Kernel) ([]*Context, bool) {
 		if !mine {
 			continue
 		}
-		if c.Shared || c.Isolated {
+		// A shared context (code-python, …) is the cluster's, claimed
+		// in the store with its kernel's lease: it moves with it.
+		if c.Isolated || c.Shared && m.claimer() == nil {
 			return nil, false
 		}
 		out = append(out, c)
