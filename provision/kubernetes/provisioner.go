@@ -190,6 +190,14 @@ func (p *Provisioner) cachedPods() (corelisters.PodNamespaceLister, error) {
 	return p.factory.Core().V1().Pods().Lister().Pods(p.Namespace), nil
 }
 
+// tracked reports whether this provisioner serves the pod of that name
+// (launching, running or adopted).
+func (p *Provisioner) tracked(name string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.procs[name] != nil
+}
+
 func (p *Provisioner) untrack(proc *podProcess) {
 	p.mu.Lock()
 	if p.procs[proc.name] == proc {
@@ -221,13 +229,16 @@ func (p *Provisioner) Launch(ctx context.Context, req jupyter.LaunchRequest) (ju
 	}
 	key := jupyter.NewKey()
 	pods, secrets := p.Client.CoreV1().Pods(p.Namespace), p.Client.CoreV1().Secrets(p.Namespace)
+	// Tracked before anything is created: this process's sweeps leave
+	// the Secret and the pod alone from their creation on.
+	proc := newPodProcess(p, pp.Name, req.Spec.Name, key)
+	p.track(proc)
 	// The Secret first, so the pod never waits for it; it is owned by
 	// the pod once that exists.
 	if _, err := secrets.Create(ctx, buildSecret(pp, key), metav1.CreateOptions{}); err != nil {
+		p.untrack(proc)
 		return nil, fmt.Errorf("%w: %w", jupyter.ErrStartFailed, accessError("create a secret", p.Namespace, err))
 	}
-	proc := newPodProcess(p, pp.Name, req.Spec.Name, key)
-	p.track(proc)
 	created, err := pods.Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		p.untrack(proc)
@@ -388,8 +399,9 @@ func (p *Provisioner) Adopt(ctx context.Context, info jupyter.ProvisionerInfo) (
 }
 
 // Sweep deletes the kernel pods of the release whose kernel id keep does
-// not hold, and Secrets left without their pod. It runs before the
-// gateway starts kernels: the Secret of a pod being created would go too.
+// not hold, and Secrets left without their pod. The pods and Secrets this
+// provisioner launched or adopted and still serves are never swept (a
+// Secret and a pod being created included), so it may run at any time.
 // With replicas (Owned set) a kernel another replica owns, or may still
 // adopt, is not an orphan: its pod and Secret stay (so a replica must
 // own a kernel before it creates its Secret), and so do those of a kernel
@@ -407,7 +419,7 @@ func (p *Provisioner) Sweep(ctx context.Context, keep map[string]bool) (int, err
 	n := 0
 	others := map[string]bool{} // replica id: live, asked once per sweep
 	for _, pod := range pods {
-		if keep[pod.Labels[LabelKernelID]] || p.owned(ctx, pod.Labels, others) {
+		if p.tracked(pod.Name) || keep[pod.Labels[LabelKernelID]] || p.owned(ctx, pod.Labels, others) {
 			live[pod.Name] = true
 			continue
 		}
@@ -422,7 +434,9 @@ func (p *Provisioner) Sweep(ctx context.Context, keep map[string]bool) (int, err
 		return n, accessError("list secrets", p.Namespace, err)
 	}
 	for _, s := range secrets.Items {
-		if !live[s.Name] && !p.owned(ctx, s.Labels, others) {
+		// A Secret listed was created after its pod's process was tracked
+		// (Launch): asked now, tracked says whether it is this one's.
+		if !live[s.Name] && !p.tracked(s.Name) && !p.owned(ctx, s.Labels, others) {
 			if err := p.deleteSecret(ctx, s.Name); err != nil {
 				p.log().Warn("kernel secret not deleted", "secret", s.Name, "err", err)
 			}
