@@ -24,7 +24,9 @@ import (
 
 // startKubernetes registers kubernetes-provisioner when it is the default
 // or a kernelspec names it, and starts it; nil when neither.
-func startKubernetes(cfg *config, specs *kernelspecs.Catalog, reg *jupyter.Registry, log *slog.Logger) (*kubeprov.Provisioner, error) {
+// Kernel pods mount their context's folder of --kernel-workspace-claim,
+// mounted at workspaceRoot (the real path of --workspace-root).
+func startKubernetes(cfg *config, specs *kernelspecs.Catalog, reg *jupyter.Registry, workspaceRoot string, log *slog.Logger) (*kubeprov.Provisioner, error) {
 	needed := cfg.DefaultProvisioner == kubeprov.Name
 	for _, s := range specs.All() {
 		if name, err := reg.NameFor(s); err == nil && name == kubeprov.Name {
@@ -46,13 +48,16 @@ func startKubernetes(cfg *config, specs *kernelspecs.Catalog, reg *jupyter.Regis
 		return nil, fmt.Errorf("kubernetes-provisioner: %w", err)
 	}
 	p := &kubeprov.Provisioner{Client: client, Config: rc, Namespace: ns, Release: cfg.Release, Logger: log}
+	if cfg.KernelWorkspaceClaim != "" {
+		p.WorkspaceClaim, p.WorkspaceRoot = cfg.KernelWorkspaceClaim, workspaceRoot
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := p.Start(ctx); err != nil {
 		return nil, err
 	}
 	reg.Register(kubeprov.Name, p)
-	log.Info("kubernetes-provisioner", "namespace", ns, "release", cfg.Release, "server", rc.Host)
+	log.Info("kubernetes-provisioner", "namespace", ns, "release", cfg.Release, "server", rc.Host, "workspace_claim", p.WorkspaceClaim)
 	return p, nil
 }
 

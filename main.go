@@ -271,7 +271,11 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	prov := jupyter.NewRegistry(cfg.DefaultProvisioner)
 	prov.Register(localprov.Name, local)
 	prov.Alias(localprov.InfoName, localprov.Name)
-	kube, err := startKubernetes(cfg, specs, prov, log)
+	wsDir := ""
+	if workspaces != nil {
+		wsDir = workspaces.Dir()
+	}
+	kube, err := startKubernetes(cfg, specs, prov, wsDir, log)
 	if err != nil {
 		return err
 	}

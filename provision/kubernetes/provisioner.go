@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -61,6 +62,14 @@ type Provisioner struct {
 	// lease is not taken yet included.
 	Replica     string
 	LiveReplica func(ctx context.Context, replicaID string) (bool, error)
+	// WorkspaceClaim, when set, is the PersistentVolumeClaim the gateway
+	// has mounted at WorkspaceRoot (its --workspace-root): a kernel whose
+	// working directory is a folder under WorkspaceRoot (a context's
+	// workspace) gets that folder of the claim mounted at the same path
+	// (a subPath), and no other, so it reads and writes the files the
+	// gateway serves.
+	WorkspaceClaim string
+	WorkspaceRoot  string
 
 	cancel  context.CancelFunc
 	factory informers.SharedInformerFactory
@@ -78,7 +87,21 @@ var (
 // message), get no local limits or sandbox (the pod's resources and
 // security context stand in), and are adopted again from the API server.
 func (p *Provisioner) Capabilities(*kernelspecs.Spec) jupyter.Capabilities {
-	return jupyter.Capabilities{Reconnect: true}
+	return jupyter.Capabilities{Reconnect: true, OwnWorkspace: p.WorkspaceClaim != ""}
+}
+
+// workspaceMount is the folder of the workspace claim a kernel working in
+// cwd mounts, relative to WorkspaceRoot ("" for none: no claim, or cwd
+// not under the root).
+func (p *Provisioner) workspaceMount(cwd string) string {
+	if p.WorkspaceClaim == "" || p.WorkspaceRoot == "" || cwd == "" {
+		return ""
+	}
+	rel, err := filepath.Rel(filepath.Clean(p.WorkspaceRoot), filepath.Clean(cwd))
+	if err != nil || rel == "." || !filepath.IsLocal(rel) {
+		return ""
+	}
+	return filepath.ToSlash(rel)
 }
 
 func (p *Provisioner) selector() labels.Selector {
@@ -98,6 +121,14 @@ func (p *Provisioner) log() *slog.Logger {
 func (p *Provisioner) Start(ctx context.Context) error {
 	if p.Release == "" {
 		p.Release = "kernelgate"
+	}
+	if p.WorkspaceClaim != "" {
+		if errs := validation.IsDNS1123Subdomain(p.WorkspaceClaim); len(errs) > 0 {
+			return fmt.Errorf("kubernetes-provisioner: workspace claim %q is not a claim name: %s", p.WorkspaceClaim, strings.Join(errs, "; "))
+		}
+		if !filepath.IsAbs(p.WorkspaceRoot) {
+			return fmt.Errorf("kubernetes-provisioner: a workspace claim needs the absolute workspace root it is mounted at, not %q", p.WorkspaceRoot)
+		}
 	}
 	if errs := validation.IsValidLabelValue(p.Replica); len(errs) > 0 {
 		return fmt.Errorf("kubernetes-provisioner: replica id %q is not a label value: %s", p.Replica, strings.Join(errs, "; "))
@@ -219,6 +250,19 @@ func (p *Provisioner) Launch(ctx context.Context, req jupyter.LaunchRequest) (ju
 	pp := podParams{
 		Name: podName(req.KernelID), Namespace: p.Namespace, Release: p.Release,
 		KernelID: req.KernelID, Kind: req.Kind, Spec: req.Spec, Config: cfg, Env: req.Env, Replica: p.Replica,
+	}
+	if sub := p.workspaceMount(req.Cwd); sub != "" {
+		pp.Workspace = &workspaceVolume{Claim: p.WorkspaceClaim, SubPath: sub, Path: filepath.Clean(req.Cwd), Enter: !req.StartFresh}
+		// The folders the gateway made for the kernel (DENO_DIR) are in
+		// its workspace: reachable now.
+		for name, dir := range req.DirEnv {
+			if in, err := filepath.Rel(pp.Workspace.Path, dir); err == nil && filepath.IsLocal(in) {
+				if pp.DirEnv == nil {
+					pp.DirEnv = map[string]string{}
+				}
+				pp.DirEnv[name] = dir
+			}
+		}
 	}
 	if m, ok := req.Options.(memoryLimiter); ok {
 		pp.MemoryBytes = m.MemoryLimit()
