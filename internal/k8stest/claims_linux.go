@@ -1,0 +1,25 @@
+package k8stest
+
+import (
+	"fmt"
+	"os/exec"
+	"strconv"
+	"syscall"
+)
+
+// mountNamespace starts the process with attr in a mount namespace of
+// its own (its mounts private: nothing reaches the host's).
+func mountNamespace(attr *syscall.SysProcAttr) error {
+	attr.Unshareflags |= syscall.CLONE_NEWNS
+	return nil
+}
+
+// inMountNamespace returns argv run in the mount namespace of process
+// pid, in dir there.
+func inMountNamespace(pid int, dir string, argv []string) ([]string, error) {
+	nsenter, err := exec.LookPath("nsenter")
+	if err != nil {
+		return nil, fmt.Errorf("the test node enters a pod's mounts with nsenter(1): %w", err)
+	}
+	return append([]string{nsenter, "--target", strconv.Itoa(pid), "--mount", "--wd=" + dir, "--"}, argv...), nil
+}
