@@ -21,5 +21,7 @@ func inMountNamespace(pid int, dir string, argv []string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the test node enters a pod's mounts with nsenter(1): %w", err)
 	}
-	return append([]string{nsenter, "--target", strconv.Itoa(pid), "--mount", "--wd=" + dir, "--"}, argv...), nil
+	// nsenter's --wd opens its folder before it enters: the shell enters
+	// the folder as the namespace has it.
+	return append([]string{nsenter, "--target", strconv.Itoa(pid), "--mount", "--", "/bin/sh", "-c", `cd "$0" && exec "$@"`, dir}, argv...), nil
 }

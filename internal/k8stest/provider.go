@@ -560,7 +560,11 @@ func (p *provider) runProcess(r *podRun, i int, spec *processSpec, restarts int3
 		st.LastTerminationState = corev1.ContainerState{Terminated: last}
 	}
 	p.setStateLocked(r, i, corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}})
-	r.containers[i].running = &runningProcess{pid: pid, env: spec.env, dir: spec.dir, execs: map[int]bool{}, mountNS: mountNS}
+	dir := spec.dir
+	if spec.claims.workDir != "" {
+		dir = spec.claims.workDir // the same path in the namespace
+	}
+	r.containers[i].running = &runningProcess{pid: pid, env: spec.env, dir: dir, execs: map[int]bool{}, mountNS: mountNS}
 	p.mu.Unlock()
 	p.recorder.Eventf(r.ref, corev1.EventTypeNormal, "Started", "Started container %s", c.Name)
 
