@@ -10,18 +10,19 @@ import (
 )
 
 // claimMounts are a container's mounts of the node's claims
-// (NodeConfig.Claims). The container runs in a mount namespace of its
-// own where each claim's host folder is hidden under an empty tmpfs and
-// only the folders it mounts appear, bind-mounted at their mountPath: a
-// process of the pod sees of a claim what a pod on a real node sees.
+// (NodeConfig.Claims). On a node with claims every container runs in a
+// mount namespace of its own where each claim's host folder is hidden
+// under an empty tmpfs and only the folders it mounts appear,
+// bind-mounted at their mountPath: a process of a pod sees of a claim
+// what a pod on a real node sees, nothing when it mounts none.
 type claimMounts struct {
 	binds   []mountedPath // path: the mountPath; host: the claim's folder
 	hidden  []string      // the claims' host folders
 	workDir string        // the container's workingDir when it is in a bind
 }
 
-func (c *claimMounts) add(root string, m mountedPath) {
-	c.binds = append(c.binds, m)
+// hide hides the claim's host folder from the container.
+func (c *claimMounts) hide(root string) {
 	if !slices.Contains(c.hidden, root) {
 		c.hidden = append(c.hidden, root)
 	}

@@ -50,6 +50,9 @@ func TestClaimMounts(t *testing.T) {
 	pod.Spec.Containers[0].WorkingDir = at
 	c.create(t, pod)
 	c.wait(t, "reader", "Running", running)
+	// A pod that mounts none of the claim sees none of it.
+	c.create(t, newPod("bystander", "sleep", "60"))
+	c.wait(t, "bystander", "Running", running)
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -57,6 +60,10 @@ func TestClaimMounts(t *testing.T) {
 	out, errOut, err := c.execIn(t, ctx, viaSPDY, "reader", []string{"sh", "-c", script}, nil)
 	if want := at + "\nfor a\nctx-a\nhidden\n"; err != nil || out != want {
 		t.Errorf("in the pod: %q %q (%v), want %q: its workingDir, its folder's file, only its folder of the claim", out, errOut, err, want)
+	}
+	out, _, err = c.execIn(t, ctx, viaSPDY, "bystander", []string{"sh", "-c", "ls -A " + claim + "; cat " + at + "/in.txt 2>/dev/null || echo hidden"}, nil)
+	if err != nil || out != "hidden\n" {
+		t.Errorf("a pod mounting none of the claim sees of it: %q (%v), want nothing", out, err)
 	}
 	if b, err := os.ReadFile(filepath.Join(at, "out.txt")); err != nil || string(b) != "written\n" {
 		t.Errorf("the pod's write read on the host: %q %v", b, err)

@@ -359,7 +359,7 @@ func (p *provider) mountVolumes(ctx context.Context, r *podRun, pod *corev1.Pod,
 			if err := os.MkdirAll(host, 0o755); err != nil {
 				return nil, claims, err
 			}
-			claims.add(root, mountedPath{path: filepath.Clean(m.MountPath), host: host})
+			claims.binds = append(claims.binds, mountedPath{path: filepath.Clean(m.MountPath), host: host})
 			continue
 		}
 		dir := filepath.Join(r.dir, "volumes", m.Name)
@@ -385,6 +385,10 @@ func (p *provider) mountVolumes(ctx context.Context, r *podRun, pod *corev1.Pod,
 		}
 		mounts = append(mounts, mountedPath{path: filepath.Clean(m.MountPath), host: host})
 	}
+	for _, root := range p.claims {
+		claims.hide(root)
+	}
+	sort.Strings(claims.hidden)
 	// Longest first, so a mount inside another wins.
 	sort.Slice(mounts, func(i, j int) bool { return len(mounts[i].path) > len(mounts[j].path) })
 	return mounts, claims, nil

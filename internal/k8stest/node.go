@@ -45,11 +45,11 @@ type NodeConfig struct {
 	// ImagePullBackOff; default 1 s.
 	PullBackOff time.Duration
 	// Claims are the PersistentVolumeClaims whose volumes the node
-	// mounts, by name: the host folder each one's volume is. A container
-	// mounting one runs in a mount namespace of its own (Linux, as root)
-	// where that folder is hidden and only the folders of it the
-	// container mounts (its subPaths) appear, at their mountPath. A claim
-	// not listed is an empty folder, as other volume types are.
+	// mounts, by name: the host folder each one's volume is. With any,
+	// every container runs in a mount namespace of its own (Linux, as
+	// root) where those folders are hidden and only the folders of them
+	// the container mounts (its subPaths) appear, at their mountPath. A
+	// claim not listed is an empty folder, as other volume types are.
 	Claims map[string]string
 }
 

@@ -50,9 +50,10 @@ import (
 //   - exec runs a command in a running container's env, cwd and process
 //     group (exec.go);
 //   - the volumes of the claims NodeConfig.Claims lists are mounted for
-//     real: the container runs in a mount namespace of its own where the
-//     claim's host folder is hidden and only the subPaths it mounts appear
-//     at their mountPath (claims.go); exec enters that namespace.
+//     real: on a node with claims each container runs in a mount namespace
+//     of its own where the claims' host folders are hidden and only the
+//     subPaths it mounts appear at their mountPath (claims.go); exec
+//     enters that namespace.
 //
 // Not done: init containers (a pod with any fails to create), probes,
 // ephemeral containers, securityContext (processes run as the test's
@@ -526,7 +527,7 @@ func (p *provider) runProcess(r *podRun, i int, spec *processSpec, restarts int3
 	c := r.containers[i].spec
 	argv, attr := spec.argv, sysproc.GroupAttr()
 	var err error
-	mountNS := len(spec.claims.binds) > 0
+	mountNS := len(spec.claims.hidden) > 0
 	if mountNS {
 		if err = mountNamespace(attr); err == nil {
 			argv, err = spec.claims.wrap(argv, filepath.Join(r.dir, "claims", c.Name))
