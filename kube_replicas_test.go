@@ -45,12 +45,12 @@ type kubeReplicas struct {
 	release string
 }
 
-// start starts a replica.
-func (k *kubeReplicas) start(t *testing.T) *gatewayProcess {
+// start starts a replica, with extra flags.
+func (k *kubeReplicas) start(t *testing.T, extra ...string) *gatewayProcess {
 	t.Helper()
-	return startGatewayArgs(t, k.e.bin, "serve", "--port", "0", "--kernelspec-dir", k.e.specs, "--kubeconfig", k.e.kubecfg,
+	return startGatewayArgs(t, k.e.bin, append([]string{"serve", "--port", "0", "--kernelspec-dir", k.e.specs, "--kubeconfig", k.e.kubecfg,
 		"--release", k.release, "--state-url", k.db, "--cluster-secret-file", k.secret, "--runtime-dir", t.TempDir(),
-		"--pool-size", "0", "--lease", "2s", "--workspace-root", k.wsRoot, "--kernel-workspace-claim", workspaceClaim)
+		"--pool-size", "0", "--lease", "2s", "--workspace-root", k.wsRoot, "--kernel-workspace-claim", workspaceClaim}, extra...)...)
 }
 
 // lease is a kernel's row of the leases table, with its holder's URL.
@@ -284,7 +284,7 @@ func TestKubernetesReplicas(t *testing.T) {
 		// A replica started while the others hold their kernels adopts
 		// none of their pods: it leaves them to their owners, and serves
 		// them by forwarding.
-		d := k.start(t)
+		d := k.start(t, "--pool-size", "1", "--pool-prewarm", "python")
 		waitReplicasLive(t, []*gatewayProcess{a, b, c, d})
 		if got := wsExecute(t, d.url, notebook, "kept"); got != "7" {
 			t.Errorf("the notebook kernel through D: %q, want its state 7 from B", got)
@@ -297,6 +297,44 @@ func TestKubernetesReplicas(t *testing.T) {
 		if logs := d.logs.String(); strings.Contains(logs, "kernel pod not adopted") || !strings.Contains(logs, `msg="kernel pods" adopted=0`) {
 			t.Errorf("the new replica tried to adopt the pods the others hold:\n%s", logs)
 		}
+
+		// D's warm pod mounts its own workspace's folder only: a context
+		// created through D starts a pod of its own, which mounts the
+		// context's folder, rather than taking the warm one.
+		waitFor(t, func() bool {
+			resp, err := http.Get(d.url + "metrics")
+			if err != nil {
+				return false
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return bytes.Contains(b, []byte(`kernelgate_pool_ready_kernels{spec="python3"} 1`))
+		}, "D's warm pool has no ready kernel%s", func() []any { return []any{""} })
+		known := map[string]bool{agent.KernelID: true, notebook: true}
+		var warm corev1.Pod
+		pods, _ := e.cp.Client.CoreV1().Pods(kubeNS).List(context.Background(), metav1.ListOptions{LabelSelector: kubeprov.LabelRelease + "=" + k.release})
+		for _, p := range pods.Items {
+			if id := p.Labels[kubeprov.LabelKernelID]; !known[id] && p.DeletionTimestamp == nil {
+				warm = p
+			}
+		}
+		var dc struct {
+			KernelID string `json:"kernelId"`
+		}
+		call(t, "POST", d.url+"api/contexts", map[string]any{"id": "pooled", "language": "python"}, 201, &dc)
+		// Neither taken nor thrown away: it still waits in the pool.
+		now, err := e.cp.Client.CoreV1().Pods(kubeNS).Get(context.Background(), warm.Name, metav1.GetOptions{})
+		if dc.KernelID == warm.Labels[kubeprov.LabelKernelID] || err != nil || now.UID != warm.UID || now.DeletionTimestamp != nil {
+			t.Errorf("the context created through D took the warm pod %s (or stopped it), which mounts another folder than the context's", warm.Name)
+		}
+		req, _ := http.NewRequest("PUT", a.url+"api/contexts/pooled/files/note.txt", strings.NewReader("uploaded through A"))
+		if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 201 {
+			t.Fatalf("upload through A: %v %v", resp, err)
+		}
+		if ex := execute(t, d.url, "pooled", "print(open('note.txt').read())"); strings.Join(ex.Logs.Stdout, "") != "uploaded through A\n" {
+			t.Errorf("the context's kernel through D read %+v, want the file uploaded through A", ex)
+		}
+		call(t, "DELETE", d.url+"api/contexts/pooled", nil, 204, nil)
 		if err := d.kill(t, syscall.SIGTERM); err != nil {
 			t.Errorf("D's exit: %v", err)
 		}
