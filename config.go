@@ -109,6 +109,9 @@ type config struct {
 	Kubeconfig         string
 	KubeNamespace      string
 	Release            string
+	// KernelWorkspaceClaim is the PersistentVolumeClaim mounted at
+	// --workspace-root, whose context folders kernel pods mount.
+	KernelWorkspaceClaim string
 
 	// KeepKernels leaves kernels running at SIGTERM/SIGINT, for the next
 	// start on the same state directory; OrphanTimeout ends those no
@@ -322,6 +325,8 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	add("kubernetes-namespace")
 	fs.StringVar(&c.Release, "release", "kernelgate", "name that scopes this gateway's kernel pods: gateways of other releases never touch them")
 	add("release")
+	fs.StringVar(&c.KernelWorkspaceClaim, "kernel-workspace-claim", "", "PersistentVolumeClaim mounted at --workspace-root (ReadWriteMany with replicas): each kernel pod mounts its context's folder of it at the same path, so its kernel and commands see the context's files (empty: kernel pods mount no workspace)")
+	add("kernel-workspace-claim")
 	fs.IntVar(&c.Procs, "procs", 0, "threads that run the gateway's own code at once (GOMAXPROCS); 0: half the CPUs it may use, at least 1, so the kernels keep the rest (or GOMAXPROCS from the environment, when set)")
 	add("procs")
 
@@ -385,6 +390,9 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (*con
 	}
 	if c.Release == "" || len(c.Release) > 63 {
 		return nil, fmt.Errorf("--release must be a label value of 1 to 63 characters")
+	}
+	if c.KernelWorkspaceClaim != "" && c.WorkspaceRoot == "" {
+		return nil, fmt.Errorf("--kernel-workspace-claim needs --workspace-root, the folder the claim is mounted at")
 	}
 	if c.StateURL != "" {
 		if !strings.HasPrefix(c.StateURL, "postgres://") && !strings.HasPrefix(c.StateURL, "postgresql://") {

@@ -250,6 +250,15 @@ func checkReplicas(t *testing.T, dep *appsv1.Deployment, pdb *policyv1.PodDisrup
 	if v, ok := mountedFrom(c.WorkspaceRoot); c.WorkspaceRoot == "" || !ok || v.PersistentVolumeClaim == nil || v.PersistentVolumeClaim.ClaimName != pvc.Name {
 		t.Errorf("--workspace-root %q is not on the claim %s", c.WorkspaceRoot, pvc.Name)
 	}
+	// Kernel pods mount their context's folder of the claim: the claim
+	// must be --workspace-root itself, for its sub-paths to be the
+	// contexts' folders.
+	rootMounted := slices.ContainsFunc(gwc.VolumeMounts, func(m corev1.VolumeMount) bool {
+		return m.MountPath == c.WorkspaceRoot && m.SubPath == "" && volumes[m.Name].PersistentVolumeClaim != nil
+	})
+	if c.KernelWorkspaceClaim != pvc.Name || !rootMounted {
+		t.Errorf("--kernel-workspace-claim %q with the claim mounted at --workspace-root: %v; want claim %s mounted there", c.KernelWorkspaceClaim, rootMounted, pvc.Name)
+	}
 	if !slices.Contains(pvc.Spec.AccessModes, corev1.ReadWriteMany) {
 		t.Errorf("the workspaces' claim is %v, want ReadWriteMany (every replica mounts it)", pvc.Spec.AccessModes)
 	}

@@ -134,10 +134,15 @@ type kubeEnv struct {
 	noAccess string
 }
 
-func startKubeEnv(t *testing.T) *kubeEnv {
+func startKubeEnv(t *testing.T) *kubeEnv { return startKubeEnvClaims(t, nil) }
+
+// startKubeEnvClaims is startKubeEnv with a node that mounts these claims
+// (k8stest.NodeConfig.Claims).
+func startKubeEnvClaims(t *testing.T, claims map[string]string) *kubeEnv {
 	cp := k8stest.Start(t)
 	k8stest.StartNode(t, cp, k8stest.NodeConfig{
 		Images: map[string]k8stest.Image{pythonImage: {}, denoImage: {}},
+		Claims: claims,
 	})
 	cp.CreateNamespace(t, kubeNS)
 	role := deployRole(t)

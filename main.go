@@ -271,7 +271,11 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	prov := jupyter.NewRegistry(cfg.DefaultProvisioner)
 	prov.Register(localprov.Name, local)
 	prov.Alias(localprov.InfoName, localprov.Name)
-	kube, err := startKubernetes(cfg, specs, prov, log)
+	wsDir := ""
+	if workspaces != nil {
+		wsDir = workspaces.Dir()
+	}
+	kube, err := startKubernetes(cfg, specs, prov, wsDir, log)
 	if err != nil {
 		return err
 	}
@@ -322,7 +326,14 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 			lease := rep.Lease()
 			kube.Replica = replicaStore.Replica()
 			kube.Owned = func(ctx context.Context, id string) (bool, error) {
-				return replicaStore.LeaseClaimed(ctx, id, 2*lease+adoptionGrace)
+				claimed, err := replicaStore.LeaseClaimed(ctx, id, 2*lease+adoptionGrace)
+				if claimed || err != nil {
+					return claimed, err
+				}
+				// Released with its record kept: left for another
+				// replica's failover scan to adopt.
+				free, err := replicaStore.FreeKernels(ctx)
+				return slices.Contains(free, id), err
 			}
 			kube.LiveReplica = func(ctx context.Context, id string) (bool, error) {
 				live, err := replicaStore.LiveReplicas(ctx, lease)
@@ -384,10 +395,20 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	stopSweep := func() {}
 	if kube != nil {
-		if err := adoptPods(ctx, kube, mgr, log); err != nil {
+		owners := podOwners{store: store}
+		if replicaStore != nil {
+			owners.holder, owners.self = leaseHolder(replicaStore), replicaStore.Replica()
+		}
+		if err := adoptPods(ctx, kube, mgr, owners, log); err != nil {
 			mgr.Close(context.Background())
 			return err
+		}
+		if rep != nil {
+			// Every replica sweeps what no live replica serves.
+			stopSweep = sweepPods(kube, mgr, podSweepLeases*rep.Lease(), log)
+			defer stopSweep()
 		}
 	}
 	// Build the kernels' home seed (matplotlib's font cache), then fill the
@@ -446,6 +467,7 @@ func serve(cfg *config, stdout, stderr io.Writer) error {
 	}
 	// From here a second SIGINT or SIGTERM ends the process at once.
 	stop()
+	stopSweep()
 	finished := make(chan struct{})
 	limit := cfg.ShutdownGrace + shutdownStop
 	if rep != nil {

@@ -38,6 +38,13 @@ func startReplicas(t *testing.T, bin string, srv *pgtest.TB, db string, n int, a
 		gs = append(gs, startGateway(t, bin, append([]string{"--state-url", url, "--cluster-secret-file", secret,
 			"--runtime-dir", dirs.runtime, "--pool-size", "0"}, args...)...))
 	}
+	waitReplicasLive(t, gs)
+	return gs
+}
+
+// waitReplicasLive waits until each of gs sees them all live.
+func waitReplicasLive(t *testing.T, gs []*gatewayProcess) {
+	t.Helper()
 	for _, g := range gs {
 		var st replicaStatus
 		waitFor(t, func() bool {
@@ -50,7 +57,6 @@ func startReplicas(t *testing.T, bin string, srv *pgtest.TB, db string, n int, a
 			return st.Replica == replicaURL(g)
 		}, "%s: status %+v, want every replica live", func() []any { return []any{g.url, st} })
 	}
-	return gs
 }
 
 // replicaStatus is GET /api/status's part about replicas.

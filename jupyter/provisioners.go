@@ -29,6 +29,10 @@ type Capabilities struct {
 	// Reconnect: the provisioner adopts kernels it launched before,
 	// perhaps from another gateway process (Adopter).
 	Reconnect bool
+	// OwnWorkspace: a kernel reaches only the workspace it was started
+	// in (a pod mounting that folder alone), so a warm kernel cannot be
+	// moved into another context's.
+	OwnWorkspace bool
 }
 
 // ProvisionerChoice is a kernelspec's metadata.kernel_provisioner.

@@ -89,7 +89,7 @@ func (cat *Catalog) warmable(spec *kernelspecs.Spec, env map[string]string) (boo
 // when none is ready or the context cannot take one (warmable); the caller
 // then starts one.
 func (c *Context) takeWarm(ctx context.Context) *Kernel {
-	if ok, _ := c.m.catalog.warmable(c.spec, c.Env); !ok {
+	if ok, _ := c.m.catalog.warmable(c.spec, c.Env); !ok || c.m.prov.Capabilities(c.spec).OwnWorkspace {
 		return nil
 	}
 	p := c.m.warm.get(c.spec)

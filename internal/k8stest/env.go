@@ -23,6 +23,9 @@ type processSpec struct {
 	env  []string
 	dir  string
 	log  *os.File // the container's output, appended across restarts
+	// claims are the container's mounts of the node's claims
+	// (NodeConfig.Claims): it runs in a mount namespace of its own.
+	claims claimMounts
 }
 
 // configError is a container the kubelet would not start for want of a
@@ -53,7 +56,7 @@ func (p *provider) prepare(r *podRun, c corev1.Container, img Image) (*processSp
 	if err := os.MkdirAll(home, 0o755); err != nil {
 		return nil, err
 	}
-	mounts, err := p.mountVolumes(ctx, r, pod, c)
+	mounts, claims, err := p.mountVolumes(ctx, r, pod, c)
 	if err != nil {
 		return nil, err
 	}
@@ -113,13 +116,15 @@ func (p *provider) prepare(r *podRun, c corev1.Container, img Image) (*processSp
 	if c.WorkingDir != "" {
 		if w := rewritePaths(c.WorkingDir, mounts); w != c.WorkingDir {
 			dir = w
+		} else if claims.at(c.WorkingDir) {
+			claims.workDir = c.WorkingDir // entered once mounted
 		}
 	}
 	logFile, err := os.OpenFile(filepath.Join(r.dir, c.Name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	return &processSpec{argv: argv, env: env, dir: dir, log: logFile}, nil
+	return &processSpec{argv: argv, env: env, dir: dir, log: logFile, claims: claims}, nil
 }
 
 // envList keeps env in the order it was first set, later values winning.
@@ -333,32 +338,45 @@ func expand(s string, vars map[string]string) string {
 
 // mountVolumes writes the Secret and ConfigMap volumes the container
 // mounts into the pod's folder and returns where each mount is.
-func (p *provider) mountVolumes(ctx context.Context, r *podRun, pod *corev1.Pod, c corev1.Container) ([]mountedPath, error) {
+// The mounts of the node's claims (PersistentVolumeClaim volumes of
+// NodeConfig.Claims) are real: they are in claims, not rewritten.
+func (p *provider) mountVolumes(ctx context.Context, r *podRun, pod *corev1.Pod, c corev1.Container) ([]mountedPath, claimMounts, error) {
 	volumes := map[string]corev1.Volume{}
 	for _, v := range pod.Spec.Volumes {
 		volumes[v.Name] = v
 	}
 	var mounts []mountedPath
+	var claims claimMounts
 	for _, m := range c.VolumeMounts {
 		v, ok := volumes[m.Name]
 		if !ok {
 			continue
 		}
+		if pvc := v.PersistentVolumeClaim; pvc != nil && p.claims[pvc.ClaimName] != "" {
+			root := p.claims[pvc.ClaimName]
+			host := filepath.Join(root, filepath.Clean("/"+m.SubPath))
+			// A kubelet makes a subPath that is not there yet.
+			if err := os.MkdirAll(host, 0o755); err != nil {
+				return nil, claims, err
+			}
+			claims.binds = append(claims.binds, mountedPath{path: filepath.Clean(m.MountPath), host: host})
+			continue
+		}
 		dir := filepath.Join(r.dir, "volumes", m.Name)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, err
+			return nil, claims, err
 		}
 		files, mode, err := p.volumeFiles(ctx, pod.Namespace, v)
 		if err != nil {
-			return nil, err
+			return nil, claims, err
 		}
 		for rel, data := range files {
 			path := filepath.Join(dir, filepath.Clean("/"+rel))
 			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-				return nil, err
+				return nil, claims, err
 			}
 			if err := os.WriteFile(path, data, mode); err != nil {
-				return nil, err
+				return nil, claims, err
 			}
 		}
 		host := dir
@@ -367,9 +385,13 @@ func (p *provider) mountVolumes(ctx context.Context, r *podRun, pod *corev1.Pod,
 		}
 		mounts = append(mounts, mountedPath{path: filepath.Clean(m.MountPath), host: host})
 	}
+	for _, root := range p.claims {
+		claims.hide(root)
+	}
+	sort.Strings(claims.hidden)
 	// Longest first, so a mount inside another wins.
 	sort.Slice(mounts, func(i, j int) bool { return len(mounts[i].path) > len(mounts[j].path) })
-	return mounts, nil
+	return mounts, claims, nil
 }
 
 // volumeFiles returns the files of a Secret or ConfigMap volume (none for

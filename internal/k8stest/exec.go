@@ -124,7 +124,13 @@ func (k *kubelet) target(ns, pod, container string, argv []string) (*execTarget,
 		// As a runtime reports it: the stream is refused, no exit code.
 		return nil, http.StatusBadRequest, err
 	}
-	return &execTarget{run: run, argv: append([]string{exe}, argv[1:]...)}, 0, nil
+	argv = append([]string{exe}, argv[1:]...)
+	if run.mountNS {
+		if argv, err = inMountNamespace(run.pid, run.dir, argv); err != nil {
+			return nil, http.StatusInternalServerError, err
+		}
+	}
+	return &execTarget{run: run, argv: argv}, 0, nil
 }
 
 // lookPathIn finds file as a shell of env in dir would.

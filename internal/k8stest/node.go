@@ -44,6 +44,13 @@ type NodeConfig struct {
 	// PullBackOff is how long after ErrImagePull a container reports
 	// ImagePullBackOff; default 1 s.
 	PullBackOff time.Duration
+	// Claims are the PersistentVolumeClaims whose volumes the node
+	// mounts, by name: the host folder each one's volume is. With any,
+	// every container runs in a mount namespace of its own (Linux, as
+	// root) where those folders are hidden and only the folders of them
+	// the container mounts (its subPaths) appear, at their mountPath. A
+	// claim not listed is an empty folder, as other volume types are.
+	Claims map[string]string
 }
 
 // Node is a Kubernetes node whose pods are local processes. It binds pods

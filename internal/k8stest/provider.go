@@ -27,7 +27,6 @@ import (
 
 // The provider runs pods as local processes, as virtual-kubelet's
 // PodLifecycleHandler and PodNotifier:
-//
 //   - each container's command and args run as a process in a group of its
 //     own, with the cwd and HOME of a folder of the pod's, its env
 //     resolved as the kubelet does (values, $(VAR), fieldRef including
@@ -49,7 +48,12 @@ import (
 //   - delete sends SIGTERM to each process group, then SIGKILL after the
 //     grace period, and reports the terminal status;
 //   - exec runs a command in a running container's env, cwd and process
-//     group (exec.go).
+//     group (exec.go);
+//   - the volumes of the claims NodeConfig.Claims lists are mounted for
+//     real: on a node with claims each container runs in a mount namespace
+//     of its own where the claims' host folders are hidden and only the
+//     subPaths it mounts appear at their mountPath (claims.go); exec
+//     enters that namespace.
 //
 // Not done: init containers (a pod with any fails to create), probes,
 // ephemeral containers, securityContext (processes run as the test's
@@ -59,6 +63,7 @@ type provider struct {
 	recorder    record.EventRecorder
 	images      map[string]Image
 	pullBackOff time.Duration
+	claims      map[string]string // NodeConfig.Claims
 	dir         string
 	ips         *ipPool
 
@@ -110,12 +115,15 @@ type runningProcess struct {
 	env   []string
 	dir   string
 	execs map[int]bool // by pid
+	// mountNS: the process has a mount namespace of its own (claims),
+	// which the commands exec runs in it enter.
+	mountNS bool
 }
 
 func newProvider(client kubernetes.Interface, recorder record.EventRecorder, cfg NodeConfig, dir string, base [2]byte) *provider {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &provider{
-		client: client, recorder: recorder, images: cfg.Images, pullBackOff: cfg.PullBackOff, dir: dir,
+		client: client, recorder: recorder, images: cfg.Images, pullBackOff: cfg.PullBackOff, claims: cfg.Claims, dir: dir,
 		ips: &ipPool{base: base, used: map[byte]bool{}},
 		ctx: ctx, cancel: cancel,
 		wake: make(chan struct{}, 1),
@@ -517,12 +525,22 @@ func (p *provider) runProcess(r *podRun, i int, spec *processSpec, restarts int3
 	default:
 	}
 	c := r.containers[i].spec
-	cmd := exec.Command(spec.argv[0], spec.argv[1:]...)
+	argv, attr := spec.argv, sysproc.GroupAttr()
+	var err error
+	mountNS := len(spec.claims.hidden) > 0
+	if mountNS {
+		if err = mountNamespace(attr); err == nil {
+			argv, err = spec.claims.wrap(argv, filepath.Join(r.dir, "claims", c.Name))
+		}
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = spec.env
 	cmd.Dir = spec.dir
 	cmd.Stdout, cmd.Stderr = spec.log, spec.log
-	cmd.SysProcAttr = sysproc.GroupAttr()
-	err := cmd.Start()
+	cmd.SysProcAttr = attr
+	if err == nil {
+		err = cmd.Start()
+	}
 	spec.log.Close()
 	if err != nil {
 		term := &corev1.ContainerStateTerminated{ExitCode: 128, Reason: "StartError", Message: err.Error(), FinishedAt: metav1.Now()}
@@ -543,7 +561,11 @@ func (p *provider) runProcess(r *podRun, i int, spec *processSpec, restarts int3
 		st.LastTerminationState = corev1.ContainerState{Terminated: last}
 	}
 	p.setStateLocked(r, i, corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}})
-	r.containers[i].running = &runningProcess{pid: pid, env: spec.env, dir: spec.dir, execs: map[int]bool{}}
+	dir := spec.dir
+	if spec.claims.workDir != "" {
+		dir = spec.claims.workDir // the same path in the namespace
+	}
+	r.containers[i].running = &runningProcess{pid: pid, env: spec.env, dir: dir, execs: map[int]bool{}, mountNS: mountNS}
 	p.mu.Unlock()
 	p.recorder.Eventf(r.ref, corev1.EventTypeNormal, "Started", "Started container %s", c.Name)
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -61,6 +62,14 @@ type Provisioner struct {
 	// lease is not taken yet included.
 	Replica     string
 	LiveReplica func(ctx context.Context, replicaID string) (bool, error)
+	// WorkspaceClaim, when set, is the PersistentVolumeClaim the gateway
+	// has mounted at WorkspaceRoot (its --workspace-root): a kernel whose
+	// working directory is a folder under WorkspaceRoot (a context's
+	// workspace) gets that folder of the claim mounted at the same path
+	// (a subPath), and no other, so it reads and writes the files the
+	// gateway serves.
+	WorkspaceClaim string
+	WorkspaceRoot  string
 
 	cancel  context.CancelFunc
 	factory informers.SharedInformerFactory
@@ -78,7 +87,21 @@ var (
 // message), get no local limits or sandbox (the pod's resources and
 // security context stand in), and are adopted again from the API server.
 func (p *Provisioner) Capabilities(*kernelspecs.Spec) jupyter.Capabilities {
-	return jupyter.Capabilities{Reconnect: true}
+	return jupyter.Capabilities{Reconnect: true, OwnWorkspace: p.WorkspaceClaim != ""}
+}
+
+// workspaceMount is the folder of the workspace claim a kernel working in
+// cwd mounts, relative to WorkspaceRoot ("" for none: no claim, or cwd
+// not under the root).
+func (p *Provisioner) workspaceMount(cwd string) string {
+	if p.WorkspaceClaim == "" || p.WorkspaceRoot == "" || cwd == "" {
+		return ""
+	}
+	rel, err := filepath.Rel(filepath.Clean(p.WorkspaceRoot), filepath.Clean(cwd))
+	if err != nil || rel == "." || !filepath.IsLocal(rel) {
+		return ""
+	}
+	return filepath.ToSlash(rel)
 }
 
 func (p *Provisioner) selector() labels.Selector {
@@ -98,6 +121,14 @@ func (p *Provisioner) log() *slog.Logger {
 func (p *Provisioner) Start(ctx context.Context) error {
 	if p.Release == "" {
 		p.Release = "kernelgate"
+	}
+	if p.WorkspaceClaim != "" {
+		if errs := validation.IsDNS1123Subdomain(p.WorkspaceClaim); len(errs) > 0 {
+			return fmt.Errorf("kubernetes-provisioner: workspace claim %q is not a claim name: %s", p.WorkspaceClaim, strings.Join(errs, "; "))
+		}
+		if !filepath.IsAbs(p.WorkspaceRoot) {
+			return fmt.Errorf("kubernetes-provisioner: a workspace claim needs the absolute workspace root it is mounted at, not %q", p.WorkspaceRoot)
+		}
 	}
 	if errs := validation.IsValidLabelValue(p.Replica); len(errs) > 0 {
 		return fmt.Errorf("kubernetes-provisioner: replica id %q is not a label value: %s", p.Replica, strings.Join(errs, "; "))
@@ -190,6 +221,14 @@ func (p *Provisioner) cachedPods() (corelisters.PodNamespaceLister, error) {
 	return p.factory.Core().V1().Pods().Lister().Pods(p.Namespace), nil
 }
 
+// tracked reports whether this provisioner serves the pod of that name
+// (launching, running or adopted).
+func (p *Provisioner) tracked(name string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.procs[name] != nil
+}
+
 func (p *Provisioner) untrack(proc *podProcess) {
 	p.mu.Lock()
 	if p.procs[proc.name] == proc {
@@ -212,6 +251,19 @@ func (p *Provisioner) Launch(ctx context.Context, req jupyter.LaunchRequest) (ju
 		Name: podName(req.KernelID), Namespace: p.Namespace, Release: p.Release,
 		KernelID: req.KernelID, Kind: req.Kind, Spec: req.Spec, Config: cfg, Env: req.Env, Replica: p.Replica,
 	}
+	if sub := p.workspaceMount(req.Cwd); sub != "" {
+		pp.Workspace = &workspaceVolume{Claim: p.WorkspaceClaim, SubPath: sub, Path: filepath.Clean(req.Cwd), Enter: !req.StartFresh}
+		// The folders the gateway made for the kernel (DENO_DIR) are in
+		// its workspace: reachable now.
+		for name, dir := range req.DirEnv {
+			if in, err := filepath.Rel(pp.Workspace.Path, dir); err == nil && filepath.IsLocal(in) {
+				if pp.DirEnv == nil {
+					pp.DirEnv = map[string]string{}
+				}
+				pp.DirEnv[name] = dir
+			}
+		}
+	}
 	if m, ok := req.Options.(memoryLimiter); ok {
 		pp.MemoryBytes = m.MemoryLimit()
 	}
@@ -221,13 +273,16 @@ func (p *Provisioner) Launch(ctx context.Context, req jupyter.LaunchRequest) (ju
 	}
 	key := jupyter.NewKey()
 	pods, secrets := p.Client.CoreV1().Pods(p.Namespace), p.Client.CoreV1().Secrets(p.Namespace)
+	// Tracked before anything is created: this process's sweeps leave
+	// the Secret and the pod alone from their creation on.
+	proc := newPodProcess(p, pp.Name, req.Spec.Name, key)
+	p.track(proc)
 	// The Secret first, so the pod never waits for it; it is owned by
 	// the pod once that exists.
 	if _, err := secrets.Create(ctx, buildSecret(pp, key), metav1.CreateOptions{}); err != nil {
+		p.untrack(proc)
 		return nil, fmt.Errorf("%w: %w", jupyter.ErrStartFailed, accessError("create a secret", p.Namespace, err))
 	}
-	proc := newPodProcess(p, pp.Name, req.Spec.Name, key)
-	p.track(proc)
 	created, err := pods.Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		p.untrack(proc)
@@ -388,8 +443,9 @@ func (p *Provisioner) Adopt(ctx context.Context, info jupyter.ProvisionerInfo) (
 }
 
 // Sweep deletes the kernel pods of the release whose kernel id keep does
-// not hold, and Secrets left without their pod. It runs before the
-// gateway starts kernels: the Secret of a pod being created would go too.
+// not hold, and Secrets left without their pod. The pods and Secrets this
+// provisioner launched or adopted and still serves are never swept (a
+// Secret and a pod being created included), so it may run at any time.
 // With replicas (Owned set) a kernel another replica owns, or may still
 // adopt, is not an orphan: its pod and Secret stay (so a replica must
 // own a kernel before it creates its Secret), and so do those of a kernel
@@ -407,7 +463,7 @@ func (p *Provisioner) Sweep(ctx context.Context, keep map[string]bool) (int, err
 	n := 0
 	others := map[string]bool{} // replica id: live, asked once per sweep
 	for _, pod := range pods {
-		if keep[pod.Labels[LabelKernelID]] || p.owned(ctx, pod.Labels, others) {
+		if p.tracked(pod.Name) || keep[pod.Labels[LabelKernelID]] || p.owned(ctx, pod.Labels, others) {
 			live[pod.Name] = true
 			continue
 		}
@@ -422,7 +478,9 @@ func (p *Provisioner) Sweep(ctx context.Context, keep map[string]bool) (int, err
 		return n, accessError("list secrets", p.Namespace, err)
 	}
 	for _, s := range secrets.Items {
-		if !live[s.Name] && !p.owned(ctx, s.Labels, others) {
+		// A Secret listed was created after its pod's process was tracked
+		// (Launch): asked now, tracked says whether it is this one's.
+		if !live[s.Name] && !p.tracked(s.Name) && !p.owned(ctx, s.Labels, others) {
 			if err := p.deleteSecret(ctx, s.Name); err != nil {
 				p.log().Warn("kernel secret not deleted", "secret", s.Name, "err", err)
 			}

@@ -135,7 +135,22 @@ type podParams struct {
 	Config                   *SpecConfig
 	Env                      map[string]string // the request's allowed env
 	MemoryBytes              int64
+	// Workspace is the folder of the workspace claim the kernel mounts,
+	// nil for none; DirEnv the gateway's variables naming folders in it.
+	Workspace *workspaceVolume
+	DirEnv    map[string]string
 }
+
+// workspaceVolume is a kernel's folder of the workspace claim: SubPath of
+// Claim mounted at Path (the same path as in the gateway); Enter starts
+// the kernel there.
+type workspaceVolume struct {
+	Claim, SubPath, Path string
+	Enter                bool
+}
+
+// workspaceVolumeName is the pod's volume of the workspace claim.
+const workspaceVolumeName = "workspace"
 
 func (pp podParams) labels() map[string]string {
 	kind := pp.Kind
@@ -188,6 +203,7 @@ func buildPod(pp podParams) (*corev1.Pod, error) {
 	env = append(env, sortedEnv(specEnv)...)
 	env = append(env, sortedEnv(cfg.Env)...)
 	env = append(env, sortedEnv(pp.Env)...)
+	env = append(env, sortedEnv(pp.DirEnv)...)
 	names := make([]string, 0, len(cfg.SecretEnv))
 	for n := range cfg.SecretEnv {
 		names = append(names, n)
@@ -221,6 +237,17 @@ func buildPod(pp podParams) (*corev1.Pod, error) {
 	for i, name := range []string{"shell", "iopub", "stdin", "control", "hb"} {
 		cports = append(cports, corev1.ContainerPort{Name: name, ContainerPort: int32(Ports[i]), Protocol: corev1.ProtocolTCP})
 	}
+	var volumes []corev1.Volume
+	var mounts []corev1.VolumeMount
+	workDir := ""
+	if ws := pp.Workspace; ws != nil {
+		volumes = []corev1.Volume{{Name: workspaceVolumeName, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: ws.Claim}}}}
+		mounts = []corev1.VolumeMount{{Name: workspaceVolumeName, MountPath: ws.Path, SubPath: ws.SubPath}}
+		if ws.Enter {
+			workDir = ws.Path
+		}
+	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: pp.Name, Namespace: pp.Namespace,
@@ -239,6 +266,7 @@ func buildPod(pp podParams) (*corev1.Pod, error) {
 			NodeSelector:                  cfg.NodeSelector,
 			Tolerations:                   cfg.Tolerations,
 			SecurityContext:               &corev1.PodSecurityContext{RunAsNonRoot: ptr(true)},
+			Volumes:                       volumes,
 			Containers: []corev1.Container{{
 				Name:                     container,
 				Image:                    cfg.Image,
@@ -249,6 +277,8 @@ func buildPod(pp podParams) (*corev1.Pod, error) {
 				Ports:                    cports,
 				Resources:                res,
 				SecurityContext:          sc,
+				VolumeMounts:             mounts,
+				WorkingDir:               workDir,
 				TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 			}},
 		},
