@@ -118,6 +118,7 @@ type Server struct {
 	e2b     *e2b.Handler
 	owners  Owners         // nil: one gateway
 	proxy   *forward.Proxy // to the other replicas, with owners
+	leases  Leases         // the owners' leases, when they tell them (nil: none)
 
 	mu     sync.Mutex
 	conns  map[*wsConn]struct{}
