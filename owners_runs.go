@@ -71,3 +71,8 @@ func (o owners) RecordRun(ctx context.Context, id string, run gateway.ForwardedR
 	}
 	return o.store.CommitRun(ctx, id, data)
 }
+
+// DropRun implements gateway.Leases.
+func (o owners) DropRun(ctx context.Context, id string) error {
+	return o.store.DropQueuedRun(ctx, id)
+}

@@ -148,6 +148,9 @@ func TestReplicasForwardedRunsSurviveOwnerSIGKILL(t *testing.T) {
 	wait2 := inFlight(b.url, "counter", "n += 1; n")
 	waitBusyWithQueued(t, a, "counter", len(cs.ProcessIDs), 2)
 	a.kill(t, syscall.SIGKILL)
+	// A read through C, sent while the dead owner still holds the
+	// lease, is answered by the next owner, not refused.
+	checkAnsweredElsewhere(t, c, "counter", a)
 	history = append(history, wait()...)
 	history = append(history, wait2()...)
 	for range 2 {
@@ -178,6 +181,9 @@ func TestReplicasForwardedRunsSurviveFrozenOwner(t *testing.T) {
 	waitBusyWithQueued(t, a, "counter", len(cs.ProcessIDs), 2)
 	a.cmd.Process.Signal(syscall.SIGSTOP)
 	t.Cleanup(func() { a.cmd.Process.Signal(syscall.SIGCONT) })
+	// A read through C, sent while the frozen owner still holds the
+	// lease, is not left waiting on it: the next owner answers.
+	checkAnsweredElsewhere(t, gs[2], "counter", a)
 	history := append(wait(), wait2()...)
 	epoch1, owner1 := leaseOf(t, dbURL, kernel)
 	if epoch1 <= epoch0 || owner1 == owner0 {
@@ -194,6 +200,25 @@ func TestReplicasForwardedRunsSurviveFrozenOwner(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("A:\n%s\nB:\n%s", a.logs, b.logs)
+	}
+}
+
+// checkAnsweredElsewhere GETs the context through g at once and wants
+// it answered (200) by a replica other than lost, within a minute.
+func checkAnsweredElsewhere(t *testing.T, g *gatewayProcess, context string, lost *gatewayProcess) {
+	t.Helper()
+	client := &http.Client{Timeout: 60 * time.Second}
+	resp, err := client.Get(g.url + "api/contexts/" + context)
+	if err != nil {
+		t.Errorf("GET the context through %s while its owner is lost: %v", g.url, err)
+		return
+	}
+	defer resp.Body.Close()
+	var cs contextState
+	b, _ := io.ReadAll(resp.Body)
+	json.Unmarshal(b, &cs)
+	if resp.StatusCode != 200 || cs.Replica == "" || cs.Replica == replicaURL(lost) {
+		t.Errorf("GET the context through %s while its owner is lost: %d %s, want 200 from the next owner", g.url, resp.StatusCode, b)
 	}
 }
 

@@ -59,12 +59,7 @@ func repeatable(method string) bool {
 func (s *Server) forwardRetrying(c echo.Context, kind Kind, id string, target *url.URL) (done bool, err error) {
 	r := c.Request()
 	p, _ := c.Get(principalKey).(principal)
-	holding := Holding{}
-	if s.leases != nil {
-		if h, err := s.leases.Holder(r.Context(), kind, id); err == nil && h.Held && !h.Local {
-			holding = h
-		}
-	}
+	holding := Holding{Held: true, URL: target.Scheme + "://" + target.Host} // its epoch read by its watch
 	body, again := replayable(c)
 	ctx := r.Context()
 	var until time.Time

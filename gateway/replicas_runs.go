@@ -53,6 +53,9 @@ type Leases interface {
 	// RecordRun commits the record of a run this replica accepted for
 	// run.Context, queued, under id, as its owner would write it.
 	RecordRun(ctx context.Context, id string, run ForwardedRun) error
+	// DropRun deletes that record while it is still queued and unsent:
+	// the owner refused the run (no replica is to send it).
+	DropRun(ctx context.Context, id string) error
 }
 
 // Holding is who holds a kernel's lease.
@@ -184,12 +187,8 @@ func (s *Server) forwardRun(c echo.Context, kind Kind, id string, target *url.UR
 	if !ok || kind != KindContext {
 		return s.forwardRetrying(c, kind, id, target)
 	}
-	holding, err := s.leases.Holder(r.Context(), kind, id)
-	if err != nil || !holding.Held {
-		// The store did not say: the owner Owners named is asked, and
-		// not watched (a lost owner is still noticed by its answer).
-		holding = Holding{URL: target.Scheme + "://" + target.Host}
-	}
+	// The owner Owners named; its epoch is read by its watch.
+	holding := Holding{Held: true, URL: target.Scheme + "://" + target.Host}
 	rr.run.Context, rr.run.Accepted = id, time.Now()
 	rl := &runRelay{s: s, c: c, kind: kind, id: id, body: body, req: rr, runID: runs.NewID()}
 	if err := s.leases.RecordRun(r.Context(), rl.runID, rr.run); err != nil {
@@ -340,6 +339,10 @@ func (rl *runRelay) remote(h Holding) (outcome, error) {
 		if rl.started {
 			return answered, nil
 		}
+		// Refused: no replica is to send it later.
+		if err := rl.s.leases.DropRun(context.WithoutCancel(ctx), rl.runID); err != nil {
+			rl.s.log.Warn("replicas: the record of a run its owner refused was not deleted", "run", rl.runID, "err", err)
+		}
 		return answered, rl.relayAll(resp, js)
 	}
 	if rl.req.format != noStream && resp.StatusCode == http.StatusOK {
@@ -451,7 +454,9 @@ func eventSeq(ev []byte, format streamFormat) (int, string) {
 
 // watchOwner cancels a forward (cancel) when the lease of kind id is no
 // longer h's (lapsed, taken by another replica, or this one's), looking
-// every lease/3 until stop is called or ctx ends.
+// every lease/3 until stop is called or ctx ends. An h without its epoch
+// (0) takes the one the first look finds held by h.URL: a forward
+// answered within lease/3 costs no look.
 func (s *Server) watchOwner(ctx context.Context, cancel context.CancelFunc, kind Kind, id string, h Holding) (stop func()) {
 	every := s.leases.Lease() / 3
 	if every <= 0 || !h.Held {
@@ -476,7 +481,10 @@ func (s *Server) watchOwner(ctx context.Context, cancel context.CancelFunc, kind
 			if err != nil {
 				continue // the store did not answer: look again
 			}
-			if !now.Held || now.Local || now.Epoch != h.Epoch {
+			if h.Epoch == 0 && now.URL == h.URL {
+				h.Epoch = now.Epoch
+			}
+			if !now.Held || now.Local || now.URL != h.URL || now.Epoch != h.Epoch {
 				s.log.Warn("replicas: the owner's lease lapsed or moved while a forward waited on it; asking the next owner", "owner", h.URL, string(kind), id)
 				cancel()
 				return

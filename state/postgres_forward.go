@@ -26,3 +26,27 @@ func (p *Postgres) ContextKernel(ctx context.Context, id string) (kernel, langua
 	}
 	return kernel, language, nil
 }
+
+// DropQueuedRun deletes a run's record, and its events, while it is
+// queued and names no request (never sent): the record a replica wrote
+// before forwarding a run its owner then refused. A record its owner
+// wrote since, of a run that went on, is left.
+func (p *Postgres) DropQueuedRun(ctx context.Context, id string) error {
+	tx, err := p.pool.Begin(ctx)
+	if err != nil {
+		return p.replicaCall(err)
+	}
+	defer tx.Rollback(ctx)
+	tag, err := tx.Exec(ctx, `DELETE FROM runs WHERE id = $1
+		AND convert_from(data, 'UTF8')::json->>'state' = 'queued'
+		AND coalesce(convert_from(data, 'UTF8')::json->>'msgId', '') = ''`, id)
+	if err != nil {
+		return p.replicaCall(err)
+	}
+	if tag.RowsAffected() > 0 {
+		if _, err := tx.Exec(ctx, `DELETE FROM run_events WHERE run_id = $1`, id); err != nil {
+			return p.replicaCall(err)
+		}
+	}
+	return p.replicaCall(tx.Commit(ctx))
+}
