@@ -58,7 +58,7 @@ func (o owners) RecordRun(ctx context.Context, id string, run gateway.ForwardedR
 		return err
 	}
 	rec := runs.Record{Context: run.Context, Language: language, Code: run.Code, Stdin: run.Stdin,
-		Created: run.Accepted, State: runs.RunQueued, Kernel: kernel}
+		Created: run.Accepted, State: runs.RunQueued, Kernel: kernel, Forwarded: true}
 	if run.Timeout > 0 {
 		rec.Deadline = run.Accepted.Add(run.Timeout)
 	}

@@ -238,50 +238,58 @@ func leaseOf(t *testing.T, dbURL, kernel string) (epoch int64, owner string) {
 	return epoch, owner
 }
 
-// TestReplicasForwardedStreamSurvivesOwnerSIGKILL: a streamed run sent
-// through B to A, A SIGKILLed while it prints: the client's one stream
-// goes on from the new owner to the run's end, each event once, seqs in
-// order.
-func TestReplicasForwardedStreamSurvivesOwnerSIGKILL(t *testing.T) {
-	gs, _ := replicaCounts(t, "fwdstream")
-	a, b := gs[0], gs[1]
-	code := "import time\nfor i in range(8):\n    print(i, flush=True)\n    time.sleep(0.5)\nn += 1\nn"
-	body, _ := json.Marshal(map[string]any{"context": "counter", "code": code})
-	req, _ := http.NewRequest("POST", b.url+"api/execute", bytes.NewReader(body))
+// streamEvent is a run event with its start's run id.
+type streamEvent struct {
+	runEvent
+	Run string `json:"run"`
+}
+
+// openStream POSTs a streamed run of code through url and returns its
+// events as they come (closed after its end, or when the stream ends).
+func openStream(t *testing.T, url, context, code string) <-chan streamEvent {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"context": context, "code": code})
+	req, _ := http.NewRequest("POST", url+"api/execute", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/x-ndjson")
 	resp, err := (&http.Client{Timeout: 120 * time.Second}).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	var evs []runEvent
-	killed := false
-	for sc.Scan() {
-		var ev runEvent
-		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-			t.Fatalf("a line of the stream is not an event: %q", sc.Bytes())
+	out := make(chan streamEvent, 64)
+	go func() {
+		defer close(out)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			var ev streamEvent
+			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+				ev.Type = "not an event: " + sc.Text()
+			}
+			if ev.Type == "keepalive" {
+				continue
+			}
+			out <- ev
+			if ev.Type == "end" {
+				return
+			}
 		}
-		if ev.Type == "keepalive" {
-			continue
-		}
-		evs = append(evs, ev)
-		if ev.Type == "stdout" && strings.TrimSpace(ev.Text) == "1" && !killed {
-			a.kill(t, syscall.SIGKILL)
-			killed = true
-		}
-		if ev.Type == "end" {
-			break
-		}
-	}
+	}()
+	return out
+}
+
+// checkStream checks a run's events as a client got them: every event
+// once, seqs 1, 2, 3… in order, stdout lines in order, ending completed.
+func checkStream(t *testing.T, name string, evs []runEvent) {
+	t.Helper()
 	if len(evs) == 0 || evs[len(evs)-1].Type != "end" {
-		t.Fatalf("the stream through B ended without its end event after its owner's death (%v): %+v", sc.Err(), evs)
+		t.Errorf("%s: the stream through B ended without its end event after its owner's death: %+v", name, evs)
+		return
 	}
 	var out []string
 	for i, ev := range evs {
 		if ev.Seq != i+1 {
-			t.Errorf("event %d has seq %d: want every event once, in order: %+v", i+1, ev.Seq, evs)
+			t.Errorf("%s: event %d has seq %d: want every event once, in order: %+v", name, i+1, ev.Seq, evs)
 			break
 		}
 		if ev.Type == "stdout" {
@@ -292,17 +300,79 @@ func TestReplicasForwardedStreamSurvivesOwnerSIGKILL(t *testing.T) {
 		a, _ := strconv.Atoi(out[i-1])
 		b, _ := strconv.Atoi(out[i])
 		if b <= a {
-			t.Errorf("stdout %q: a line twice or out of order", out)
+			t.Errorf("%s: stdout %q: a line twice or out of order", name, out)
 			break
 		}
 	}
 	if last := evs[len(evs)-1]; last.Process.Reason != "completed" {
-		t.Errorf("the run's end: %+v, want completed", last)
+		t.Errorf("%s: the run's end: %+v, want completed", name, last)
 	}
-	if e := execute(t, b.url, "counter", "n"); e.text() != "1" {
-		t.Errorf("n = %s after the streamed run, want 1 (run once)", e.text())
+}
+
+// TestReplicasForwardedStreamSurvivesOwnerSIGKILL: two streamed runs sent
+// through B to A, the second queued behind the first and recorded by A,
+// A SIGKILLed while the first prints: each client's one stream goes on
+// from the new owner to its run's end, each event once, seqs in order;
+// the second run is sent by the new owner, once.
+func TestReplicasForwardedStreamSurvivesOwnerSIGKILL(t *testing.T) {
+	gs, dbURL := replicaCounts(t, "fwdstream")
+	a, b := gs[0], gs[1]
+	first := openStream(t, b.url, "counter", "import time\nfor i in range(8):\n    print(i, flush=True)\n    time.sleep(0.5)\nn += 1\nn")
+	var evs []runEvent
+	for ev := range first {
+		evs = append(evs, ev.runEvent)
+		if ev.Type == "stdout" {
+			break
+		}
+	}
+	second := openStream(t, b.url, "counter", "print(100, flush=True); n += 10; n")
+	start := <-second
+	if start.Type != "start" || start.Run == "" {
+		t.Fatalf("the queued run's first event: %+v, want its start", start)
+	}
+	// Its owner wrote its record (a queued run whose id left): the new
+	// owner sends it from the store.
+	waitFor(t, func() bool { return ownerRecorded(t, dbURL, start.Run) },
+		"the queued run %s was never recorded by its owner", func() []any { return []any{start.Run} })
+	killed := false
+	for ev := range first {
+		evs = append(evs, ev.runEvent)
+		if ev.Type == "stdout" && strings.TrimSpace(ev.Text) == "1" && !killed {
+			a.kill(t, syscall.SIGKILL)
+			killed = true
+		}
+	}
+	if !killed {
+		t.Fatalf("the first run never printed 1: %+v", evs)
+	}
+	evs2 := []runEvent{start.runEvent}
+	for ev := range second {
+		evs2 = append(evs2, ev.runEvent)
+	}
+	checkStream(t, "the running run", evs)
+	checkStream(t, "the queued run", evs2)
+	if e := execute(t, b.url, "counter", "n"); e.text() != "11" {
+		t.Errorf("n = %s after the streamed runs, want 11 (each run once)", e.text())
 	}
 	if t.Failed() {
 		t.Logf("B:\n%s", b.logs)
 	}
+}
+
+// ownerRecorded says whether a run's record in the store is its owner's
+// (no longer the forwarding replica's "forwarded" one).
+func ownerRecorded(t *testing.T, dbURL, run string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var forwarded *string
+	if err := conn.QueryRow(ctx, `SELECT convert_from(data, 'UTF8')::json->>'forwarded' FROM runs WHERE id = $1`, run).Scan(&forwarded); err != nil {
+		return false
+	}
+	return forwarded == nil
 }

@@ -481,10 +481,11 @@ func (s *Server) watchOwner(ctx context.Context, cancel context.CancelFunc, kind
 			if err != nil {
 				continue // the store did not answer: look again
 			}
-			if h.Epoch == 0 && now.URL == h.URL {
+			same := sameReplica(now.URL, h.URL)
+			if h.Epoch == 0 && same {
 				h.Epoch = now.Epoch
 			}
-			if !now.Held || now.Local || now.URL != h.URL || now.Epoch != h.Epoch {
+			if !now.Held || now.Local || !same || now.Epoch != h.Epoch {
 				s.log.Warn("replicas: the owner's lease lapsed or moved while a forward waited on it; asking the next owner", "owner", h.URL, string(kind), id)
 				cancel()
 				return
@@ -498,6 +499,16 @@ func (s *Server) watchOwner(ctx context.Context, cancel context.CancelFunc, kind
 			wg.Wait()
 		})
 	}
+}
+
+// sameReplica says whether two advertised URLs name one replica.
+func sameReplica(a, b string) bool {
+	ua, errA := url.Parse(a)
+	ub, errB := url.Parse(b)
+	if errA != nil || errB != nil {
+		return a == b
+	}
+	return strings.EqualFold(ua.Scheme, ub.Scheme) && strings.EqualFold(ua.Host, ub.Host)
 }
 
 // awaitHolder waits, looking a few times a lease, until a replica holds

@@ -135,6 +135,12 @@ type Record struct {
 	// Kind is RecordCommand for a command's run recorded before it
 	// started (by the replica that forwarded it); "" for code.
 	Kind string `json:"kind,omitempty"`
+	// Forwarded: the record is the one the replica that accepted the
+	// run wrote before forwarding it; the owner has not written it since
+	// (any write of the owner's clears it). Such a run is not taken over
+	// from the store: the replica that forwarded it asks the next owner
+	// for it under its id while its client waits (Table.Restore).
+	Forwarded bool `json:"forwarded,omitempty"`
 	// Finished and Execution are set once it ended.
 	Finished  time.Time       `json:"finished,omitzero"`
 	Execution json.RawMessage `json:"execution,omitempty"`
@@ -184,6 +190,9 @@ func marshalRunRecord(rec Record, exec []byte) []byte {
 	if rec.Kind != "" {
 		b = append(b, `,"kind":`...)
 		b = jsonscan.AppendString(b, rec.Kind)
+	}
+	if rec.Forwarded {
+		b = append(b, `,"forwarded":true`...)
 	}
 	if !rec.Finished.IsZero() {
 		if b, ok = appendTime(b, `,"finished":`, rec.Finished); !ok {

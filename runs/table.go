@@ -303,6 +303,12 @@ func (t *Table) Restore(recs []state.Run) []Restored {
 			}
 			continue
 		}
+		if rec.State == RunQueued && rec.MsgID == "" && rec.Forwarded {
+			// Only the forwarding replica knows it: it asks the owner
+			// for it by its id while its client waits; none sends it
+			// otherwise (a client that had no answer has no id).
+			continue
+		}
 		out = append(out, Restored{t.restored(sr.ID, rec, sr.Events), rec.Kernel, rec.MsgID, rec.Kind == RecordCommand})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Run.created.Before(out[j].Run.created) })

@@ -27,9 +27,9 @@ func (p *Postgres) ContextKernel(ctx context.Context, id string) (kernel, langua
 	return kernel, language, nil
 }
 
-// DropQueuedRun deletes a run's record, and its events, while it is
-// queued and names no request (never sent): the record a replica wrote
-// before forwarding a run its owner then refused. A record its owner
+// DropQueuedRun deletes a run's record, and its events, while it is the
+// record a replica wrote before forwarding the run (queued, "forwarded",
+// naming no request): its owner refused the run. A record the owner
 // wrote since, of a run that went on, is left.
 func (p *Postgres) DropQueuedRun(ctx context.Context, id string) error {
 	tx, err := p.pool.Begin(ctx)
@@ -39,7 +39,8 @@ func (p *Postgres) DropQueuedRun(ctx context.Context, id string) error {
 	defer tx.Rollback(ctx)
 	tag, err := tx.Exec(ctx, `DELETE FROM runs WHERE id = $1
 		AND convert_from(data, 'UTF8')::json->>'state' = 'queued'
-		AND coalesce(convert_from(data, 'UTF8')::json->>'msgId', '') = ''`, id)
+		AND coalesce(convert_from(data, 'UTF8')::json->>'msgId', '') = ''
+		AND convert_from(data, 'UTF8')::json->>'forwarded' = 'true'`, id)
 	if err != nil {
 		return p.replicaCall(err)
 	}
