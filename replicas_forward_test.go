@@ -137,6 +137,7 @@ func checkHistory(t *testing.T, through *gatewayProcess, sent int, history []cou
 func TestReplicasForwardedRunsSurviveOwnerSIGKILL(t *testing.T) {
 	gs, _ := replicaCounts(t, "fwdkill")
 	a, b, c := gs[0], gs[1], gs[2]
+	checkForwardedCommands(t, b, "counter")
 	var history []countRun
 	for range 3 {
 		history = append(history, postRun(b.url, "counter", "n += 1; n"))
@@ -160,6 +161,31 @@ func TestReplicasForwardedRunsSurviveOwnerSIGKILL(t *testing.T) {
 	checkHistory(t, b, len(history), history)
 	if t.Failed() {
 		t.Logf("B:\n%s\nC:\n%s", b.logs, c.logs)
+	}
+}
+
+// checkForwardedCommands runs a waited command and a background one
+// through g, a replica that does not own the context: both run on the
+// owner under the id the forwarding replica gave them.
+func checkForwardedCommands(t *testing.T, g *gatewayProcess, context string) {
+	t.Helper()
+	var e execution
+	call(t, "POST", g.url+"api/contexts/"+context+"/commands", map[string]any{"cmd": "echo hi"}, 200, &e)
+	if e.Process.Reason != "completed" || strings.Join(e.Logs.Stdout, "") != "hi\n" {
+		t.Errorf("a command through %s: %+v, want hi, completed", g.url, e)
+	}
+	var bg struct{ Run string }
+	call(t, "POST", g.url+"api/contexts/"+context+"/commands", map[string]any{"cmd": "echo bg", "background": true}, 202, &bg)
+	var rm struct {
+		State     string
+		Execution execution
+	}
+	waitFor(t, func() bool {
+		call(t, "GET", g.url+"api/runs/"+bg.Run, nil, 200, &rm)
+		return rm.State == "done"
+	}, "the background command %s never ended: %+v", func() []any { return []any{bg.Run, rm} })
+	if strings.Join(rm.Execution.Logs.Stdout, "") != "bg\n" {
+		t.Errorf("the background command through %s: %+v, want bg", g.url, rm)
 	}
 }
 
