@@ -270,14 +270,19 @@ type streamEvent struct {
 	Run string `json:"run"`
 }
 
-// openStream POSTs a streamed run of code through url and returns its
-// events as they come (closed after its end, or when the stream ends).
-func openStream(t *testing.T, url, context, code string) <-chan streamEvent {
+// openStream POSTs a streamed run of code through url, as NDJSON or
+// (sse) as server-sent events, and returns its events as they come
+// (closed after its end, or when the stream ends). An SSE event's id
+// must be its seq.
+func openStream(t *testing.T, url, context, code string, sse bool) <-chan streamEvent {
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{"context": context, "code": code})
 	req, _ := http.NewRequest("POST", url+"api/execute", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/x-ndjson")
+	if sse {
+		req.Header.Set("Accept", "text/event-stream")
+	}
 	resp, err := (&http.Client{Timeout: 120 * time.Second}).Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -287,10 +292,25 @@ func openStream(t *testing.T, url, context, code string) <-chan streamEvent {
 		defer close(out)
 		defer resp.Body.Close()
 		sc := bufio.NewScanner(resp.Body)
+		id := ""
 		for sc.Scan() {
+			line := sc.Bytes()
+			if sse {
+				if v, ok := bytes.CutPrefix(line, []byte("id: ")); ok {
+					id = string(v)
+				}
+				data, ok := bytes.CutPrefix(line, []byte("data: "))
+				if !ok {
+					continue
+				}
+				line = data
+			}
 			var ev streamEvent
-			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-				ev.Type = "not an event: " + sc.Text()
+			if err := json.Unmarshal(line, &ev); err != nil {
+				ev.Type = "not an event: " + string(line)
+			}
+			if sse && id != strconv.Itoa(ev.Seq) {
+				ev.Type = "an SSE event whose id " + id + " is not its seq"
 			}
 			if ev.Type == "keepalive" {
 				continue
@@ -336,14 +356,15 @@ func checkStream(t *testing.T, name string, evs []runEvent) {
 }
 
 // TestReplicasForwardedStreamSurvivesOwnerSIGKILL: two streamed runs sent
-// through B to A, the second queued behind the first and recorded by A,
+// through B to A (NDJSON, then SSE), the second queued behind the first
+// and recorded by A,
 // A SIGKILLed while the first prints: each client's one stream goes on
 // from the new owner to its run's end, each event once, seqs in order;
 // the second run is sent by the new owner, once.
 func TestReplicasForwardedStreamSurvivesOwnerSIGKILL(t *testing.T) {
 	gs, dbURL := replicaCounts(t, "fwdstream")
 	a, b := gs[0], gs[1]
-	first := openStream(t, b.url, "counter", "import time\nfor i in range(8):\n    print(i, flush=True)\n    time.sleep(0.5)\nn += 1\nn")
+	first := openStream(t, b.url, "counter", "import time\nfor i in range(8):\n    print(i, flush=True)\n    time.sleep(0.5)\nn += 1\nn", false)
 	var evs []runEvent
 	for ev := range first {
 		evs = append(evs, ev.runEvent)
@@ -351,7 +372,7 @@ func TestReplicasForwardedStreamSurvivesOwnerSIGKILL(t *testing.T) {
 			break
 		}
 	}
-	second := openStream(t, b.url, "counter", "print(100, flush=True); n += 10; n")
+	second := openStream(t, b.url, "counter", "print(100, flush=True); n += 10; n", true)
 	start := <-second
 	if start.Type != "start" || start.Run == "" {
 		t.Fatalf("the queued run's first event: %+v, want its start", start)
