@@ -212,9 +212,10 @@ type runRelay struct {
 	req   runRequest
 	runID string
 
-	last       int  // seq of the last event relayed
-	started    bool // the client's answer has begun (a stream's header)
-	recovering bool // the first owner was lost: some answers mean "not yet"
+	last       int       // seq of the last event relayed
+	started    bool      // the client's answer has begun (a stream's header)
+	recovering bool      // the first owner was lost: some answers mean "not yet"
+	streamed   time.Time // when an owner last began streaming the run
 }
 
 // outcome is how one attempt at an owner went.
@@ -230,7 +231,7 @@ const (
 func (rl *runRelay) follow(h Holding) error {
 	ctx := rl.c.Request().Context()
 	lease := rl.s.leases.Lease()
-	var until time.Time
+	var until, lostAt time.Time
 	for {
 		var o outcome
 		var err error
@@ -246,8 +247,12 @@ func (rl *runRelay) follow(h Holding) error {
 			rl.recovering = true
 			rl.s.log.Warn("replicas: the owner of a forwarded run was lost; asking the next owner", "run", rl.runID, "context", rl.id, "owner", h.URL)
 		}
-		if until.IsZero() {
-			until = time.Now().Add(recoverFor(lease))
+		// The time to recover counts from the first loss, and again
+		// from a loss after an owner streamed the run (a long run
+		// followed from owner to owner).
+		if until.IsZero() || rl.streamed.After(lostAt) {
+			lostAt = time.Now()
+			until = lostAt.Add(recoverFor(lease))
 			if t := rl.req.run.Timeout; t > 0 {
 				if d := rl.req.run.Accepted.Add(t + recoverFor(lease)); d.After(until) {
 					until = d
@@ -387,6 +392,7 @@ func (rl *runRelay) relayStream(resp *http.Response) (outcome, error) {
 		w.Flush()
 		rl.started = true
 	}
+	rl.streamed = time.Now()
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
 	for {
 		ev, err := readEvent(br, rl.req.format)
