@@ -95,6 +95,13 @@ func (s *Server) forwardRetrying(c echo.Context, kind Kind, id string, target *u
 			return true, newError(http.StatusServiceUnavailable, "UNAVAILABLE", "the replica that owns "+string(kind)+" "+id+" did not answer, and no replica took it over in time")
 		}
 		if h.Local {
+			// Taken over here: the handler answers once the take-over
+			// has restored what the request addresses (or in time).
+			// Held by no replica: it answers at once, as for what no
+			// replica owns.
+			if h.Held {
+				s.awaitKnown(ctx, kind, id, until)
+			}
 			if body != nil {
 				r.Body = io.NopCloser(bytes.NewReader(body))
 			}
@@ -160,4 +167,38 @@ func (w *answerWatch) Flush() {
 func (w *answerWatch) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	w.mark()
 	return http.NewResponseController(w.ResponseWriter).Hijack()
+}
+
+// knownHere says whether this replica's manager has what kind id names.
+func (s *Server) knownHere(kind Kind, id string) bool {
+	var err error
+	switch kind {
+	case KindContext:
+		_, err = s.mgr.Context(id)
+	case KindKernel:
+		_, err = s.mgr.Kernel(id)
+	case KindRun:
+		_, err = s.mgr.Run(id)
+	case KindSession:
+		_, err = s.mgr.JupyterSessions().Get(id)
+	case KindSandbox:
+		_, err = s.mgr.Context("e2b-" + id + "-python")
+	}
+	return err == nil
+}
+
+// awaitKnown waits, a few times a lease, until this replica's manager has
+// what kind id names (a kernel it took over is being restored with its
+// contexts, sessions and runs), until passes, or ctx ends.
+func (s *Server) awaitKnown(ctx context.Context, kind Kind, id string, until time.Time) {
+	every := min(max(s.leases.Lease()/6, 100*time.Millisecond), time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for !s.knownHere(kind, id) && time.Now().Before(until) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
