@@ -68,8 +68,8 @@ type Spec struct {
 	// (Record). The run is durable at once, and the record naming its
 	// request is committed, under its kernel's fence, before its code
 	// goes: a replica taking the kernel over follows a run so recorded,
-	// and sends one recorded without its request. Wait then only says
-	// who waits: the commit is made all the same.
+	// and sends one its owner recorded queued (Record.Forwarded). Wait
+	// then only says who waits: the commit is made all the same.
 	Recorded bool
 	// Created and Deadline, with Recorded, are the record's: the run's
 	// timeout counts from when it was accepted.

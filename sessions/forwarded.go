@@ -10,9 +10,11 @@ import (
 // Runs forwarded between replicas. A replica that accepts a run for a
 // context another replica owns records it in the store, queued, under an
 // id it gives it, before forwarding it (gateway/replicas_runs.go); the
-// owner runs it under that id (Forwarded), and a replica that takes the
-// kernel over sends it if it was never sent (restoration.runs), so that
-// the run is neither lost nor run twice.
+// owner runs it under that id (Forwarded), committing the record naming
+// its request before its code goes; a replica that takes the kernel over
+// follows it if it was sent, sends it if its owner recorded it queued
+// (restoration.runs), or runs it when the forwarding replica asks for it
+// by its id: the run is neither lost nor run twice.
 
 // Forwarded says a run was accepted and recorded by another replica
 // (ExecuteRequest.Forwarded, CommandRequest.Forwarded).
