@@ -104,6 +104,9 @@ func (p *Proxy) Forward(w http.ResponseWriter, r *http.Request, target *url.URL,
 	}()
 	p.rp.ServeHTTP(tw, r)
 	if j.err != nil {
+		if notSent(j.err) {
+			return fmt.Errorf("%w (%w, %s): %v", ErrUnreachable, ErrNotSent, target.Host, j.err)
+		}
 		return fmt.Errorf("%w (%s): %v", ErrUnreachable, target.Host, j.err)
 	}
 	return nil

@@ -84,6 +84,7 @@ func (s *Server) runCommand(c echo.Context) error {
 	}
 	run, err := s.mgr.RunCommand(c.Request().Context(), sessions.CommandRequest{
 		Context: id, Argv: argv, Cwd: body.Cwd, Env: env, Timeout: timeout, Stdin: body.Stdin,
+		Forwarded: forwardedRunOf(c),
 	})
 	if err != nil {
 		return err
@@ -93,7 +94,7 @@ func (s *Server) runCommand(c echo.Context) error {
 	case body.Background:
 		return c.JSON(http.StatusAccepted, map[string]string{"run": run.ID})
 	case format != noStream:
-		return s.streamRun(c, run, 0, format)
+		return s.streamRun(c, run, resumeAfter(c), format)
 	}
 	// The command outlives this request, as a run of code does.
 	if err := run.Wait(c.Request().Context()); err != nil {

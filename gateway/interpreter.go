@@ -127,18 +127,22 @@ func (s *Server) execute(c echo.Context) error {
 		return newError(http.StatusBadRequest, "BAD_REQUEST", "stdin needs a streamed run: send Accept: application/x-ndjson or text/event-stream")
 	}
 	req.Wait = format == noStream
+	req.Forwarded = forwardedRunOf(c)
 	run, err := s.mgr.Execute(c.Request().Context(), req)
 	if err != nil {
 		return s.forwardShared(c, err)
 	}
 	c.Response().Header().Set("X-Run-Id", run.ID)
 	if format != noStream {
-		return s.streamRun(c, run, 0, format)
+		return s.streamRun(c, run, resumeAfter(c), format)
 	}
 	// The run outlives this request: a client that goes away loses only
 	// the answer, which stays readable at /api/runs/{id}.
 	if err := run.Wait(c.Request().Context()); err != nil {
 		return nil
+	}
+	if req.Forwarded.ID != "" && run.Forgotten() {
+		return notOwnerOfRun(c, run)
 	}
 	if f := run.Failure(); f != nil {
 		return f
@@ -165,7 +169,13 @@ func (s *Server) streamRun(c echo.Context, run *runs.Run, after int, format stre
 	}
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
+	if !w.Committed { // a run resumed here for a client it was relayed to
+		w.WriteHeader(http.StatusOK)
+	}
+	// A run forwarded here that this replica let go (its lease lost)
+	// does not end here: its stream stops before its end, and the
+	// replica that forwarded it asks the new owner for the rest.
+	forwarded := forwardedRunOf(c).ID != ""
 	ctx := c.Request().Context()
 	var buf bytes.Buffer
 	write := func(seq int, js []byte) error {
@@ -188,6 +198,9 @@ func (s *Server) streamRun(c echo.Context, run *runs.Run, after int, format stre
 	for {
 		events, changed, done := run.Events(last)
 		for _, e := range events {
+			if forwarded && e.Type == "end" && run.Forgotten() {
+				return nil
+			}
 			if err := write(e.Seq, e.JSON); err != nil {
 				return nil
 			}
@@ -480,13 +493,14 @@ func (s *Server) executeCommand(c echo.Context, body executeBody, env map[string
 	run, err := s.mgr.RunCommand(c.Request().Context(), sessions.CommandRequest{
 		Context: id, Language: body.Language, Kernelspec: body.Kernelspec,
 		Argv: sessions.ShellCommand(*body.Code), Cwd: body.Cwd, Env: env, Timeout: timeout, Stdin: body.Stdin,
+		Forwarded: forwardedRunOf(c),
 	})
 	if err != nil {
 		return s.forwardShared(c, err)
 	}
 	c.Response().Header().Set("X-Run-Id", run.ID)
 	if format != noStream {
-		return s.streamRun(c, run, 0, format)
+		return s.streamRun(c, run, resumeAfter(c), format)
 	}
 	if err := run.Wait(c.Request().Context()); err != nil {
 		return nil

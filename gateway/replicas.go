@@ -54,6 +54,10 @@ type wirePrincipal struct {
 	Scopes         Scope     `json:"scopes"`
 	Context        string    `json:"context,omitempty"`
 	ContextCreated time.Time `json:"contextCreated,omitzero"`
+	// Run and Accepted: a run the forwarding replica accepted and
+	// recorded under that id (replicas_runs.go).
+	Run      string    `json:"run,omitempty"`
+	Accepted time.Time `json:"accepted,omitzero"`
 }
 
 func encodePrincipal(p principal) []byte {
@@ -79,6 +83,7 @@ func (s *Server) setupReplicas() {
 		return
 	}
 	s.owners = s.cfg.Owners
+	s.leases, _ = s.cfg.Owners.(Leases)
 	s.proxy = forward.New(s.cfg.ClusterSecret, s.log)
 	if s.cfg.Cluster != nil {
 		s.cluster, s.peers = s.cfg.Cluster, newPeerClient()
@@ -98,6 +103,9 @@ func (s *Server) fromReplica(c echo.Context, next echo.HandlerFunc) error {
 	}
 	c.Set(principalKey, p)
 	c.Set(forwardedKey, true)
+	if f := decodeForwardedRun(b); f.ID != "" {
+		c.Set(forwardedRunKey, f)
+	}
 	return next(c)
 }
 
@@ -267,6 +275,12 @@ func (s *Server) forwardTo(c echo.Context, kind Kind, id string) (done bool, err
 	target, err := url.Parse(owner)
 	if err != nil || target.Host == "" {
 		return true, newError(http.StatusServiceUnavailable, "UNAVAILABLE", "the replica that owns "+string(kind)+" "+id+" advertises no usable URL")
+	}
+	if s.leases != nil {
+		if runRoute(c) {
+			return s.forwardRun(c, kind, id, target)
+		}
+		return s.forwardRetrying(c, kind, id, target)
 	}
 	p, _ := c.Get(principalKey).(principal)
 	if err := s.proxy.Forward(c.Response(), c.Request(), target, encodePrincipal(p)); err != nil {

@@ -19,9 +19,6 @@ import (
 // decided (forwardShared). And a Jupyter session made for an existing
 // kernel is made by the kernel's owner (sessionKernel).
 
-// bodyKey keeps the body ownedInBody read, for forwardShared.
-const bodyKey = "kernelgate.body"
-
 // sessionKernel is the existing kernel a POST /api/sessions body names.
 func sessionKernel(_ echo.Context, body []byte) string {
 	var b struct {

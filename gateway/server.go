@@ -124,6 +124,7 @@ type Server struct {
 	proxy   *forward.Proxy // to the other replicas, with owners
 	cluster Cluster        // the others' records, with owners
 	peers   *http.Client   // asks the others for their listings
+	leases  Leases         // the owners' leases, when they tell them (nil: none)
 
 	mu     sync.Mutex
 	conns  map[*wsConn]struct{}

@@ -11,6 +11,11 @@ var (
 	ErrQueueFull        = errors.New("runs: run queue full")
 	ErrQueueClosed      = errors.New("runs: the queue's context was deleted")
 	ErrNoSuchRun        = errors.New("runs: no such run")
+	// ErrNotSent: a run's code was not sent to its kernel because this
+	// gateway may not act for the kernel (its lease is lost, or the
+	// record naming its request could not be committed under it): the
+	// replica that owns the kernel now has the run from the store.
+	ErrNotSent = errors.New("runs: the run was not sent: this replica does not own its kernel")
 )
 
 // Error is an error meant for the API's caller: Msg says what happened and

@@ -103,13 +103,13 @@ func TestStartAndEndEventSizes(t *testing.T) {
 // TestRunRecordJSONIsEncodingJSONs: a run record's JSON is json.Marshal's,
 // byte for byte, with the Execution last, whatever its members hold.
 func TestRunRecordJSONIsEncodingJSONs(t *testing.T) {
-	if n := reflect.TypeFor[Record]().NumField(); n != 12 {
-		t.Fatalf("Record has %d fields; marshalRunRecord writes 12: write the new ones", n)
+	if n := reflect.TypeFor[Record]().NumField(); n != 14 {
+		t.Fatalf("Record has %d fields; marshalRunRecord writes 14: write the new ones", n)
 	}
 	at := time.Date(2026, 12, 6, 23, 59, 1, 123456789, time.UTC)
 	full := Record{Context: "ctx <a>", Language: "python", Code: "print(\"&\")\n\x00\u2028bad\xff", Stdin: true,
 		Created: at, Deadline: at.Add(time.Minute).In(time.FixedZone("x", 3600)), State: RunDone,
-		Kernel: "k-1", MsgID: "m-1", Finished: at.Add(2 * time.Second), Failure: "the kernel <died>"}
+		Kernel: "k-1", MsgID: "m-1", Kind: RecordCommand, Forwarded: true, Finished: at.Add(2 * time.Second), Failure: "the kernel <died>"}
 	exec := []byte(`{"id":"r","logs":{"stdout":["2\n"]}}`)
 	for name, c := range map[string]struct {
 		rec  Record

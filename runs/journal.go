@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -131,11 +132,23 @@ type Record struct {
 	// kernel still runs.
 	Kernel string `json:"kernel,omitempty"`
 	MsgID  string `json:"msgId,omitempty"`
+	// Kind is RecordCommand for a command's run recorded before it
+	// started (by the replica that forwarded it); "" for code.
+	Kind string `json:"kind,omitempty"`
+	// Forwarded: the record is the one the replica that accepted the
+	// run wrote before forwarding it; the owner has not written it since
+	// (any write of the owner's clears it). Such a run is not taken over
+	// from the store: the replica that forwarded it asks the next owner
+	// for it under its id while its client waits (Table.Restore).
+	Forwarded bool `json:"forwarded,omitempty"`
 	// Finished and Execution are set once it ended.
 	Finished  time.Time       `json:"finished,omitzero"`
 	Execution json.RawMessage `json:"execution,omitempty"`
 	Failure   string          `json:"failure,omitempty"`
 }
+
+// RecordCommand is Record.Kind of a command's run.
+const RecordCommand = "command"
 
 // marshalRunRecord is the JSON of rec with exec (JSON made by
 // encoding/json, or nil) as its Execution, last: written by hand, as
@@ -144,7 +157,7 @@ type Record struct {
 func marshalRunRecord(rec Record, exec []byte) []byte {
 	n := 160 + jsonscan.StringLen(rec.Context) + jsonscan.StringLen(rec.Language) + jsonscan.StringLen(rec.Code) +
 		jsonscan.StringLen(string(rec.State)) + jsonscan.StringLen(rec.Kernel) + jsonscan.StringLen(rec.MsgID) +
-		jsonscan.StringLen(rec.Failure) + len(exec)
+		jsonscan.StringLen(rec.Failure) + jsonscan.StringLen(rec.Kind) + len(exec)
 	b := make([]byte, 0, n)
 	b = append(b, `{"context":`...)
 	b = jsonscan.AppendString(b, rec.Context)
@@ -173,6 +186,13 @@ func marshalRunRecord(rec Record, exec []byte) []byte {
 	if rec.MsgID != "" {
 		b = append(b, `,"msgId":`...)
 		b = jsonscan.AppendString(b, rec.MsgID)
+	}
+	if rec.Kind != "" {
+		b = append(b, `,"kind":`...)
+		b = jsonscan.AppendString(b, rec.Kind)
+	}
+	if rec.Forwarded {
+		b = append(b, `,"forwarded":true`...)
 	}
 	if !rec.Finished.IsZero() {
 		if b, ok = appendTime(b, `,"finished":`, rec.Finished); !ok {
@@ -219,6 +239,10 @@ type runStore struct {
 	// commitErr is that commit's failure: set by the store's callback
 	// before the run is marked durable, read (under wmu) only after.
 	commitErr error
+	// recorded: the run's record was in the store before it came here
+	// (Spec.Recorded): the record naming its request must be committed
+	// before its code goes, and a failed commit keeps it from going.
+	recorded bool
 }
 
 // writeMode says how a run writes itself.
@@ -258,15 +282,19 @@ func (r *Run) Promise() { r.write(writePromise) }
 //
 // A run its caller waits for (Spec.Wait) commits nothing: its record,
 // naming its request, is queued with its start, right after.
-func (r *Run) promiseSending() {
+//
+// A recorded run (Spec.Recorded) is not sent unless that commit is made
+// (under its kernel's fence, among replicas): the error, wrapping
+// ErrNotSent, says it was not.
+func (r *Run) promiseSending() error {
 	if r.wait {
-		return
+		return nil
 	}
 	if r.isDurable() {
-		r.Promise()
-		return
+		return r.write(writePromise)
 	}
 	r.write(writeSending)
+	return nil
 }
 
 // madeDurable notes that the run's record is durable (or that there is
@@ -292,11 +320,13 @@ func (r *Run) AwaitDurable(ctx context.Context) {
 	}
 }
 
-func (r *Run) write(mode writeMode) {
+// write writes the run as mode says; the error is a recorded run's
+// commit that failed (writePromise).
+func (r *Run) write(mode writeMode) error {
 	for {
-		wait := r.tryWrite(mode)
+		wait, err := r.tryWrite(mode)
 		if wait == nil {
-			return
+			return err
 		}
 		<-wait
 	}
@@ -304,12 +334,12 @@ func (r *Run) write(mode writeMode) {
 
 // tryWrite writes the run as write says, or returns what to wait for
 // before trying again: the commit in flight of a run that ended.
-func (r *Run) tryWrite(mode writeMode) <-chan struct{} {
+func (r *Run) tryWrite(mode writeMode) (<-chan struct{}, error) {
 	r.mu.Lock()
 	ps := r.ps
 	r.mu.Unlock()
 	if ps == nil {
-		return nil
+		return nil, nil
 	}
 	ps.wmu.Lock()
 	defer ps.wmu.Unlock()
@@ -319,7 +349,7 @@ func (r *Run) tryWrite(mode writeMode) <-chan struct{} {
 	r.mu.Lock()
 	if r.ps != ps { // frozen (Table.Freeze) or pruned meanwhile
 		r.mu.Unlock()
-		return nil
+		return nil, nil
 	}
 	st := r.state
 	if st == RunDone && mode == writeQueued && !r.isDurable() && !r.wait {
@@ -328,7 +358,7 @@ func (r *Run) tryWrite(mode writeMode) <-chan struct{} {
 			// meanwhile): its end waits for that commit, which
 			// StoreTimeout bounds, then is queued as any end.
 			r.mu.Unlock()
-			return r.durable
+			return r.durable, nil
 		}
 		// It ended before its record was ever committed (its kernel
 		// did not start, it was stopped before it was sent): its id is
@@ -343,7 +373,7 @@ func (r *Run) tryWrite(mode writeMode) <-chan struct{} {
 	}
 	if ps.behind && mode == writeQueued {
 		r.mu.Unlock() // the catch-up writes it
-		return nil
+		return nil, nil
 	}
 	var evs []state.Event
 	n := len(r.events)
@@ -382,29 +412,32 @@ func (r *Run) tryWrite(mode writeMode) <-chan struct{} {
 		}
 	}
 	if data == nil {
-		return nil
+		return nil, nil
 	}
 	switch mode {
 	case writePromise:
-		ps.j.commit(w, r.ID, data)
+		err := ps.j.commit(w, r.ID, data)
+		if ps.recorded && err != nil {
+			return nil, fmt.Errorf("%w: the record naming its request was not committed: %w", ErrNotSent, err)
+		}
 		ps.stored = st
 		r.madeDurable()
-		return nil
+		return nil, nil
 	case writeSending:
 		ps.committing = true
 		ps.stored = st
 		ps.j.commitAsync(w, r, ps, data)
-		return nil
+		return nil, nil
 	}
 	if ps.behind { // its events first
-		return nil
+		return nil, nil
 	}
 	if err := w.PutRun(r.ID, data); errors.Is(err, state.ErrBusy) {
 		ps.fallBehind(r)
-		return nil
+		return nil, nil
 	}
 	ps.stored = st
-	return nil
+	return nil, nil
 }
 
 // fallBehind marks the run behind and hands it to the catch-up. The
@@ -432,8 +465,9 @@ func (j *Journal) wakeCatchUp() {
 // StoreTimeout. A store that did not commit in time is taken as stuck:
 // later promises queue their record without waiting until the catch-up
 // sees the store commit again, so that a hung disk costs the runs it
-// holds up one wait, not one each.
-func (j *Journal) commit(w Store, id string, data []byte) {
+// holds up one wait, not one each. The error is the commit's (nil once
+// committed), for a caller that must not go on without it.
+func (j *Journal) commit(w Store, id string, data []byte) error {
 	ctx, cancel := storeCtx()
 	if j.stuck.Load() {
 		cancel() // queued, not waited for
@@ -447,6 +481,7 @@ func (j *Journal) commit(w Store, id string, data []byte) {
 	default:
 		j.log.Error("state: run record not committed: a restart of the gateway loses it", "run", id, "err", err)
 	}
+	return err
 }
 
 // commitLate takes the store as stuck: a run's commit did not come

@@ -48,8 +48,10 @@ type Kernel interface {
 	// Execute sends an execute_request with content, calling sending
 	// with its msg_id just before, and routes what answers it to h;
 	// ended, called once the run has ended, releases what the kernel
-	// keeps for it.
-	Execute(content jupyter.ExecuteContent, h jupyter.Handler, sending func(msgID string)) (c Call, ended func(), err error)
+	// keeps for it. An error of sending (or of the kernel's own last
+	// check, ErrNotSent) keeps the request from being sent, and is
+	// returned.
+	Execute(content jupyter.ExecuteContent, h jupyter.Handler, sending func(msgID string) error) (c Call, ended func(), err error)
 	// Input answers the input_request parent with value.
 	Input(value string, parent *jupyter.Message) error
 	// Forget stops routing c's messages.
@@ -421,15 +423,23 @@ func (q *Queue) execute(r *Run) {
 		// gateway started again after a crash picks the run up. Its
 		// commit goes on while the kernel runs the code; the run's id
 		// leaves the gateway once it is durable (promiseSending).
-		call, ended, err = k.Execute(content, handle, func(msgID string) {
+		call, ended, err = k.Execute(content, handle, func(msgID string) error {
 			r.mu.Lock()
 			r.kernelID, r.msgID = kernel.ID(), msgID
 			r.mu.Unlock()
-			r.promiseSending()
+			return r.promiseSending()
 		})
 		if err == nil {
 			defer ended()
 			break
+		}
+		if errors.Is(err, ErrNotSent) {
+			// This replica may not act for the kernel: the run is the
+			// owner's now, from the store; nothing of it is written here.
+			q.cfg.Log.Warn("run not sent: this replica does not own the kernel", "context", q.id, "run", r.ID, "err", err)
+			r.forget()
+			q.Lose(r, notSent)
+			return
 		}
 		if attempt > 0 || !errors.Is(err, jupyter.ErrKernelDied) {
 			q.Lose(r, LostMessage(err))
@@ -573,6 +583,9 @@ func (q *Queue) restartAfterInterrupt(r *Run) {
 	}
 	rcancel()
 }
+
+// notSent is how a run this replica did not send ends here.
+const notSent = "this replica does not own the context's kernel any more: the run was not sent here; the replica that owns the kernel now has it"
 
 // LostMessage says why a run lost its kernel.
 func LostMessage(err error) string {

@@ -12,10 +12,14 @@ func (t *Table) restored(id string, rec Record, evs []state.Event) *Run {
 	r := newRun(id, rec.Context, rec.Language, rec.Code, rec.Stdin, 0, t.cfg.Limits)
 	r.created, r.deadline = rec.Created, rec.Deadline
 	r.kernelID, r.msgID = rec.Kernel, rec.MsgID
+	r.command = rec.Kind == RecordCommand
 	r.observer = t.cfg.Observer
 	r.onEnd = t.ended
 	if t.cfg.Journal != nil {
-		r.ps = &runStore{j: t.cfg.Journal, stored: rec.State}
+		// Its record is in the store: sent again (a queued one taken
+		// over by another replica), it is sent only once the record
+		// naming its request is committed.
+		r.ps = &runStore{j: t.cfg.Journal, stored: rec.State, recorded: true}
 	}
 	r.madeDurable()
 	r.events, r.eventMem = nil, 0

@@ -106,6 +106,10 @@ type Run struct {
 	// it runs: its record and events are queued as they change, like
 	// every run's later writes, and never waited for.
 	wait bool
+	// forgotten: let go to another replica (Forgotten).
+	forgotten bool
+	// command: a command's run (Record.Kind), never sent to a kernel.
+	command bool
 
 	observer Observer
 	onEnd    func(*Run)  // the table's accounting, told once the run ended

@@ -63,10 +63,34 @@ type Spec struct {
 	// plain POST /api/execute): it commits nothing and waits for no
 	// commit; its record and events are queued as they change.
 	Wait bool
+	// Recorded: the run's record is in the store already, queued, made
+	// by the replica that accepted it and forwarded it here under ID
+	// (Record). The run is durable at once, and the record naming its
+	// request is committed, under its kernel's fence, before its code
+	// goes: a replica taking the kernel over follows a run so recorded,
+	// and sends one its owner recorded queued (Record.Forwarded). Wait
+	// then only says who waits: the commit is made all the same.
+	Recorded bool
+	// Created and Deadline, with Recorded, are the record's: the run's
+	// timeout counts from when it was accepted.
+	Created, Deadline time.Time
 }
 
 // New makes a run, queued, and keeps it.
 func (t *Table) New(s Spec) *Run {
+	r, _ := t.newRun(s, false)
+	return r
+}
+
+// NewOrGet is New for a run of a given id (Spec.ID), unless a run of
+// that id is kept already: that one is returned, and existed is true
+// (a forward of the same run tried again, or the run restored from the
+// store meanwhile). The check and the keeping are one step.
+func (t *Table) NewOrGet(s Spec) (r *Run, existed bool) {
+	return t.newRun(s, true)
+}
+
+func (t *Table) newRun(s Spec, once bool) (*Run, bool) {
 	if s.ID == "" {
 		s.ID = NewID()
 	}
@@ -74,19 +98,31 @@ func (t *Table) New(s Spec) *Run {
 	r.b.displayResults = s.DisplayResults
 	r.observer = t.cfg.Observer
 	r.onEnd = t.ended
-	r.wait = s.Wait
+	r.wait = s.Wait && !s.Recorded
+	if s.Recorded {
+		if !s.Created.IsZero() {
+			r.created = s.Created
+		}
+		r.deadline = s.Deadline
+	}
 	if t.cfg.Journal != nil {
-		r.ps = &runStore{j: t.cfg.Journal}
-	} else {
+		r.ps = &runStore{j: t.cfg.Journal, recorded: s.Recorded}
+	}
+	if t.cfg.Journal == nil || s.Recorded {
 		r.madeDurable()
 	}
 	t.mu.Lock()
 	pruned := t.pruneLocked()
+	if old, ok := t.runs[s.ID]; ok && once {
+		t.mu.Unlock()
+		t.cfg.Journal.deleteRuns(pruned)
+		return old, true
+	}
 	t.runs[s.ID] = r
 	t.order = append(t.order, r)
 	t.mu.Unlock()
 	t.cfg.Journal.deleteRuns(pruned)
-	return r
+	return r, false
 }
 
 // Drop forgets a run its queue refused, and ends it: nothing waits for
@@ -246,6 +282,8 @@ type Restored struct {
 	Run    *Run
 	Kernel string
 	MsgID  string
+	// Command: a command's run (Record.Kind), not code.
+	Command bool
 }
 
 // Restore takes the kept run records over, oldest first, as they were:
@@ -265,12 +303,25 @@ func (t *Table) Restore(recs []state.Run) []Restored {
 			}
 			continue
 		}
-		out = append(out, Restored{t.restored(sr.ID, rec, sr.Events), rec.Kernel, rec.MsgID})
+		if rec.State == RunQueued && rec.MsgID == "" && rec.Forwarded {
+			// Only the forwarding replica knows it: it asks the owner
+			// for it by its id while its client waits; none sends it
+			// otherwise (a client that had no answer has no id).
+			continue
+		}
+		out = append(out, Restored{t.restored(sr.ID, rec, sr.Events), rec.Kernel, rec.MsgID, rec.Kind == RecordCommand})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Run.created.Before(out[j].Run.created) })
 	t.mu.Lock()
+	kept := out[:0]
 	for _, kr := range out {
 		r := kr.Run
+		if _, ok := t.runs[r.ID]; ok {
+			// Known here already: forwarded here under its id while
+			// its record was read. The run kept is the one.
+			continue
+		}
+		kept = append(kept, kr)
 		t.runs[r.ID] = r
 		t.order = append(t.order, r)
 		if r.state == RunDone {
@@ -279,15 +330,30 @@ func (t *Table) Restore(recs []state.Run) []Restored {
 		}
 	}
 	t.mu.Unlock()
-	return out
+	return kept
 }
 
 // Forget stops writing rs to the store: another replica owns their
 // kernel now and writes them. They stay in the table.
 func (t *Table) Forget(rs []*Run) {
 	for _, r := range rs {
-		r.mu.Lock()
-		r.ps = nil
-		r.mu.Unlock()
+		r.forget()
 	}
+}
+
+// forget stops writing r: another replica has it.
+func (r *Run) forget() {
+	r.mu.Lock()
+	r.ps = nil
+	r.forgotten = true
+	r.mu.Unlock()
+}
+
+// Forgotten reports whether this gateway let the run go to the replica
+// that owns its kernel now (Table.Forget, or its code not sent: ErrNotSent):
+// how it ended here is not its end; the owner's answer is.
+func (r *Run) Forgotten() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.forgotten
 }

@@ -51,6 +51,9 @@ type CommandRequest struct {
 	// Stdin keeps the command's standard input open for Run.Input;
 	// without it the command reads an empty input.
 	Stdin bool
+	// Forwarded: another replica accepted and recorded the run (its id
+	// is kept; a run of that id known here already is returned as it is).
+	Forwarded Forwarded
 }
 
 // ShellCommand is the argv that runs s with /bin/sh -c.
@@ -76,6 +79,9 @@ type commandRun struct {
 // RunCommand starts a command beside the context's kernel (starting the
 // kernel if it has none) and returns its run, already running.
 func (m *Manager) RunCommand(ctx context.Context, req CommandRequest) (*runs.Run, error) {
+	if r, ok := m.knownRun(req.Forwarded); ok {
+		return r, nil
+	}
 	if err := checkArgv(req.Argv); err != nil {
 		return nil, err
 	}
@@ -119,7 +125,10 @@ func (m *Manager) RunCommand(ctx context.Context, req CommandRequest) (*runs.Run
 	for k, v := range req.Env {
 		env[k] = v
 	}
-	r := c.newRun("", ExecuteRequest{Code: commandText(req.Argv), Stdin: req.Stdin, Timeout: req.Timeout})
+	r, existed, err := c.forwardedRun(ExecuteRequest{Code: commandText(req.Argv), Stdin: req.Stdin, Timeout: req.Timeout}, req.Forwarded)
+	if err != nil || existed {
+		return r, err
+	}
 	cmd, err := starter.StartCommand(ctx, jupyter.CommandRequest{Argv: req.Argv, Dir: dir, Env: env, PathFirst: pathFirst, Stdin: req.Stdin})
 	if err != nil {
 		m.runs.Drop(r, err)

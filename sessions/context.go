@@ -334,8 +334,15 @@ func (kr kernelRunner) LateWait() time.Duration {
 	return kr.k.lateWait
 }
 
-func (kr kernelRunner) Execute(content jupyter.ExecuteContent, h jupyter.Handler, sending func(msgID string)) (runs.Call, func(), error) {
-	return kr.k.startRun(kr.jk, content, h, sending)
+func (kr kernelRunner) Execute(content jupyter.ExecuteContent, h jupyter.Handler, sending func(msgID string) error) (runs.Call, func(), error) {
+	return kr.k.startRun(kr.jk, content, h, func(msgID string) error {
+		if err := sending(msgID); err != nil {
+			return err
+		}
+		// The last check before the code goes: a replica whose lease
+		// lapsed (a pause, a lost store) never sends it.
+		return kr.k.m.ownsKernel(kr.k.id)
+	})
 }
 
 func (kr kernelRunner) Input(value string, parent *Message) error {

@@ -278,6 +278,9 @@ type ExecuteRequest struct {
 	// hand-off less each way. The run still ends the same way if the
 	// caller's client goes away.
 	Wait bool
+	// Forwarded: another replica accepted and recorded the run (its id
+	// is kept; a run of that id known here already is returned as it is).
+	Forwarded Forwarded
 }
 
 // Execute queues a run and returns it; it runs in the background and
@@ -319,7 +322,10 @@ func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*runs.Run, e
 			return nil, err
 		}
 	}
-	r := c.newRun("", req)
+	r, existed, err := c.forwardedRun(req, req.Forwarded)
+	if err != nil || existed {
+		return r, err
+	}
 	inline, first, err := c.runs.EnqueueRun(r, req.Wait)
 	if err != nil {
 		m.runs.Drop(r, err)
@@ -522,8 +528,13 @@ func runSetup(ctx context.Context, k *Kernel, code string) error {
 // newRun makes a run of req on c, kept in the manager's runs; id "" is
 // a new id.
 func (c *Context) newRun(id string, req ExecuteRequest) *runs.Run {
-	return c.m.runs.New(runs.Spec{ID: id, Context: c.ID, Language: c.Language, Code: req.Code, Stdin: req.Stdin, Wait: req.Wait,
-		Timeout: req.Timeout, DisplayResults: displayResults(c.spec)})
+	return c.m.runs.New(c.runSpec(id, req))
+}
+
+// runSpec is the spec of a run of req on c.
+func (c *Context) runSpec(id string, req ExecuteRequest) runs.Spec {
+	return runs.Spec{ID: id, Context: c.ID, Language: c.Language, Code: req.Code, Stdin: req.Stdin, Wait: req.Wait,
+		Timeout: req.Timeout, DisplayResults: displayResults(c.spec)}
 }
 
 // deletedBeforeStart says why a run queued on a deleted context ends.

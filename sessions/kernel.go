@@ -562,16 +562,18 @@ func (k *Kernel) deliverLocked(o runs.Outgoing) (slow []*Client) {
 }
 
 // startRun sends the execute_request of a code-interpreter run to jk,
-// calling sending with its msg_id just before; ended, called once the
+// calling sending with its msg_id just before (an error of it: not sent); ended, called once the
 // run has ended, makes the kernel keep its later messages for the next
 // client again.
-func (k *Kernel) startRun(jk process, content jupyter.ExecuteContent, h jupyter.Handler, sending func(msgID string)) (c runs.Call, ended func(), err error) {
+func (k *Kernel) startRun(jk process, content jupyter.ExecuteContent, h jupyter.Handler, sending func(msgID string) error) (c runs.Call, ended func(), err error) {
 	m, err := jk.NewMessage(jupyter.ExecuteRequest, content, nil)
 	if err != nil {
 		return nil, nil, err
 	}
 	id := m.Header.MsgID
-	sending(id)
+	if err := sending(id); err != nil {
+		return nil, nil, err
+	}
 	k.mu.Lock()
 	if k.runs == nil {
 		k.runs = map[string]struct{}{}

@@ -479,9 +479,18 @@ func (rt restoration) context(rec state.Context, kernels map[string]*Kernel, wor
 func (rt restoration) runs(recs []state.Run, contexts map[string]*Context) (restored, pickedUp int) {
 	m := rt.m
 	kept := m.runs.Restore(recs)
+	var send []runs.Restored // queued runs sent here, after those picked up
 	for _, kr := range kept {
 		r := kr.Run
 		c := contexts[r.Context]
+		if r.State() == runs.RunQueued && m.cfg.Ownership != nil && !kr.Command && c != nil {
+			// Among replicas a run recorded queued, never sent (its owner
+			// died or froze with it queued, or before the run forwarded
+			// to it arrived), is sent here, once: a run is recorded as
+			// sent before its code goes.
+			send = append(send, kr)
+			continue
+		}
 		if c != nil {
 			c.runs.NoteRun(r.ID)
 		}
@@ -512,6 +521,12 @@ func (rt restoration) runs(recs []state.Run, contexts map[string]*Context) (rest
 			}
 			pickedUp++
 			c.runs.PickUp(r, kernelFollowed{k})
+		}
+	}
+	for _, kr := range send {
+		c := contexts[kr.Run.Context]
+		if err := c.runs.Enqueue(kr.Run); err != nil {
+			kr.Run.Lose("the replica that owned the context stopped before the run started, and it could not be queued here: " + err.Error() + "; it never ran")
 		}
 	}
 	return len(kept), pickedUp
