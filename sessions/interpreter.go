@@ -316,6 +316,9 @@ func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*runs.Run, e
 			return nil, err
 		}
 	}
+	if err := m.acting(c.KernelID()); err != nil {
+		return nil, err
+	}
 	r := c.newRun("", req)
 	inline, first, err := c.runs.EnqueueRun(r, req.Wait)
 	if err != nil {
