@@ -240,7 +240,9 @@ func TestKeeperKeepsLeasesThroughAnOutage(t *testing.T) {
 		_, ok1 := ka.Fence("k1")
 		_, ok2 := ka.Fence("k2")
 		return ok1 && ok2
-	}, func() string { return fmt.Sprintf("leases not confirmed after the database came back: held %v", ka.Held()) })
+	}, func() string {
+		return fmt.Sprintf("leases not confirmed after the database came back: held %v", ka.Held())
+	})
 	select {
 	case lost := <-lostc:
 		t.Errorf("leases reported lost because of the outage: %v", lost)
