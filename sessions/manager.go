@@ -270,6 +270,8 @@ type Manager struct {
 	stopKept  func(ctx context.Context, info jupyter.ProvisionerInfo) error
 	// promptAdopt: see the constant.
 	promptAdopt time.Duration
+	// elsewhere: kernels left to the replicas of another host.
+	elsewhere elsewhereKernels
 
 	// store keeps the records (nil: memory only).
 	store state.Store
