@@ -465,11 +465,16 @@ func (m *Manager) StartKernel(ctx context.Context, o StartOptions) (*Kernel, err
 }
 
 func (m *Manager) startKernel(ctx context.Context, id string, spec *kernelspecs.Spec, env map[string]string, wd workDir, policy restartPolicy) (*Kernel, error) {
+	held := m.holds(id)
 	k, err := m.newKernel(id, spec, env, wd, policy)
 	if err != nil {
 		return nil, err
 	}
 	if err := m.reserve(ctx, k); err != nil {
+		if !held {
+			// The lease newKernel took for a kernel that never ran.
+			m.disown(ctx, id)
+		}
 		return nil, err
 	}
 	k.life.Lock()

@@ -29,3 +29,13 @@ func (m *Manager) acting(kernel string) error {
 	}
 	return errorf(ErrUnconfirmed, "this replica could not renew its lease on kernel %s in time (the database does not answer): nothing runs on it until the database confirms the lease; retry", kernel)
 }
+
+// holds says this replica holds the kernel's lease now (false for a
+// single gateway).
+func (m *Manager) holds(kernel string) bool {
+	if m.cfg.Ownership == nil {
+		return false
+	}
+	_, ok := m.cfg.Ownership.Fence(kernel)
+	return ok
+}
