@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // What replicas sharing a database keep in it (pgschema/0002): their own
@@ -407,4 +408,33 @@ func (p *Postgres) FreeKernels(ctx context.Context) ([]string, error) {
 	})
 	err := p.sendClocked(ctx, &b, 0)
 	return ids, p.replicaCall(err)
+}
+
+// Housekeep removes what no replica needs any more, and returns how many
+// rows went: the rows of replicas not heard from for longer than
+// deadFor (they died long ago: a clean stop removes its own row), and
+// the lease rows of kernels that have no record (deleted, or never
+// written: a warm-pool kernel) and that no replica has held for longer
+// than deadFor (released, or lapsed with a dead owner). A lease held,
+// or held until less than deadFor ago, is never removed, nor the lease
+// of a kernel with a record (a replica may still take it over). Any
+// replica may call it at any time; one round trip.
+func (p *Postgres) Housekeep(ctx context.Context, deadFor time.Duration) (replicas, leases int, err error) {
+	if p.replica == "" {
+		return 0, 0, ErrNotReplica
+	}
+	var b pgx.Batch
+	b.Queue(`DELETE FROM replicas WHERE id <> $1 AND heard_at < now() - $2 * interval '1 microsecond'`, p.replica, micros(deadFor)).Exec(func(tag pgconn.CommandTag) error {
+		replicas = int(tag.RowsAffected())
+		return nil
+	})
+	b.Queue(`DELETE FROM leases l WHERE l.expires_at < now() - $1 * interval '1 microsecond'
+		AND NOT EXISTS (SELECT 1 FROM kernels k WHERE k.id = l.kernel_id)`, micros(deadFor)).Exec(func(tag pgconn.CommandTag) error {
+		leases = int(tag.RowsAffected())
+		return nil
+	})
+	if err := p.sendClocked(ctx, &b, 0); err != nil {
+		return 0, 0, p.replicaCall(err)
+	}
+	return replicas, leases, nil
 }
