@@ -28,6 +28,7 @@ type attempt struct {
 	value      string // the run's result
 	err        error
 	at         time.Time
+	took       time.Duration
 }
 
 // acked says the run was acknowledged: answered, ended, completed.
@@ -41,8 +42,9 @@ const pgRestartClientBound = 40 * time.Second
 
 // runOnce runs code in the context through the replica at url, waited
 // (one JSON answer) or streamed (NDJSON to the end event).
-func runOnce(url, context, code string, streamed bool) attempt {
-	a := attempt{via: url, streamed: streamed, at: time.Now()}
+func runOnce(url, context, code string, streamed bool) (a attempt) {
+	a = attempt{via: url, streamed: streamed, at: time.Now()}
+	defer func() { a.took = time.Since(a.at) }()
 	body, _ := json.Marshal(map[string]any{"context": context, "code": code})
 	req, _ := http.NewRequest("POST", url+"api/execute", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
@@ -213,6 +215,17 @@ func TestReplicasPostgresRestarted(t *testing.T) {
 	}
 	halt()
 
+	during := map[string]int{}
+	var longest time.Duration
+	for _, hist := range history {
+		for _, a := range hist {
+			if a.at.After(down) && a.at.Before(up) {
+				during[fmt.Sprintf("%d %s", a.status, a.reason)]++
+				longest = max(longest, a.took)
+			}
+		}
+	}
+	t.Logf("answers to the requests made during the outage: %v; the longest took %v", during, longest.Round(time.Millisecond))
 	for _, name := range names {
 		hist := history[name]
 		last := 0
