@@ -1,8 +1,8 @@
 -- The clock leases lapse by stops while no replica reaches the database (docs/replicas.md, "The
 -- database restarted"): a database restarted, or cut off from every replica, is no replica's death.
 --
--- cluster_clock: one row. heard_at is when a replica last reached the database (its heartbeat or
--- lease renewal), lease the --lease of the replica that wrote it. kg_tick runs first in every
+-- cluster_clock: one row. heard_at is when a replica last reached the database, lease the --lease
+-- of the last replica that said it is alive. kg_tick runs first in every
 -- transaction that judges leases or replicas live: when no replica was heard for more than half a
 -- lease (heartbeats and renewals come every third of one), the silence is an outage, and the leases
 -- held and the replicas live when it began are moved on by its length: each gets back the time it
@@ -14,9 +14,12 @@ CREATE TABLE cluster_clock (
 	lease    interval    NOT NULL
 );
 INSERT INTO cluster_clock (id, heard_at, lease) VALUES (1, now(), interval '10 seconds');
--- kg_tick(refresh): refresh, the replica's lease, given (a replica saying it is alive): the clock is set to now(); NULL: it
--- is only read, and moved on only after a silence. It locks the clock row before any lease row, as
--- every caller does, so that two ticks, or a tick and a renewal, never deadlock.
+-- kg_tick(refresh): every call is a replica reaching the database, and sets the clock to now();
+-- refresh, the replica's lease, is given by the calls that say a replica is alive (heartbeat,
+-- acquisition, renewal), which always write; the others (NULL) only read the clock while it is less
+-- than an eighth of a lease old, so that the busy statements (a commit's fence check, an owner
+-- lookup) rarely write it. It locks the clock row before any lease row, as every caller does, so that
+-- two ticks, or a tick and a renewal, never deadlock.
 CREATE FUNCTION kg_tick(refresh interval) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -24,7 +27,7 @@ DECLARE
 	gap interval;
 BEGIN
 	SELECT * INTO c FROM cluster_clock WHERE id = 1;
-	IF refresh IS NULL AND now() - c.heard_at <= c.lease / 2 THEN
+	IF refresh IS NULL AND now() - c.heard_at <= c.lease / 8 THEN
 		RETURN;
 	END IF;
 	SELECT * INTO c FROM cluster_clock WHERE id = 1 FOR UPDATE;
