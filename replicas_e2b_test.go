@@ -47,13 +47,17 @@ func TestReplicasE2BSandboxFollowsItsKernel(t *testing.T) {
 	}
 	waitFor(t, func() bool { return sandboxStatus(t, b.url, sb.SandboxID) == http.StatusNotFound },
 		"sandbox %s still there after its timeout ran out on the survivor\n%s", func() []any { return []any{sb.SandboxID, b.logs} })
+	// Its context goes with it (deleted right after the sandbox).
 	var cs []ctxModel
-	call(t, "GET", b.url+"api/contexts", nil, 200, &cs)
-	for _, c := range cs {
-		if strings.HasPrefix(c.ID, "e2b-"+sb.SandboxID+"-") {
-			t.Errorf("context %s outlived its sandbox", c.ID)
+	waitFor(t, func() bool {
+		call(t, "GET", b.url+"api/contexts", nil, 200, &cs)
+		for _, c := range cs {
+			if strings.HasPrefix(c.ID, "e2b-"+sb.SandboxID+"-") {
+				return false
+			}
 		}
-	}
+		return true
+	}, "the sandbox's context outlived it: %+v", func() []any { return []any{cs} })
 	if !strings.Contains(b.logs.String(), "e2b sandbox taken over") {
 		t.Errorf("the survivor's log does not say it took the sandbox over")
 	}
