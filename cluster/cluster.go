@@ -81,6 +81,7 @@ type Store interface {
 	TransferLease(ctx context.Context, f state.Fence, to string, ttl time.Duration) (state.Lease, error)
 	LeaseOwner(ctx context.Context, kernel string) (state.Lease, error)
 	FreeKernels(ctx context.Context) ([]string, error)
+	Housekeep(ctx context.Context, deadFor time.Duration) (replicas, leases int, err error)
 }
 
 var _ Store = (*state.Postgres)(nil)

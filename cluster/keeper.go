@@ -14,13 +14,21 @@ import (
 
 // Keeper holds this replica's leases on kernels: it acquires them,
 // renews them all in one statement every Lease/3, and tells its owner,
-// through the lost callback, of each lease it no longer holds: taken by
-// another replica, lapsed, or not renewed in time (the database did not
-// answer, or this process was paused past the lease: a long GC pause,
-// SIGSTOP, a partition). A lost lease is forgotten: the keeper never
-// renews it nor hands it out again, and the store refuses writes under
-// its epoch; acting for the kernel again takes a new Acquire (a new
-// epoch).
+// through the lost callback, of each lease the store says it no longer
+// holds: taken by another replica, or lapsed. A lost lease is forgotten:
+// the keeper never renews it nor hands it out again, and the store
+// refuses writes under its epoch; acting for the kernel again takes a
+// new Acquire (a new epoch).
+//
+// A lease not renewed in time for want of an answer (the database
+// stopped or cut off, this process paused past the lease: a long GC
+// pause, SIGSTOP) is not lost but unconfirmed: Fence says false (the
+// replica must not act for the kernel), Term still gives its fence
+// (writes under it are queued, and the store commits them only if the
+// term still holds), and the keeper goes on renewing it: the first
+// answer confirms it again under the same epoch (nobody took it: the
+// store's clock does not run while no replica reaches it, pgschema/0003)
+// or reports it lost.
 //
 // The keeper's clock for "in time" is this process's monotonic clock,
 // counted from when a renewal was sent, so it never believes a lease
@@ -44,6 +52,9 @@ type heldLease struct {
 	// until is when it lapses as far as this process knows: the
 	// sending of its last acquisition or renewal, plus the lease.
 	until time.Time
+	// unconfirmed: until has passed without an answer of the store; it
+	// was said in the log.
+	unconfirmed bool
 }
 
 // NewKeeper starts a keeper of this replica's leases. onLost (nil: none)
@@ -108,7 +119,7 @@ func (k *Keeper) hold(f state.Fence, sent time.Time) {
 	if h, ok := k.held[f.Kernel]; ok && h.fence.Epoch > f.Epoch {
 		return // a newer term is already held
 	}
-	k.held[f.Kernel] = heldLease{f, sent.Add(k.cfg.Lease)}
+	k.held[f.Kernel] = heldLease{fence: f, until: sent.Add(k.cfg.Lease)}
 }
 
 // Fence returns the fence to write the kernel's records under, while
@@ -122,6 +133,17 @@ func (k *Keeper) Fence(kernel string) (state.Fence, bool) {
 		return state.Fence{}, false
 	}
 	return h.fence, true
+}
+
+// Term returns the fence of the kernel's term this replica holds,
+// confirmed in time or not (Fence): writes under it are committed only
+// if the store still says it holds. False once the lease is lost,
+// released or handed over.
+func (k *Keeper) Term(kernel string) (state.Fence, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	h, ok := k.held[kernel]
+	return h.fence, ok
 }
 
 // Held returns the leases held, ordered by kernel.
@@ -195,34 +217,24 @@ func (k *Keeper) run() {
 	}
 }
 
-// renew renews the leases still in time, in one statement, and returns
-// those lost: out of time before it (this process was paused, or
-// renewals failed for a lease), not renewed by the store (taken,
-// lapsed), or renewed too late to count (the answer came after the
-// lease had run out).
+// renew renews every lease held, in one statement, and returns those
+// lost: not renewed by the store (taken, lapsed). A lease the store did
+// not answer for before it ran out by this process's clock, or answered
+// for too late to count, is unconfirmed (Fence is false) until a later
+// renewal is answered in time.
 func (k *Keeper) renew() []state.Fence {
 	now := time.Now()
-	var lost, renew []state.Fence
-	first := now.Add(k.cfg.Lease) // when the first of those renewed lapses
+	var renew []state.Fence
 	k.mu.Lock()
-	for kernel, h := range k.held {
-		if now.Before(h.until) {
-			renew = append(renew, h.fence)
-			if h.until.Before(first) {
-				first = h.until
-			}
-		} else {
-			lost = append(lost, h.fence)
-			delete(k.held, kernel)
-		}
+	for _, h := range k.held {
+		renew = append(renew, h.fence)
 	}
 	k.mu.Unlock()
 	if len(renew) == 0 {
-		return lost
+		return nil
 	}
-	// Waiting past the first lapse would only delay its report: what
-	// is not renewed by then is lost.
-	ctx, cancel := context.WithDeadline(context.Background(), first)
+	// A renewal waits at most half a lease: the next tick tries again.
+	ctx, cancel := context.WithTimeout(context.Background(), k.cfg.Lease/2)
 	still, err := k.store.RenewLeases(ctx, renew, k.cfg.Lease)
 	cancel()
 	back := time.Now()
@@ -234,6 +246,7 @@ func (k *Keeper) renew() []state.Fence {
 		renewed[f] = true
 	}
 	until := now.Add(k.cfg.Lease)
+	var lost, unconfirmed, confirmed []state.Fence
 	k.mu.Lock()
 	for _, f := range renew {
 		h, ok := k.held[f.Kernel]
@@ -241,16 +254,29 @@ func (k *Keeper) renew() []state.Fence {
 			continue // released, handed over or acquired again meanwhile
 		}
 		switch {
-		case err != nil && back.Before(h.until):
-			// Not answered; still in time: the next tick tries again.
-		case err == nil && renewed[f] && back.Before(until):
-			k.held[f.Kernel] = heldLease{f, until}
-		default:
+		case err == nil && !renewed[f]:
 			lost = append(lost, f)
 			delete(k.held, f.Kernel)
+		case err == nil && back.Before(until):
+			if h.unconfirmed {
+				confirmed = append(confirmed, f)
+			}
+			k.held[f.Kernel] = heldLease{fence: f, until: until}
+		case !back.Before(h.until) && !h.unconfirmed:
+			// Not answered, or answered too late, and out of time.
+			h.unconfirmed = true
+			k.held[f.Kernel] = h
+			unconfirmed = append(unconfirmed, f)
 		}
 	}
 	k.mu.Unlock()
+	if len(unconfirmed) > 0 {
+		k.cfg.Logger.Warn("cluster: kernel leases not renewed in time: this replica does not act for their kernels until the database confirms them",
+			"replica", k.store.Replica(), "count", len(unconfirmed), "leases", fmt.Sprint(unconfirmed))
+	}
+	if len(confirmed) > 0 {
+		k.cfg.Logger.Info("cluster: kernel leases confirmed again by the database, under the same epochs", "replica", k.store.Replica(), "count", len(confirmed), "leases", fmt.Sprint(confirmed))
+	}
 	return lost
 }
 

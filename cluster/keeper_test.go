@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -188,16 +187,22 @@ func TestConfigLease(t *testing.T) {
 	}
 }
 
-// TestKeeperLosesLeasesWithTheStore: while the database does not answer
-// (stopped, as a partition would), the keeper cannot renew and reports
-// every lease lost once the lease has run out by its own clock; when the
-// database is back, the kernel is acquired again under the next epoch.
-func TestKeeperLosesLeasesWithTheStore(t *testing.T) {
+// TestKeeperKeepsLeasesThroughAnOutage: while the database does not
+// answer (stopped, as a crash or a partition of every replica would),
+// the keeper cannot renew: once the lease has run out by its own clock,
+// its leases are unconfirmed (Fence false: act no more) but neither
+// reported lost nor forgotten (Term keeps their fences). When the
+// database is back past the lease, the store's clock has not run for
+// the outage: the leases are confirmed again under the same epochs,
+// another replica cannot acquire them, and writes under them commit.
+func TestKeeperKeepsLeasesThroughAnOutage(t *testing.T) {
 	srv := pgtest.Start(t)
 	url := srv.CreateDB("gone")
 	ctx := context.Background()
 	a := openReplica(t, url, "a")
 	defer a.Close()
+	b := openReplica(t, url, "b")
+	defer b.Close()
 	lostc := make(chan []state.Fence, 4)
 	ka, err := NewKeeper(a, Config{Lease: testLease}, func(lost []state.Fence) { lostc <- lost })
 	if err != nil {
@@ -205,37 +210,54 @@ func TestKeeperLosesLeasesWithTheStore(t *testing.T) {
 	}
 	defer ka.Close()
 	var want []state.Fence
+	var expires time.Time
 	for _, k := range []string{"k1", "k2"} {
 		l, err := ka.Acquire(ctx, k)
 		if err != nil {
 			t.Fatal(err)
 		}
+		if err := state.Fenced(a, l.Fence()).PutKernel(ctx, state.Kernel{ID: k, Spec: "a"}); err != nil {
+			t.Fatal(err)
+		}
 		want = append(want, l.Fence())
+		expires = l.Expires
 	}
 	srv.Stop("immediate")
-	var lost []state.Fence
-	for len(lost) < 2 {
-		select {
-		case l := <-lostc:
-			lost = append(lost, l...)
-		case <-time.After(30 * time.Second):
-			t.Fatalf("lost %v while the database is down, want %v", lost, want)
+	waitFor(t, func() bool {
+		_, ok1 := ka.Fence("k1")
+		_, ok2 := ka.Fence("k2")
+		return !ok1 && !ok2
+	}, func() string { return "the leases still confirmed a lease after the database stopped" })
+	for _, f := range want {
+		if got, ok := ka.Term(f.Kernel); !ok || got != f {
+			t.Errorf("%s's term while the database is down: %v %v, want %v", f.Kernel, got, ok, f)
 		}
 	}
-	slices.SortFunc(lost, func(x, y state.Fence) int { return strings.Compare(x.Kernel, y.Kernel) })
-	if !slices.Equal(lost, want) {
-		t.Errorf("lost %v, want %v", lost, want)
-	}
-	if held := ka.Held(); len(held) != 0 {
-		t.Errorf("still held: %v", held)
-	}
+	// Past the lease by the database's clock too, then back.
+	waitFor(t, func() bool { return time.Now().After(expires.Add(testLease)) }, func() string { return "" })
 	srv.StartAgain()
-	var l state.Lease
 	waitFor(t, func() bool {
-		l, err = ka.Acquire(ctx, "k1")
-		return err == nil
-	}, func() string { return fmt.Sprintf("acquiring k1 again: %v", err) })
-	if l.Epoch != want[0].Epoch+1 {
-		t.Errorf("epoch after the outage %d, want %d", l.Epoch, want[0].Epoch+1)
+		_, ok1 := ka.Fence("k1")
+		_, ok2 := ka.Fence("k2")
+		return ok1 && ok2
+	}, func() string {
+		return fmt.Sprintf("leases not confirmed after the database came back: held %v", ka.Held())
+	})
+	select {
+	case lost := <-lostc:
+		t.Errorf("leases reported lost because of the outage: %v", lost)
+	default:
+	}
+	if held := ka.Held(); !slices.Equal(held, want) {
+		t.Errorf("held after the outage %v, want the same terms %v", held, want)
+	}
+	if l, err := b.AcquireLease(ctx, "k1", testLease); !errors.Is(err, state.ErrLeaseHeld) {
+		t.Errorf("another replica acquires k1 after the outage: %+v, %v; want ErrLeaseHeld", l, err)
+	}
+	if free, err := b.FreeKernels(ctx); err != nil || len(free) != 0 {
+		t.Errorf("free kernels after the outage: %v, %v; want none", free, err)
+	}
+	if err := state.Fenced(a, want[0]).PutKernel(ctx, state.Kernel{ID: "k1", Spec: "after"}); err != nil {
+		t.Errorf("a write under k1's term after the outage: %v", err)
 	}
 }

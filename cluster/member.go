@@ -64,11 +64,16 @@ func (m *Member) run() {
 	defer close(m.done)
 	tick := time.NewTicker(m.cfg.Lease / 3)
 	defer tick.Stop()
+	sweep := time.NewTicker(housekeepEvery)
+	defer sweep.Stop()
 	failing := false
 	for {
 		select {
 		case <-m.stop:
 			return
+		case <-sweep.C:
+			m.housekeep()
+			continue
 		case <-tick.C:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Lease)
@@ -87,6 +92,29 @@ func (m *Member) run() {
 			m.live = live
 			m.mu.Unlock()
 		}
+	}
+}
+
+// Housekeeping: every housekeepEvery each replica removes the rows of
+// replicas dead for longer than deadFor and the lease rows of kernels
+// without a record that no replica has held for that long
+// (state.Postgres.Housekeep). Any number of replicas doing it at once
+// is harmless.
+const housekeepEvery = 5 * time.Minute
+
+// deadFor is how long a replica must have been silent, or a lease
+// unheld, before its row goes: an hour, or ten leases if longer.
+func (m *Member) deadFor() time.Duration { return max(time.Hour, 10*m.cfg.Lease) }
+
+func (m *Member) housekeep() {
+	ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Lease)
+	defer cancel()
+	replicas, leases, err := m.store.Housekeep(ctx, m.deadFor())
+	switch {
+	case err != nil:
+		m.cfg.Logger.Debug("cluster: housekeeping failed; tried again later", "err", err)
+	case replicas+leases > 0:
+		m.cfg.Logger.Info("cluster: removed the rows of replicas long dead and the leases of kernels long gone", "replicas", replicas, "leases", leases, "dead_for", m.deadFor())
 	}
 }
 

@@ -65,8 +65,18 @@ func (r *Replica) Acquire(ctx context.Context, kernel string) (state.Fence, erro
 // Lease is how long a lease lives without a renewal.
 func (r *Replica) Lease() time.Duration { return r.lease }
 
-// Fence is the kernel's fence while its lease is held.
-func (r *Replica) Fence(kernel string) (state.Fence, bool) { return r.keeper.Fence(kernel) }
+// Fence is the fence of the kernel's term this replica holds, confirmed
+// in time or not (Keeper.Term): the store commits the writes under it
+// only while the term holds.
+func (r *Replica) Fence(kernel string) (state.Fence, bool) { return r.keeper.Term(kernel) }
+
+// Confirmed says the kernel's lease is held and was renewed in time
+// (Keeper.Fence): false while the database does not answer past the
+// lease, when the replica must not act for the kernel.
+func (r *Replica) Confirmed(kernel string) bool {
+	_, ok := r.keeper.Fence(kernel)
+	return ok
+}
 
 // Release gives the kernel's lease up.
 func (r *Replica) Release(ctx context.Context, kernel string) error {

@@ -99,6 +99,8 @@ type Handler struct {
 	mu        sync.Mutex
 	sandboxes map[string]*sandbox
 	closed    bool
+
+	takeovers takeovers // among replicas (takeover.go)
 }
 
 // sandbox is one sandbox: an id, access tokens and a life.
@@ -141,7 +143,12 @@ func New(cfg Config, mgr *sessions.Manager) *Handler {
 		cfg.Authorize = func(string) (Access, error) { return Access{Read: true, Exec: true}, nil }
 	}
 	h := &Handler{cfg: cfg, mgr: mgr, mux: http.NewServeMux(), store: mgr.Store(), sandboxes: map[string]*sandbox{}}
+	h.takeovers.killing = map[string]bool{}
 	h.routes()
+	if cfg.Owned != nil && h.store != nil {
+		h.takeovers.stop, h.takeovers.done = make(chan struct{}), make(chan struct{})
+		go h.watchTakeovers()
+	}
 	return h
 }
 
@@ -188,6 +195,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // with one it only stops their timers, and they are there at the next
 // start, as the contexts are.
 func (h *Handler) Close() {
+	h.stopTakeovers()
 	h.mu.Lock()
 	h.closed = true
 	ids := make([]string, 0, len(h.sandboxes))
@@ -476,6 +484,13 @@ func (h *Handler) expire(sb *sandbox) {
 		}
 		h.mu.Unlock()
 	case !owned:
+		// Forgotten here, nothing deleted: if its kernel comes back to
+		// this replica, its record is read afresh (takeover.go).
+		h.mu.Lock()
+		if h.sandboxes[sb.id] == sb {
+			delete(h.sandboxes, sb.id)
+		}
+		h.mu.Unlock()
 		h.cfg.Logger.Info("e2b sandbox timed out: left to the replica that owns it", "sandbox", sb.id)
 	default:
 		h.cfg.Logger.Info("e2b sandbox timed out", "sandbox", sb.id)
@@ -644,11 +659,17 @@ func (h *Handler) kill(id string) bool {
 		}
 		sb.gone = true
 		writing = sb.rec.writing
+		h.takeovers.killing[id] = true
 	}
 	h.mu.Unlock()
 	if !ok {
 		return false
 	}
+	defer func() {
+		h.mu.Lock()
+		delete(h.takeovers.killing, id)
+		h.mu.Unlock()
+	}()
 	if writing != nil {
 		<-writing // a write of its record under way ends before the delete
 	}

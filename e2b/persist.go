@@ -71,7 +71,7 @@ func (h *Handler) save(sb *sandbox) {
 		rec, holds := sb.recordLocked(), sb.rec.changes
 		h.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
-		err := h.store.PutSandbox(ctx, rec)
+		err := h.writer(sb.id).PutSandbox(ctx, rec)
 		cancel()
 		h.mu.Lock()
 		sb.rec.writing = nil
@@ -86,6 +86,13 @@ func (h *Handler) save(sb *sandbox) {
 	h.mu.Unlock()
 }
 
+// writer is the store's writes of sandbox id's record: among replicas,
+// under the fence of its default context's kernel (refused once another
+// replica took that kernel over).
+func (h *Handler) writer(id string) state.Writer {
+	return h.mgr.ContextWriter(contextPrefix(id) + "python")
+}
+
 // deleteRecord forgets sandbox id's record.
 func (h *Handler) deleteRecord(id string) {
 	if h.store == nil {
@@ -93,7 +100,7 @@ func (h *Handler) deleteRecord(id string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
-	if err := h.store.DeleteSandbox(ctx, id); err != nil {
+	if err := h.writer(id).DeleteSandbox(ctx, id); err != nil {
 		h.cfg.Logger.Error("state: e2b sandbox record not deleted", "sandbox", id, "err", err)
 	}
 }

@@ -57,6 +57,7 @@ var errorTable = []struct {
 	{sessions.ErrKernelDead, http.StatusServiceUnavailable, "KERNEL_START_FAILED"},
 	{sessions.ErrShuttingDown, http.StatusServiceUnavailable, "UNAVAILABLE"},
 	{sessions.ErrSharedElsewhere, http.StatusServiceUnavailable, "NOT_OWNER"},
+	{sessions.ErrUnconfirmed, http.StatusServiceUnavailable, "UNAVAILABLE"},
 	{workspace.ErrBadPath, http.StatusBadRequest, "BAD_REQUEST"},
 	{workspace.ErrEscapes, http.StatusBadRequest, "BAD_REQUEST"},
 	{workspace.ErrIsDir, http.StatusBadRequest, "BAD_REQUEST"},
@@ -153,6 +154,10 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 	}
 	if ae.status == http.StatusUnauthorized {
 		s.challenge(c, sf)
+	}
+	if ae.code == "UNAVAILABLE" && c.Response().Header().Get("Retry-After") == "" {
+		// The gateway or its database is away for a moment: come back.
+		c.Response().Header().Set("Retry-After", "1")
 	}
 	var body any
 	switch sf {

@@ -276,7 +276,9 @@ func abandon(proc Process) {
 // failStart tears down a kernel that did not become ready and explains why.
 func (k *Kernel) failStart(ctx context.Context, cause error) error {
 	var died *DiedError
-	if !errors.As(cause, &died) {
+	if !errors.As(cause, &died) && !errors.As(k.Err(), &died) {
+		// (The kernel's own death, when it came first, says why: a
+		// request that met its sockets closed by die says only that.)
 		select {
 		case <-k.proc.Done():
 			died = &DiedError{Status: k.proc.ExitStatus(), Output: k.proc.Output(), Reason: k.proc.ExitReason()}

@@ -103,6 +103,9 @@ func (m *Manager) RunCommand(ctx context.Context, req CommandRequest) (*runs.Run
 	if err != nil {
 		return nil, err
 	}
+	if err := m.acting(k.id); err != nil {
+		return nil, err
+	}
 	starter, ok := jk.(commandStarter)
 	if !ok {
 		return nil, errorf(ErrUnsupported, "context %s's kernel cannot run commands beside it: restart the context", c.ID)

@@ -322,6 +322,9 @@ func (m *Manager) Execute(ctx context.Context, req ExecuteRequest) (*runs.Run, e
 			return nil, err
 		}
 	}
+	if err := m.acting(c.KernelID()); err != nil {
+		return nil, err
+	}
 	r, existed, err := c.forwardedRun(req, req.Forwarded)
 	if err != nil || existed {
 		return r, err

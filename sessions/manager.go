@@ -270,6 +270,8 @@ type Manager struct {
 	stopKept  func(ctx context.Context, info jupyter.ProvisionerInfo) error
 	// promptAdopt: see the constant.
 	promptAdopt time.Duration
+	// elsewhere: kernels left to the replicas of another host.
+	elsewhere elsewhereKernels
 
 	// store keeps the records (nil: memory only).
 	store state.Store
@@ -469,11 +471,16 @@ func (m *Manager) StartKernel(ctx context.Context, o StartOptions) (*Kernel, err
 }
 
 func (m *Manager) startKernel(ctx context.Context, id string, spec *kernelspecs.Spec, env map[string]string, wd workDir, policy restartPolicy) (*Kernel, error) {
+	held := m.holds(id)
 	k, err := m.newKernel(id, spec, env, wd, policy)
 	if err != nil {
 		return nil, err
 	}
 	if err := m.reserve(ctx, k); err != nil {
+		if !held {
+			// The lease newKernel took for a kernel that never ran.
+			m.disown(ctx, id)
+		}
 		return nil, err
 	}
 	k.life.Lock()

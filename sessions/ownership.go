@@ -303,6 +303,9 @@ func (m *Manager) adoptFree(ctx context.Context) {
 		if _, err := m.Kernel(id); err == nil {
 			continue // still this replica's here: its lease's loss is on its way
 		}
+		if m.elsewhere.has(id) {
+			continue // a local kernel of another host (elsewhere.go)
+		}
 		if _, err := o.Acquire(ctx, id); err == nil {
 			got[id] = true
 		}

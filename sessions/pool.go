@@ -172,6 +172,10 @@ func (p *pool) stop(ctx context.Context, k *Kernel) {
 	k.shutdown(ctx)
 	k.ws.Delete()
 	p.m.stopped()
+	// Among replicas a pool kernel holds a lease from its start
+	// (newKernel), counted by the others under --max-kernels: given up
+	// with its process.
+	p.m.disown(ctx, k.id)
 }
 
 // refill starts kernels until the pool holds its target, or no place is
@@ -284,6 +288,9 @@ func (p *pool) startOne(ctx context.Context, st *poolStart) {
 		ws.Delete()
 	}
 	p.m.stopped()
+	if k != nil {
+		p.m.disown(context.Background(), id)
+	}
 }
 
 // PoolStats says how the pool of a kernelspec is doing.

@@ -86,6 +86,7 @@ func (m *Manager) Restore(ctx context.Context) (RestoreReport, error) {
 func (rt restoration) take(ctx context.Context, snap *state.Snapshot) RestoreReport {
 	m := rt.m
 	var rep RestoreReport
+	rt.leaveElsewhere(ctx, snap)
 
 	// The contexts say which kernels of the lazy policy are theirs; the
 	// others (warm pool, isolated runs) end.

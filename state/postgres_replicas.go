@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // What replicas sharing a database keep in it (pgschema/0002): their own
@@ -71,6 +72,36 @@ var _ fencer = (*Postgres)(nil)
 // microsecond'".
 func micros(d time.Duration) int64 { return max(d.Microseconds(), 1) }
 
+// clocked returns b after kg_tick (pgschema/0003), in one round trip and
+// one implicit transaction: the leases and replicas b judges are those
+// of a clock that did not run while no replica reached the database.
+// alive, the replica's lease, is given by the calls that say this
+// replica is alive (heartbeat, acquisition, renewal): they set the
+// clock; 0 only reads it.
+func clocked(b *pgx.Batch, alive time.Duration) *pgx.Batch {
+	var c pgx.Batch
+	if alive > 0 {
+		c.Queue("SELECT kg_tick($1 * interval '1 microsecond')", micros(alive))
+	} else {
+		c.Queue("SELECT kg_tick(NULL)")
+	}
+	c.QueuedQueries = append(c.QueuedQueries, b.QueuedQueries...)
+	return &c
+}
+
+// sendClocked sends b after the clock's tick (clocked).
+func (p *Postgres) sendClocked(ctx context.Context, b *pgx.Batch, alive time.Duration) error {
+	return p.pool.SendBatch(ctx, clocked(b, alive)).Close()
+}
+
+// rowClocked is QueryRow(sql).Scan(dest...) after the clock's tick
+// (clocked): pgx.ErrNoRows when there is no row.
+func (p *Postgres) rowClocked(ctx context.Context, sql string, args []any, dest ...any) error {
+	var b pgx.Batch
+	b.Queue(sql, args...).QueryRow(func(row pgx.Row) error { return row.Scan(dest...) })
+	return p.sendClocked(ctx, &b, 0)
+}
+
 func (p *Postgres) replicaCall(err error) error {
 	if err == nil {
 		return nil
@@ -105,7 +136,7 @@ func (p *Postgres) Heartbeat(ctx context.Context, url string, within time.Durati
 		live, err = scanReplicas(rows)
 		return err
 	})
-	err := p.pool.SendBatch(ctx, &b).Close()
+	err := p.sendClocked(ctx, &b, within)
 	if err != nil {
 		return nil, p.replicaCall(err)
 	}
@@ -128,8 +159,14 @@ func scanReplicas(rows pgx.Rows) ([]Replica, error) {
 // LiveReplicas returns the replicas heard from within the last `within`,
 // ordered by id.
 func (p *Postgres) LiveReplicas(ctx context.Context, within time.Duration) ([]Replica, error) {
-	rows, _ := p.pool.Query(ctx, liveReplicasSQL, micros(within))
-	live, err := scanReplicas(rows)
+	var live []Replica
+	var b pgx.Batch
+	b.Queue(liveReplicasSQL, micros(within)).Query(func(rows pgx.Rows) error {
+		var err error
+		live, err = scanReplicas(rows)
+		return err
+	})
+	err := p.sendClocked(ctx, &b, 0)
 	return live, p.replicaCall(err)
 }
 
@@ -170,7 +207,7 @@ func (p *Postgres) AcquireLease(ctx context.Context, kernel string, ttl time.Dur
 		}
 		return nil
 	})
-	err := p.pool.SendBatch(ctx, &b).Close()
+	err := p.sendClocked(ctx, &b, ttl)
 	if errors.Is(err, pgx.ErrNoRows) {
 		held, err := p.LeaseOwner(ctx, kernel)
 		if err != nil && !errors.Is(err, ErrNoLease) {
@@ -201,19 +238,23 @@ func (p *Postgres) RenewLeases(ctx context.Context, held []Fence, ttl time.Durat
 	}
 	// The rows are locked in kernel_id order first, as kg_check_fences
 	// locks them, so that a renewal and a fenced commit never deadlock.
-	rows, _ := p.pool.Query(ctx, `WITH held AS (
+	var still []Fence
+	var b pgx.Batch
+	b.Queue(`WITH held AS (
 			SELECT l.kernel_id FROM leases l, unnest($1::text[], $2::bigint[]) AS h(k, e)
 			WHERE l.kernel_id = h.k AND l.epoch = h.e AND l.owner = $3 AND l.expires_at > now()
 			ORDER BY l.kernel_id FOR UPDATE OF l)
 		UPDATE leases AS l SET expires_at = now() + $4 * interval '1 microsecond'
 		FROM held WHERE l.kernel_id = held.kernel_id
-		RETURNING l.kernel_id, l.epoch`, kernels, epochs, p.replica, micros(ttl))
-	var still []Fence
-	var f Fence
-	_, err := pgx.ForEachRow(rows, []any{&f.Kernel, &f.Epoch}, func() error {
-		still = append(still, f)
-		return nil
+		RETURNING l.kernel_id, l.epoch`, kernels, epochs, p.replica, micros(ttl)).Query(func(rows pgx.Rows) error {
+		var f Fence
+		_, err := pgx.ForEachRow(rows, []any{&f.Kernel, &f.Epoch}, func() error {
+			still = append(still, f)
+			return nil
+		})
+		return err
 	})
+	err := p.sendClocked(ctx, &b, ttl)
 	if err != nil {
 		return nil, p.replicaCall(err)
 	}
@@ -242,12 +283,12 @@ func (p *Postgres) TransferLease(ctx context.Context, f Fence, to string, ttl ti
 		return Lease{}, ErrNotReplica
 	}
 	l := Lease{Kernel: f.Kernel, Owner: to}
-	err := p.pool.QueryRow(ctx, `UPDATE leases AS l SET owner = $4, epoch = l.epoch + 1,
+	err := p.rowClocked(ctx, `UPDATE leases AS l SET owner = $4, epoch = l.epoch + 1,
 			expires_at = now() + $5 * interval '1 microsecond'
 		FROM replicas r
 		WHERE l.kernel_id = $1 AND l.epoch = $2 AND l.owner = $3 AND l.expires_at > now()
 			AND r.id = $4 AND r.heard_at > now() - $5 * interval '1 microsecond'
-		RETURNING l.epoch, l.expires_at, r.url`, f.Kernel, f.Epoch, p.replica, to, micros(ttl)).Scan(&l.Epoch, &l.Expires, &l.OwnerURL)
+		RETURNING l.epoch, l.expires_at, r.url`, []any{f.Kernel, f.Epoch, p.replica, to, micros(ttl)}, &l.Epoch, &l.Expires, &l.OwnerURL)
 	if errors.Is(err, pgx.ErrNoRows) {
 		live, err := p.LiveReplicas(ctx, ttl)
 		if err != nil {
@@ -270,9 +311,9 @@ func (p *Postgres) TransferLease(ctx context.Context, f Fence, to string, ttl ti
 // its advertised URL), ErrNoLease otherwise.
 func (p *Postgres) LeaseOwner(ctx context.Context, kernel string) (Lease, error) {
 	l := Lease{Kernel: kernel}
-	err := p.pool.QueryRow(ctx, `SELECT l.owner, coalesce(r.url, ''), l.epoch, l.expires_at
+	err := p.rowClocked(ctx, `SELECT l.owner, coalesce(r.url, ''), l.epoch, l.expires_at
 		FROM leases l LEFT JOIN replicas r ON r.id = l.owner
-		WHERE l.kernel_id = $1 AND l.owner <> '' AND l.expires_at > now()`, kernel).Scan(&l.Owner, &l.OwnerURL, &l.Epoch, &l.Expires)
+		WHERE l.kernel_id = $1 AND l.owner <> '' AND l.expires_at > now()`, []any{kernel}, &l.Owner, &l.OwnerURL, &l.Epoch, &l.Expires)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Lease{}, fmt.Errorf("%w: kernel %s", ErrNoLease, kernel)
 	}
@@ -293,8 +334,8 @@ func (p *Postgres) PeerKernels(ctx context.Context) (int, error) {
 		return 0, ErrNotReplica
 	}
 	var n int
-	err := p.pool.QueryRow(ctx, `SELECT count(*) FROM leases
-		WHERE owner <> '' AND owner <> $1 AND expires_at > now()`, p.replica).Scan(&n)
+	err := p.rowClocked(ctx, `SELECT count(*) FROM leases
+		WHERE owner <> '' AND owner <> $1 AND expires_at > now()`, []any{p.replica}, &n)
 	return n, p.replicaCall(err)
 }
 
@@ -304,8 +345,8 @@ func (p *Postgres) PeerKernels(ctx context.Context) (int, error) {
 // statement. A kernel never owned, or released, is claimed by no one.
 func (p *Postgres) LeaseClaimed(ctx context.Context, kernel string, grace time.Duration) (bool, error) {
 	var claimed bool
-	err := p.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM leases WHERE kernel_id = $1
-		AND owner <> '' AND expires_at > now() - $2 * interval '1 microsecond')`, kernel, micros(grace)).Scan(&claimed)
+	err := p.rowClocked(ctx, `SELECT EXISTS (SELECT 1 FROM leases WHERE kernel_id = $1
+		AND owner <> '' AND expires_at > now() - $2 * interval '1 microsecond')`, []any{kernel, micros(grace)}, &claimed)
 	return claimed, p.replicaCall(err)
 }
 
@@ -332,7 +373,7 @@ func (p *Postgres) OwnerOf(ctx context.Context, kind, id string) (Lease, error) 
 		return Lease{}, fmt.Errorf("%w: %q", ErrUnknownKind, kind)
 	}
 	var l Lease
-	err := p.pool.QueryRow(ctx, `WITH k AS (SELECT CASE $1::text
+	err := p.rowClocked(ctx, `WITH k AS (SELECT CASE $1::text
 			WHEN 'kernel' THEN $2::text
 			WHEN 'context' THEN (SELECT data->>'kernelId' FROM contexts WHERE id = $2)
 			WHEN 'session' THEN (SELECT data->>'kernelId' FROM sessions WHERE id = $2)
@@ -342,7 +383,7 @@ func (p *Postgres) OwnerOf(ctx context.Context, kind, id string) (Lease, error) 
 		END AS id)
 		SELECT l.kernel_id, l.owner, coalesce(r.url, ''), l.epoch, l.expires_at
 		FROM k JOIN leases l ON l.kernel_id = k.id LEFT JOIN replicas r ON r.id = l.owner
-		WHERE l.owner <> '' AND l.expires_at > now()`, kind, id).Scan(&l.Kernel, &l.Owner, &l.OwnerURL, &l.Epoch, &l.Expires)
+		WHERE l.owner <> '' AND l.expires_at > now()`, []any{kind, id}, &l.Kernel, &l.Owner, &l.OwnerURL, &l.Epoch, &l.Expires)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Lease{}, fmt.Errorf("%w: %s %s", ErrNoLease, kind, id)
 	}
@@ -357,8 +398,43 @@ func (p *Postgres) OwnerOf(ctx context.Context, kind, id string) (Lease, error) 
 // (their owner died, froze or was cut off). Any replica may take them
 // over (AcquireLease).
 func (p *Postgres) FreeKernels(ctx context.Context) ([]string, error) {
-	rows, _ := p.pool.Query(ctx, `SELECT l.kernel_id FROM leases l JOIN kernels k ON k.id = l.kernel_id
-		WHERE l.owner = '' OR l.expires_at <= now() ORDER BY l.kernel_id`)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	var ids []string
+	var b pgx.Batch
+	b.Queue(`SELECT l.kernel_id FROM leases l JOIN kernels k ON k.id = l.kernel_id
+		WHERE l.owner = '' OR l.expires_at <= now() ORDER BY l.kernel_id`).Query(func(rows pgx.Rows) error {
+		var err error
+		ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	err := p.sendClocked(ctx, &b, 0)
 	return ids, p.replicaCall(err)
+}
+
+// Housekeep removes what no replica needs any more, and returns how many
+// rows went: the rows of replicas not heard from for longer than
+// deadFor (they died long ago: a clean stop removes its own row), and
+// the lease rows of kernels that have no record (deleted, or never
+// written: a warm-pool kernel) and that no replica has held for longer
+// than deadFor (released, or lapsed with a dead owner). A lease held,
+// or held until less than deadFor ago, is never removed, nor the lease
+// of a kernel with a record (a replica may still take it over). Any
+// replica may call it at any time; one round trip.
+func (p *Postgres) Housekeep(ctx context.Context, deadFor time.Duration) (replicas, leases int, err error) {
+	if p.replica == "" {
+		return 0, 0, ErrNotReplica
+	}
+	var b pgx.Batch
+	b.Queue(`DELETE FROM replicas WHERE id <> $1 AND heard_at < now() - $2 * interval '1 microsecond'`, p.replica, micros(deadFor)).Exec(func(tag pgconn.CommandTag) error {
+		replicas = int(tag.RowsAffected())
+		return nil
+	})
+	b.Queue(`DELETE FROM leases l WHERE l.expires_at < now() - $1 * interval '1 microsecond'
+		AND NOT EXISTS (SELECT 1 FROM kernels k WHERE k.id = l.kernel_id)`, micros(deadFor)).Exec(func(tag pgconn.CommandTag) error {
+		leases = int(tag.RowsAffected())
+		return nil
+	})
+	if err := p.sendClocked(ctx, &b, 0); err != nil {
+		return 0, 0, p.replicaCall(err)
+	}
+	return replicas, leases, nil
 }

@@ -26,8 +26,9 @@ import (
 const ExitUnknown = "unknown (not a child)"
 
 // Adopt takes over the local kernel process info names, if it is still
-// the very process that was launched: same pid, same start time, same
-// boot. Nothing is signalled or changed when it is not.
+// the very process that was launched: same host and pid namespace
+// (host.go), same pid, same start time, same boot. Nothing is signalled
+// or changed when it is not.
 func (p *Provisioner) Adopt(ctx context.Context, info jupyter.ProvisionerInfo) (jupyter.Process, error) {
 	li, err := InfoOf(info)
 	switch {
@@ -37,6 +38,8 @@ func (p *Provisioner) Adopt(ctx context.Context, info jupyter.ProvisionerInfo) (
 		return nil, fmt.Errorf("%w: no pid and start time", jupyter.ErrNotAdoptable)
 	case li.Bridged:
 		return nil, fmt.Errorf("%w: its sandbox's network bridge ended with the gateway that ran it", jupyter.ErrNotAdoptable)
+	case li.elsewhere() != nil:
+		return nil, li.elsewhere()
 	case li.BootID != "" && li.BootID != bootID():
 		return nil, fmt.Errorf("%w: the machine has restarted since", jupyter.ErrNotAdoptable)
 	}

@@ -72,6 +72,7 @@ func localInfo(ci jupyter.ConnInfo, pid int, done <-chan struct{}, g *orphanGuar
 		return jupyter.ProvisionerInfo{}, fmt.Errorf("%w: process %d: %v", jupyter.ErrNotAdoptable, pid, err)
 	}
 	li.PID, li.StartTime, li.BootID, li.PGID = pid, start, bootID(), pid
+	li.Hostname, li.PidNS = thisHost().name, thisHost().pidNS
 	if g != nil {
 		li.Lease, li.OrphanTimeout, li.WatchdogPID, li.WatchdogStart = g.lease, g.timeout, g.wdPID, g.wdStart
 	}

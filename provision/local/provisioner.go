@@ -50,6 +50,11 @@ type Info struct {
 	PID       int    `json:"pid"`
 	StartTime uint64 `json:"startTime"`
 	BootID    string `json:"bootId,omitempty"`
+	// Hostname and PidNS (the inode of its pid namespace) say where the
+	// pid means that process: another host, or another container, never
+	// adopts it (host.go).
+	Hostname string `json:"hostname,omitempty"`
+	PidNS    uint64 `json:"pidNs,omitempty"`
 	// PGID is the process group kernelgate signals (the kernel leads it).
 	PGID int `json:"pgid"`
 	// RuntimeDir is the kernel's private directory (connection file,
@@ -153,8 +158,8 @@ func peerNotKernel(err error) bool {
 // through a bridge of the gateway, is left alone.
 func (p *Provisioner) RemoveLeftovers(info jupyter.ProvisionerInfo) bool {
 	li, err := InfoOf(info)
-	if err != nil || li.Bridged || sameProcess(li) {
-		return false
+	if err != nil || li.Bridged || li.elsewhere() != nil || sameProcess(li) {
+		return false // a kernel of another host is left to its host
 	}
 	stopWatchdog(li.WatchdogPID, li.WatchdogStart)
 	os.RemoveAll(li.RuntimeDir)
@@ -163,7 +168,7 @@ func (p *Provisioner) RemoveLeftovers(info jupyter.ProvisionerInfo) bool {
 
 // sameProcess reports whether the process li names still runs.
 func sameProcess(li *Info) bool {
-	if li.BootID != "" && li.BootID != bootID() {
+	if li.elsewhere() != nil || li.BootID != "" && li.BootID != bootID() {
 		return false
 	}
 	start, err := processStart(li.PID)
