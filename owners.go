@@ -86,6 +86,9 @@ func (o owners) free(ctx context.Context, of, id string) (string, bool, error) {
 		return "", true, nil
 	}
 	if err := o.mgr.AdoptKernel(ctx, kernel); err != nil {
+		if errors.Is(err, sessions.ErrNoSuchKernel) {
+			return "", true, nil // not to be taken over here: answered as unknown
+		}
 		return o.again(ctx, of, id, err)
 	}
 	return "", true, nil

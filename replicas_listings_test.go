@@ -182,6 +182,7 @@ func startTokenReplicas(t *testing.T, bin string, srv *pgtest.TB, db, token stri
 			return len(st.Replicas) == n
 		}, "%s: status %+v, want every replica live", func() []any { return []any{g.url, st} })
 	}
+	t.Cleanup(func() { stopReplicas(t, gs) })
 	return gs
 }
 

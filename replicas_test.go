@@ -39,7 +39,48 @@ func startReplicas(t *testing.T, bin string, srv *pgtest.TB, db string, n int, a
 			"--runtime-dir", dirs.runtime, "--pool-size", "0"}, args...)...))
 	}
 	waitReplicasLive(t, gs)
+	// Run before each gateway's own stop (cleanups run last first): the
+	// replicas stop one after the other, each handing its kernels over to
+	// those still serving, the last one shutting them down; then no
+	// process any of them started is left.
+	t.Cleanup(func() { stopReplicas(t, gs) })
 	return gs
+}
+
+// stopReplicas stops with SIGTERM, one after the other, the replicas of
+// gs still running, and checks that every process below any of them
+// when it began is gone once the last one exited: kernels a replica
+// handed over while others served are stopped by the last one standing.
+func stopReplicas(t *testing.T, gs []*gatewayProcess) {
+	t.Helper()
+	var kids []int
+	for _, g := range gs {
+		if g.cmd.ProcessState == nil {
+			kids = append(kids, descendants(g.cmd.Process.Pid)...)
+		}
+	}
+	for _, g := range gs {
+		if g.cmd.ProcessState != nil {
+			continue
+		}
+		g.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-g.done:
+			if err != nil {
+				t.Errorf("kernelgate exit: %v\n%s", err, g.logs)
+			}
+		case <-time.After(60 * time.Second):
+			g.cmd.Process.Kill()
+			t.Errorf("kernelgate did not exit after SIGTERM\n%s", g.logs)
+		}
+	}
+	for _, pid := range kids {
+		if syscall.Kill(pid, 0) == nil {
+			if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && !strings.Contains(string(b), ") Z ") {
+				t.Errorf("process %d outlived the replicas: %s", pid, b)
+			}
+		}
+	}
 }
 
 // waitReplicasLive waits until each of gs sees them all live.

@@ -389,6 +389,11 @@ func (m *Manager) AdoptKernel(ctx context.Context, id string) error {
 	if _, err := m.Kernel(id); err == nil {
 		return nil
 	}
+	if m.elsewhere.has(id) {
+		// A local kernel of another host, left to its replicas
+		// (elsewhere.go): asked for here, it stays theirs.
+		return errorf(ErrNoSuchKernel, "kernel %s runs on another host, left to the replicas there", id)
+	}
 	if _, err := o.Adopt(ctx, id); err != nil {
 		if _, err := o.Acquire(ctx, id); err != nil {
 			return err
