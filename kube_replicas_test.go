@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -43,14 +44,75 @@ type kubeReplicas struct {
 	secret  string // the cluster secret's file
 	wsRoot  string
 	release string
+	cmdline map[*gatewayProcess][]string // each replica's command line
 }
 
 // start starts a replica, with extra flags.
 func (k *kubeReplicas) start(t *testing.T, extra ...string) *gatewayProcess {
 	t.Helper()
-	return startGatewayArgs(t, k.e.bin, append([]string{"serve", "--port", "0", "--kernelspec-dir", k.e.specs, "--kubeconfig", k.e.kubecfg,
+	args := append([]string{"serve", "--port", "0", "--kernelspec-dir", k.e.specs, "--kubeconfig", k.e.kubecfg,
 		"--release", k.release, "--state-url", k.db, "--cluster-secret-file", k.secret, "--runtime-dir", t.TempDir(),
-		"--pool-size", "0", "--lease", "2s", "--workspace-root", k.wsRoot, "--kernel-workspace-claim", workspaceClaim}, extra...)...)
+		"--pool-size", "0", "--lease", "2s", "--workspace-root", k.wsRoot, "--kernel-workspace-claim", workspaceClaim}, extra...)
+	g := startGatewayArgs(t, k.e.bin, args...)
+	k.cmdline[g] = args
+	return g
+}
+
+// rolling is the replica g, to be started again with its command line
+// on its address; t owns the replicas started again.
+func (k *kubeReplicas) rolling(t *testing.T, g *gatewayProcess) *rollingReplica {
+	u, _ := url.Parse(g.url)
+	return &rollingReplica{g: g, args: append(slices.Clip(k.cmdline[g]), "--port", u.Port()),
+		start: func(args ...string) *gatewayProcess { return startGatewayArgs(t, k.e.bin, args...) }}
+}
+
+// kernelPod is what a context's kernel is: its pod, the pod's container
+// restarts, and the kernel's process id in it.
+type kernelPod struct {
+	kernel   string
+	uid      types.UID
+	restarts int32
+	pid      string
+}
+
+// kernelPods reads each context's kernel pod, asking its kernel for its
+// process id through g.
+func (k *kubeReplicas) kernelPods(t *testing.T, g *gatewayProcess, ids []string) map[string]kernelPod {
+	t.Helper()
+	out := map[string]kernelPod{}
+	for _, id := range ids {
+		var cm struct{ KernelID string }
+		call(t, "GET", g.url+"api/contexts/"+id, nil, 200, &cm)
+		pod := k.e.runningPod(t, cm.KernelID)
+		kp := kernelPod{kernel: cm.KernelID, uid: pod.UID}
+		for _, cs := range pod.Status.ContainerStatuses {
+			kp.restarts += cs.RestartCount
+		}
+		var e execution
+		call(t, "POST", g.url+"api/execute", map[string]any{"context": id, "code": "import os; os.getpid()"}, 200, &e)
+		kp.pid = e.text()
+		out[id] = kp
+	}
+	return out
+}
+
+// sameKernelPods checks that each context's kernel is the one of before:
+// the same kernel, pod (never deleted) and process, no container restart.
+func (k *kubeReplicas) sameKernelPods(t *testing.T, g *gatewayProcess, before map[string]kernelPod, deletions *podDeletions) {
+	t.Helper()
+	var ids []string
+	for id := range before {
+		ids = append(ids, id)
+	}
+	now := k.kernelPods(t, g, ids)
+	for id, b := range before {
+		if now[id] != b || b.pid == "" {
+			t.Errorf("context %s: kernel %+v, before %+v: want the same kernel, pod and process, not restarted", id, now[id], b)
+		}
+		if deletions.has(b.uid) {
+			t.Errorf("context %s: its kernel's pod %s was deleted", id, b.uid)
+		}
+	}
 }
 
 // lease is a kernel's row of the leases table, with its holder's URL.
@@ -146,8 +208,15 @@ func (k *kubeReplicas) releasePods(t *testing.T) (int, int) {
 // the lease moved on under a higher epoch and stays there, and no code
 // runs on the kernel from the frozen one's client after it lost the
 // lease (a counter in the kernel records the Jupyter session of the
-// client of each execution), an execution it acknowledged included. When
-// the last replica stops, no pod or Secret of the release is left.
+// client of each execution), an execution it acknowledged included. A
+// rolling restart (TestReplicasRollingRestartLosesNothing's front and
+// counting clients, every replica SIGTERMed and started again in turn):
+// no request fails, every acknowledged run is counted once, every
+// context keeps its kernel pod and process. PostgreSQL stopped past the
+// lease and started again while clients run (TestReplicasPostgresRestarted's
+// clients and checks): each context keeps its owner, kernel pod and
+// state. When the last replica stops, no pod or Secret of the release is
+// left.
 func TestKubernetesReplicas(t *testing.T) {
 	wsRoot, err := filepath.EvalSymlinks(t.TempDir())
 	if err != nil {
@@ -155,11 +224,13 @@ func TestKubernetesReplicas(t *testing.T) {
 	}
 	e := startKubeEnvClaims(t, map[string]string{workspaceClaim: wsRoot})
 	srv := pgtest.Start(t)
-	k := &kubeReplicas{e: e, db: srv.CreateDB("kubereplicas"), secret: filepath.Join(t.TempDir(), "cluster-secret"), wsRoot: wsRoot, release: "replicas"}
+	k := &kubeReplicas{e: e, db: srv.CreateDB("kubereplicas"), secret: filepath.Join(t.TempDir(), "cluster-secret"), wsRoot: wsRoot, release: "replicas",
+		cmdline: map[*gatewayProcess][]string{}}
 	if err := os.WriteFile(k.secret, []byte(replicaSecret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	deletions := k.watchDeletions(t)
+	tt := t // owns the replicas started again in the subtests
 	gs := []*gatewayProcess{k.start(t), k.start(t), k.start(t)}
 	waitReplicasLive(t, gs)
 	a, b, c := gs[0], gs[1], gs[2]
@@ -463,6 +534,68 @@ func TestKubernetesReplicas(t *testing.T) {
 			t.Errorf("the woken replica's log does not say it lost the lease")
 		}
 	})
+
+	// The contexts of the clients below: two new, and the agent's.
+	counted := []string{"counter-0", "counter-1", "agent"}
+	ok = t.Run("RollingRestart", func(t *testing.T) {
+		// A third replica again, in place of A; then clients counting
+		// through a front over the three while each is SIGTERMed and
+		// started again in turn.
+		reps := []*rollingReplica{k.rolling(tt, k.start(tt)), k.rolling(tt, survivors[0]), k.rolling(tt, survivors[1])}
+		survivors = nil
+		defer func() {
+			for _, r := range reps {
+				survivors = append(survivors, r.g)
+			}
+		}()
+		waitRollingLive(t, reps)
+		fr := newFront(rollingURLs(reps))
+		defer fr.close()
+		fr.waitAll(t)
+		for _, id := range counted[:2] {
+			fr.call(t, "POST", "api/contexts", map[string]any{"id": id, "language": "python"}, nil)
+		}
+		before := k.kernelPods(t, reps[0].g, counted)
+		t.Logf("the contexts' owners: %v", pgOwners(t, reps[0].g, counted))
+		cs := startCounters(t, fr, counted)
+		rollingRestart(t, reps, fr, cs, nil)
+		cs.check(t)
+		if t.Failed() {
+			for i, r := range reps {
+				t.Logf("replica %d:\n%s", i, r.g.logs)
+			}
+			t.FailNow()
+		}
+		k.sameKernelPods(t, reps[1].g, before, deletions)
+		// The notebook kernel too: its pod, its state.
+		if now := e.runningPod(t, notebook); now.UID != notebookPod.UID || deletions.has(notebookPod.UID) {
+			t.Errorf("the notebook kernel runs in pod %s, not %s", now.Name, notebookPod.Name)
+		}
+		if got := wsExecute(t, reps[2].g.url, notebook, "kept"); got != "7" {
+			t.Errorf("the notebook kernel after the rolling restart: %q, want its state 7", got)
+		}
+	})
+	if !ok {
+		t.FailNow()
+	}
+
+	ok = t.Run("PostgresRestarted", func(t *testing.T) {
+		gs := survivors
+		var urls []string
+		for _, g := range gs {
+			urls = append(urls, g.url)
+		}
+		was := pgOwners(t, gs[0], counted)
+		before := k.kernelPods(t, gs[0], counted)
+		cs := startPgClients(t, urls, counted)
+		waitFor(t, func() bool { return cs.ackedSince(time.Time{}) >= 3 }, "the clients got fewer than 3 runs each before the outage", func() []any { return nil })
+		down, up := pgOutage(t, srv, gs, was)
+		cs.checkOutage(t, gs, was, down, up)
+		k.sameKernelPods(t, gs[2], before, deletions)
+	})
+	if !ok {
+		t.FailNow()
+	}
 
 	t.Run("NoPodLeftAfterTheLastReplica", func(t *testing.T) {
 		for _, p := range []corev1.Pod{agentPod, notebookPod} {

@@ -100,59 +100,41 @@ func runOnce(url, context, code string, streamed bool) (a attempt) {
 	return a
 }
 
-// TestReplicasPostgresRestarted: three replicas with local kernels, a
-// client per context running code in a loop through every replica in
-// turn (waited and streamed), and PostgreSQL stopped for longer than the
-// lease, then started again. The replicas reconnect and go on: every
-// request of the outage was answered within a bound (a 503 UNAVAILABLE
-// with Retry-After, or its run); no replica let a kernel go or took
-// another's over because of the outage (each context keeps its owner,
-// its kernel and its state); every run acknowledged before, during and
-// after is in the store and answers GET /api/runs/{id} from any replica.
-func TestReplicasPostgresRestarted(t *testing.T) {
-	bin := buildBinary(t)
-	srv := pgtest.Start(t)
-	gs := startReplicas(t, bin, srv, "pgrestart", 3, "--lease", "2s")
+// pgClients are clients of TestReplicasPostgresRestarted: one per
+// context, each running `n += 1; n` through the replicas in turn,
+// waited and streamed runs alternating, until halted, keeping every
+// attempt.
+type pgClients struct {
+	names   []string
+	mu      sync.Mutex
+	history map[string][]attempt
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	halt    func()
+}
 
-	names := []string{"one", "two", "three"}
-	type before struct{ owner, kernel string }
-	was := map[string]before{}
+// startPgClients starts a client per context over the replicas at urls;
+// halt (also a cleanup of t) stops them.
+func startPgClients(t *testing.T, urls, names []string) *pgClients {
+	c := &pgClients{names: names, history: map[string][]attempt{}, stop: make(chan struct{})}
 	for i, name := range names {
-		call(t, "POST", gs[i].url+"api/contexts", map[string]any{"id": name, "language": "python"}, 201, nil)
-		var e execution
-		call(t, "POST", gs[i].url+"api/execute", map[string]any{"context": name, "code": "n = 0"}, 200, &e)
-		var cm struct{ KernelID, Replica string }
-		call(t, "GET", gs[i].url+"api/contexts/"+name, nil, 200, &cm)
-		if cm.Replica != replicaURL(gs[i]) {
-			t.Fatalf("context %s created through %s is owned by %s", name, gs[i].url, cm.Replica)
-		}
-		was[name] = before{cm.Replica, cm.KernelID}
-	}
-
-	// The clients: one per context, each through the replicas in turn,
-	// waited and streamed runs alternating, until told to stop.
-	var mu sync.Mutex
-	history := map[string][]attempt{}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for i, name := range names {
-		wg.Add(1)
+		c.wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer c.wg.Done()
 			for k := 0; k < 2000; k++ {
 				select {
-				case <-stop:
+				case <-c.stop:
 					return
 				default:
 				}
-				a := runOnce(gs[(i+k)%len(gs)].url, name, "n += 1; n", k%2 == 1)
-				mu.Lock()
-				history[name] = append(history[name], a)
-				mu.Unlock()
+				a := runOnce(urls[(i+k)%len(urls)], name, "n += 1; n", k%2 == 1)
+				c.mu.Lock()
+				c.history[name] = append(c.history[name], a)
+				c.mu.Unlock()
 				if a.status == 503 {
 					// Told to come back: a client waits a little.
 					select {
-					case <-stop:
+					case <-c.stop:
 						return
 					case <-time.After(200 * time.Millisecond):
 					}
@@ -160,64 +142,98 @@ func TestReplicasPostgresRestarted(t *testing.T) {
 			}
 		}()
 	}
-	stopped := false
-	halt := func() {
-		if !stopped {
-			stopped = true
-			close(stop)
-			wg.Wait()
-		}
-	}
-	t.Cleanup(halt)
-	// ackedSince counts each context's acknowledged runs asked for after t0.
-	ackedSince := func(t0 time.Time) (least int) {
-		mu.Lock()
-		defer mu.Unlock()
-		least = -1
-		for _, name := range names {
-			n := 0
-			for _, a := range history[name] {
-				if a.acked() && a.at.After(t0) {
-					n++
-				}
-			}
-			if least < 0 || n < least {
-				least = n
-			}
-		}
-		return least
-	}
-	waitFor(t, func() bool { return ackedSince(time.Time{}) >= 3 }, "the clients got fewer than 3 runs each before the outage", func() []any { return nil })
+	c.halt = sync.OnceFunc(func() {
+		close(c.stop)
+		c.wg.Wait()
+	})
+	t.Cleanup(c.halt)
+	return c
+}
 
-	// PostgreSQL stops at once (as a crash would) and stays down past
-	// the lease: each replica says it cannot renew its leases, and then
-	// fails to renew them once more (the database's lapse has passed).
+// ackedSince is the least, over the contexts, of the acknowledged runs
+// asked for after t0.
+func (c *pgClients) ackedSince(t0 time.Time) (least int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	least = -1
+	for _, name := range c.names {
+		n := 0
+		for _, a := range c.history[name] {
+			if a.acked() && a.at.After(t0) {
+				n++
+			}
+		}
+		if least < 0 || n < least {
+			least = n
+		}
+	}
+	return least
+}
+
+// pgOutage stops PostgreSQL at once (as a crash would) and keeps it down
+// past the lease, until each replica of gs that owns a context of was
+// said it cannot renew its leases and then failed to renew them once
+// more (the database's lapse has passed); then starts it again. It
+// returns when it went down and came back.
+func pgOutage(t *testing.T, srv *pgtest.TB, gs []*gatewayProcess, was map[string]pgBefore) (down, up time.Time) {
+	t.Helper()
 	srv.Stop("immediate")
-	down := time.Now()
+	down = time.Now()
+	var waiting []string
 	waitFor(t, func() bool {
+		waiting = nil
 		for _, g := range gs {
+			holds := false
+			for _, b := range was {
+				holds = holds || b.owner == replicaURL(g)
+			}
 			logs := g.logs.String()
 			i := strings.Index(logs, "cluster: kernel leases")
-			if i < 0 || !(strings.Contains(logs[i:], "renewing leases failed") || strings.Contains(logs, "kernel lease lost")) {
-				return false
+			if holds && (i < 0 || !(strings.Contains(logs[i:], "renewing leases failed") || strings.Contains(logs, "kernel lease lost"))) {
+				waiting = append(waiting, g.url)
 			}
 		}
-		return true
-	}, "the replicas did not notice the database's absence past the lease", func() []any { return nil })
+		return len(waiting) == 0
+	}, "the replicas %v did not notice the database's absence past the lease", func() []any { return []any{waiting} })
 	srv.StartAgain()
-	up := time.Now()
+	up = time.Now()
 	t.Logf("PostgreSQL was down for %v", up.Sub(down).Round(time.Millisecond))
+	return down, up
+}
 
-	// After the restart everything works again: runs through every replica.
-	if !pollUntil(60*time.Second, func() bool { return ackedSince(up) >= 4 }) {
-		halt()
-		t.Fatalf("the clients did not get runs again within 60 s of the restart: %s", summary(history))
+// pgBefore is a context's owner and kernel before the outage.
+type pgBefore struct{ owner, kernel string }
+
+// pgOwners reads each context's owner and kernel through g.
+func pgOwners(t *testing.T, g *gatewayProcess, names []string) map[string]pgBefore {
+	t.Helper()
+	was := map[string]pgBefore{}
+	for _, name := range names {
+		var cm struct{ KernelID, Replica string }
+		call(t, "GET", g.url+"api/contexts/"+name, nil, 200, &cm)
+		was[name] = pgBefore{cm.Replica, cm.KernelID}
 	}
-	halt()
+	return was
+}
+
+// checkOutage waits until the clients get runs again after the restart,
+// halts them, and checks their histories: every request of the outage
+// answered within the bound (a 503 UNAVAILABLE with Retry-After, or its
+// run), every other one acknowledged, the acknowledged n growing; each
+// context keeps its owner, kernel and state (was) through every replica;
+// every acknowledged run answers GET /api/runs/{id} from any replica; no
+// replica let a kernel go.
+func (c *pgClients) checkOutage(t *testing.T, gs []*gatewayProcess, was map[string]pgBefore, down, up time.Time) {
+	t.Helper()
+	if !pollUntil(60*time.Second, func() bool { return c.ackedSince(up) >= 4 }) {
+		c.halt()
+		t.Fatalf("the clients did not get runs again within 60 s of the restart: %s", summary(c.history))
+	}
+	c.halt()
 
 	during := map[string]int{}
 	var longest time.Duration
-	for _, hist := range history {
+	for _, hist := range c.history {
 		for _, a := range hist {
 			if a.at.After(down) && a.at.Before(up) {
 				during[fmt.Sprintf("%d %s", a.status, a.reason)]++
@@ -226,8 +242,8 @@ func TestReplicasPostgresRestarted(t *testing.T) {
 		}
 	}
 	t.Logf("answers to the requests made during the outage: %v; the longest took %v", during, longest.Round(time.Millisecond))
-	for _, name := range names {
-		hist := history[name]
+	for _, name := range c.names {
+		hist := c.history[name]
 		last := 0
 		for _, a := range hist {
 			switch {
@@ -256,11 +272,9 @@ func TestReplicasPostgresRestarted(t *testing.T) {
 			}
 		}
 		// Its owner, its kernel and its state are those of before.
-		var cm struct{ KernelID, Replica string }
 		for _, g := range gs {
-			call(t, "GET", g.url+"api/contexts/"+name, nil, 200, &cm)
-			if cm.Replica != was[name].owner || cm.KernelID != was[name].kernel {
-				t.Errorf("context %s through %s: owner %s, kernel %s; before the outage %s, %s", name, g.url, cm.Replica, cm.KernelID, was[name].owner, was[name].kernel)
+			if now := pgOwners(t, g, []string{name})[name]; now != was[name] {
+				t.Errorf("context %s through %s: owner %s, kernel %s; before the outage %s, %s", name, g.url, now.owner, now.kernel, was[name].owner, was[name].kernel)
 			}
 		}
 		var e execution
@@ -291,6 +305,41 @@ func TestReplicasPostgresRestarted(t *testing.T) {
 			t.Errorf("replica %d let a kernel go because of the outage:\n%s", i, g.logs)
 		}
 	}
+}
+
+// TestReplicasPostgresRestarted: three replicas with local kernels, a
+// client per context running code in a loop through every replica in
+// turn (waited and streamed), and PostgreSQL stopped for longer than the
+// lease, then started again. The replicas reconnect and go on: every
+// request of the outage was answered within a bound (a 503 UNAVAILABLE
+// with Retry-After, or its run); no replica let a kernel go or took
+// another's over because of the outage (each context keeps its owner,
+// its kernel and its state); every run acknowledged before, during and
+// after is in the store and answers GET /api/runs/{id} from any replica.
+func TestReplicasPostgresRestarted(t *testing.T) {
+	bin := buildBinary(t)
+	srv := pgtest.Start(t)
+	gs := startReplicas(t, bin, srv, "pgrestart", 3, "--lease", "2s")
+
+	names := []string{"one", "two", "three"}
+	var urls []string
+	for i, name := range names {
+		call(t, "POST", gs[i].url+"api/contexts", map[string]any{"id": name, "language": "python"}, 201, nil)
+		var e execution
+		call(t, "POST", gs[i].url+"api/execute", map[string]any{"context": name, "code": "n = 0"}, 200, &e)
+		urls = append(urls, gs[i].url)
+	}
+	was := pgOwners(t, gs[0], names)
+	for i, name := range names {
+		if was[name].owner != replicaURL(gs[i]) {
+			t.Fatalf("context %s created through %s is owned by %s", name, gs[i].url, was[name].owner)
+		}
+	}
+
+	cs := startPgClients(t, urls, names)
+	waitFor(t, func() bool { return cs.ackedSince(time.Time{}) >= 3 }, "the clients got fewer than 3 runs each before the outage", func() []any { return nil })
+	down, up := pgOutage(t, srv, gs, was)
+	cs.checkOutage(t, gs, was, down, up)
 }
 
 // summary is a short account of the clients' attempts.

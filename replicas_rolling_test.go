@@ -25,14 +25,6 @@ import (
 	"kernelgate/internal/pgtest"
 )
 
-// rollingReplica is a replica of a rolling restart: what it was started
-// with, to start it again on the same address.
-type rollingReplica struct {
-	g       *gatewayProcess
-	args    []string
-	runtime string
-}
-
 // front stands for a Kubernetes Service before the replicas: it sends
 // each request to the next replica whose GET /readyz last answered 200,
 // and drops a replica that refuses the connection (nothing sent) for the
@@ -128,6 +120,217 @@ func (f *front) do(method, path string, body any) (int, []byte, error) {
 	return 0, nil, fmt.Errorf("%s %s: no replica ready for 30 s", method, path)
 }
 
+// waitAll waits until the front sees every replica ready.
+func (f *front) waitAll(t *testing.T) {
+	t.Helper()
+	waitFor(t, func() bool {
+		for i := range f.ready {
+			if !f.ready[i].Load() {
+				return false
+			}
+		}
+		return true
+	}, "the front does not see every replica ready", func() []any { return nil })
+}
+
+// call sends a request through the front; anything but a 2xx fails the
+// test. The answer is decoded into out unless nil.
+func (f *front) call(t *testing.T, method, path string, body any, out any) {
+	t.Helper()
+	code, b, err := f.do(method, path, body)
+	if err != nil || code/100 != 2 {
+		t.Fatalf("%s %s: %d %s %v", method, path, code, b, err)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("%s %s: %v: %s", method, path, err, b)
+		}
+	}
+}
+
+// counterBody is the request running code in a client's context; the
+// context "code-python" stands for none (the shared Python context).
+func counterBody(id, code string) map[string]any {
+	if id == "code-python" {
+		return map[string]any{"language": "python", "code": code}
+	}
+	return map[string]any{"context": id, "code": code}
+}
+
+// counters are clients each running `n += 1; n` through a front in a
+// context of its own (n = 0 set first), every 25 ms, until halted, and
+// counting the runs acknowledged: a client stops at its first failure,
+// or at an n that is not its count.
+type counters struct {
+	fr       *front
+	ids      []string
+	mu       sync.Mutex
+	failures []string
+	counts   []int
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	halt     func()
+}
+
+// startCounters sets n = 0 in each context through the front and starts
+// a client per context; halt (also a cleanup of t) stops them.
+func startCounters(t *testing.T, fr *front, ids []string) *counters {
+	t.Helper()
+	c := &counters{fr: fr, ids: ids, counts: make([]int, len(ids)), stop: make(chan struct{})}
+	for _, id := range ids {
+		fr.call(t, "POST", "api/execute", counterBody(id, "n = 0"), nil)
+	}
+	for i, id := range ids {
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			pace := time.NewTicker(25 * time.Millisecond) // a steady load, not a wait
+			defer pace.Stop()
+			for {
+				select {
+				case <-c.stop:
+					return
+				case <-pace.C:
+				}
+				code, b, err := fr.do("POST", "api/execute", counterBody(id, "n += 1; n"))
+				if err != nil || code != 200 {
+					c.fail("client %s after %d runs: %d %s %v", id, c.counts[i], code, b, err)
+					return
+				}
+				var e execution
+				if err := json.Unmarshal(b, &e); err != nil || e.Error != nil || e.Process.Reason != "completed" {
+					c.fail("client %s after %d runs: an answer that is no completed run: %s", id, c.counts[i], b)
+					return
+				}
+				c.counts[i]++
+				if e.text() != strconv.Itoa(c.counts[i]) {
+					c.fail("client %s: run %d answered n = %s (a run counted twice, or lost)", id, c.counts[i], e.text())
+					return
+				}
+			}
+		}()
+	}
+	c.halt = sync.OnceFunc(func() {
+		close(c.stop)
+		c.wg.Wait()
+	})
+	t.Cleanup(c.halt)
+	return c
+}
+
+func (c *counters) fail(format string, args ...any) {
+	c.mu.Lock()
+	c.failures = append(c.failures, fmt.Sprintf(format, args...))
+	c.mu.Unlock()
+}
+
+func (c *counters) failed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.failures) > 0
+}
+
+// check halts the clients and checks their histories: no failure, and
+// each context's n is its client's count of acknowledged runs (each
+// counted once), which is not zero.
+func (c *counters) check(t *testing.T) {
+	t.Helper()
+	c.halt()
+	for _, f := range c.failures {
+		t.Error(f)
+	}
+	if len(c.failures) > 0 {
+		return
+	}
+	for i, id := range c.ids {
+		var e execution
+		c.fr.call(t, "POST", "api/execute", counterBody(id, "n"), &e)
+		if e.text() != strconv.Itoa(c.counts[i]) {
+			t.Errorf("context %s: n = %s, its client counted %d acknowledged runs", id, e.text(), c.counts[i])
+		}
+		if c.counts[i] == 0 {
+			t.Errorf("client %s had no run acknowledged", id)
+		}
+	}
+	t.Logf("acknowledged runs: %v", c.counts)
+}
+
+// rollingReplica is a replica of a rolling restart: what it was started
+// with, to start it again on the same address.
+type rollingReplica struct {
+	g     *gatewayProcess
+	args  []string                             // its whole command line, its port included
+	start func(args ...string) *gatewayProcess // starts it with args
+}
+
+// newRollingReplica starts a replica with start(args...) and keeps its
+// command line with its port for a restart on the same address.
+func newRollingReplica(start func(args ...string) *gatewayProcess, args ...string) *rollingReplica {
+	g := start(args...)
+	u, _ := url.Parse(g.url)
+	return &rollingReplica{g: g, args: append(slices.Clip(args), "--port", u.Port()), start: start}
+}
+
+// rollingURLs are the replicas' URLs, for a front.
+func rollingURLs(reps []*rollingReplica) []string {
+	var urls []string
+	for _, r := range reps {
+		urls = append(urls, r.g.url)
+	}
+	return urls
+}
+
+// waitRollingLive waits until each replica sees them all live.
+func waitRollingLive(t *testing.T, reps []*rollingReplica) {
+	t.Helper()
+	for _, r := range reps {
+		var st replicaStatus
+		waitFor(t, func() bool {
+			st = replicaStatus{}
+			if _, err := tryCall(r.g.url+"api/status", &st); err != nil {
+				return false
+			}
+			for _, o := range reps {
+				if !slices.Contains(st.Replicas, replicaURL(o.g)) {
+					return false
+				}
+			}
+			return true
+		}, "%s: status %+v, want every replica live", func() []any { return []any{r.g.url, st} })
+	}
+}
+
+// rollingRestart stops each replica with SIGTERM in turn while the
+// clients run, checks it handed its kernels over, starts it again on its
+// address and waits until every replica sees it live and the front sees
+// it ready, then goes on to the next; it stops early when a client
+// failed. around(i), when given, runs before replica i is stopped and
+// returns what to check once it exited.
+func rollingRestart(t *testing.T, reps []*rollingReplica, fr *front, cs *counters, around func(i int, r *rollingReplica) func()) {
+	t.Helper()
+	for i, r := range reps {
+		after := func() {}
+		if around != nil {
+			after = around(i, r)
+		}
+		t0 := time.Now()
+		if err := r.g.kill(t, syscall.SIGTERM); err != nil {
+			t.Fatalf("replica %d: exit after SIGTERM: %v\n%s", i, err, r.g.logs)
+		}
+		t.Logf("replica %d stopped in %v", i, time.Since(t0).Round(time.Millisecond))
+		if !strings.Contains(r.g.logs.String(), "kernels handed over") {
+			t.Errorf("replica %d did not hand its kernels over:\n%s", i, r.g.logs)
+		}
+		after()
+		r.g = r.start(r.args...)
+		waitRollingLive(t, reps)
+		waitFor(t, func() bool { return fr.ready[i].Load() }, "replica %d is not ready again", func() []any { return []any{i} })
+		if cs.failed() {
+			break
+		}
+	}
+}
+
 // TestReplicasRollingRestartLosesNothing: three replicas behind a front
 // that sends to the ready ones, clients each counting `n += 1` in a
 // context of their own, and every replica stopped with SIGTERM and
@@ -145,91 +348,41 @@ func TestReplicasRollingRestartLosesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	workspaces := t.TempDir()
+	start := func(args ...string) *gatewayProcess { return startGateway(t, bin, args...) }
 	reps := make([]*rollingReplica, 3)
+	runtimes := make([]string, 3)
 	for i := range reps {
-		dirs := newRestartDirs(t)
-		args := []string{"--state-url", dbURL, "--cluster-secret-file", secret, "--runtime-dir", dirs.runtime,
-			"--workspace-root", workspaces, "--pool-size", "0", "--lease", "2s"}
-		g := startGateway(t, bin, args...)
-		u, _ := url.Parse(g.url)
-		reps[i] = &rollingReplica{g: g, args: append(args, "--port", u.Port()), runtime: dirs.runtime}
+		runtimes[i] = newRestartDirs(t).runtime
+		reps[i] = newRollingReplica(start, "--state-url", dbURL, "--cluster-secret-file", secret, "--runtime-dir", runtimes[i],
+			"--workspace-root", workspaces, "--pool-size", "0", "--lease", "2s")
 	}
-	waitAllLive := func() {
-		for _, r := range reps {
-			var st replicaStatus
-			waitFor(t, func() bool {
-				st = replicaStatus{}
-				if _, err := tryCall(r.g.url+"api/status", &st); err != nil {
-					return false
-				}
-				for _, o := range reps {
-					if !slices.Contains(st.Replicas, replicaURL(o.g)) {
-						return false
-					}
-				}
-				return true
-			}, "%s: status %+v, want every replica live", func() []any { return []any{r.g.url, st} })
-		}
-	}
-	waitAllLive()
-	var backends []string
-	for _, r := range reps {
-		backends = append(backends, r.g.url)
-	}
-	fr := newFront(backends)
+	waitRollingLive(t, reps)
+	fr := newFront(rollingURLs(reps))
 	defer fr.close()
-	waitFor(t, func() bool {
-		for i := range fr.ready {
-			if !fr.ready[i].Load() {
-				return false
-			}
-		}
-		return true
-	}, "the front does not see every replica ready", func() []any { return nil })
+	fr.waitAll(t)
 
-	frontCall := func(method, path string, body any, out any) {
-		t.Helper()
-		code, b, err := fr.do(method, path, body)
-		if err != nil || code/100 != 2 {
-			t.Fatalf("%s %s: %d %s %v", method, path, code, b, err)
-		}
-		if out != nil {
-			if err := json.Unmarshal(b, out); err != nil {
-				t.Fatalf("%s %s: %v: %s", method, path, err, b)
-			}
-		}
-	}
 	// The clients' contexts, spread over the replicas by the front; the
-	// slow context is the first replica's, stopped first.
+	// slow context is the first replica's, stopped first. The last client
+	// runs without a context: on the cluster's shared Python context
+	// (code-python), which moves with its kernel too.
 	const clients = 4
-	ids := []string{"slow"}
 	call(t, "POST", reps[0].g.url+"api/contexts", map[string]any{"id": "slow", "language": "python"}, 201, nil)
-	// The last client runs without a context: on the cluster's shared
-	// Python context (code-python), which moves with its kernel too.
-	body := func(id, code string) map[string]any {
-		if id == "code-python" {
-			return map[string]any{"language": "python", "code": code}
-		}
-		return map[string]any{"context": id, "code": code}
-	}
-	for i := range clients {
+	var ids []string
+	for i := range clients - 1 {
 		id := "counter-" + strconv.Itoa(i)
-		if i == clients-1 {
-			id = "code-python"
-		} else {
-			frontCall("POST", "api/contexts", map[string]any{"id": id, "language": "python"}, nil)
-		}
+		fr.call(t, "POST", "api/contexts", map[string]any{"id": id, "language": "python"}, nil)
 		ids = append(ids, id)
-		frontCall("POST", "api/execute", body(id, "n = 0"), nil)
 	}
+	ids = append(ids, "code-python")
+	fr.call(t, "POST", "api/execute", counterBody("code-python", "n = 0"), nil)
 	before := map[string]ctxModel{}
 	owners := map[string]bool{}
-	for _, id := range ids {
+	for _, id := range append([]string{"slow"}, ids...) {
 		var cm struct {
 			ctxModel
 			Replica string `json:"replica"`
 		}
-		frontCall("GET", "api/contexts/"+id, nil, &cm)
+		fr.call(t, "GET", "api/contexts/"+id, nil, &cm)
 		if cm.KernelID == nil || cm.KernelProcessID == nil {
 			t.Fatalf("context %s has no kernel: %+v", id, cm)
 		}
@@ -238,102 +391,32 @@ func TestReplicasRollingRestartLosesNothing(t *testing.T) {
 	}
 	t.Logf("the contexts' owners: %v", owners)
 
-	// The clients: each runs n += 1 in its context until told to stop,
-	// counting the runs acknowledged.
-	var mu sync.Mutex
-	var failures []string
-	fail := func(format string, args ...any) {
-		mu.Lock()
-		failures = append(failures, fmt.Sprintf(format, args...))
-		mu.Unlock()
-	}
-	counts := make([]int, clients)
-	stopClients := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range clients {
-		wg.Add(1)
+	cs := startCounters(t, fr, ids)
+	rollingRestart(t, reps, fr, cs, func(i int, r *rollingReplica) func() {
+		if i != 0 {
+			return func() {}
+		}
+		// A run in progress on the replica stopped is answered.
+		slow := make(chan slowAnswer, 1)
 		go func() {
-			defer wg.Done()
-			id := ids[i+1]
-			pace := time.NewTicker(25 * time.Millisecond) // a steady load, not a wait
-			defer pace.Stop()
-			for {
-				select {
-				case <-stopClients:
-					return
-				case <-pace.C:
-				}
-				code, b, err := fr.do("POST", "api/execute", body(id, "n += 1; n"))
-				if err != nil || code != 200 {
-					fail("client %s after %d runs: %d %s %v", id, counts[i], code, b, err)
-					return
-				}
-				var e execution
-				if err := json.Unmarshal(b, &e); err != nil || e.Error != nil || e.Process.Reason != "completed" {
-					fail("client %s after %d runs: an answer that is no completed run: %s", id, counts[i], b)
-					return
-				}
-				counts[i]++
-				if e.text() != strconv.Itoa(counts[i]) {
-					fail("client %s: run %d answered n = %s (a run counted twice, or lost)", id, counts[i], e.text())
-					return
-				}
-			}
+			var a slowAnswer
+			a.code, a.body, a.err = postJSONRaw(r.g.url+"api/execute", map[string]any{"context": "slow", "code": "import time; time.sleep(3); m = 7; m"})
+			slow <- a
 		}()
-	}
-	stopAll := sync.OnceFunc(func() {
-		close(stopClients)
-		wg.Wait()
-	})
-	defer stopAll()
-
-	// The rolling restart: each replica stopped with SIGTERM while the
-	// clients run, started again on its address, ready, then the next.
-	for i, r := range reps {
-		var slow chan slowAnswer
-		if i == 0 {
-			// A run in progress on the replica stopped is answered.
-			slow = make(chan slowAnswer, 1)
-			go func() {
-				var a slowAnswer
-				a.code, a.body, a.err = postJSONRaw(r.g.url+"api/execute", map[string]any{"context": "slow", "code": "import time; time.sleep(3); m = 7; m"})
-				slow <- a
-			}()
-			waitFor(t, func() bool {
-				var cm struct{ ExecutionState string }
-				_, err := tryCall(r.g.url+"api/contexts/slow", &cm)
-				return err == nil && cm.ExecutionState == "busy"
-			}, "the slow run did not start", func() []any { return nil })
-		}
-		t0 := time.Now()
-		if err := r.g.kill(t, syscall.SIGTERM); err != nil {
-			t.Fatalf("replica %d: exit after SIGTERM: %v\n%s", i, err, r.g.logs)
-		}
-		t.Logf("replica %d stopped in %v", i, time.Since(t0).Round(time.Millisecond))
-		if !strings.Contains(r.g.logs.String(), "kernels handed over") {
-			t.Errorf("replica %d did not hand its kernels over:\n%s", i, r.g.logs)
-		}
-		if slow != nil {
+		waitFor(t, func() bool {
+			var cm struct{ ExecutionState string }
+			_, err := tryCall(r.g.url+"api/contexts/slow", &cm)
+			return err == nil && cm.ExecutionState == "busy"
+		}, "the slow run did not start", func() []any { return nil })
+		return func() {
 			a := <-slow
 			var e execution
 			if a.err != nil || a.code != 200 || json.Unmarshal(a.body, &e) != nil || e.text() != "7" {
 				t.Errorf("the run in progress on the replica stopped: %d %s %v, want 200 with 7", a.code, a.body, a.err)
 			}
 		}
-		r.g = startGateway(t, bin, r.args...)
-		waitAllLive()
-		waitFor(t, func() bool { return fr.ready[i].Load() }, "replica %d is not ready again", func() []any { return []any{i} })
-		mu.Lock()
-		stop := len(failures) > 0
-		mu.Unlock()
-		if stop {
-			break
-		}
-	}
-	stopAll()
-	for _, f := range failures {
-		t.Error(f)
-	}
+	})
+	cs.check(t)
 	if t.Failed() {
 		for i, r := range reps {
 			t.Logf("replica %d:\n%s", i, r.g.logs)
@@ -341,21 +424,11 @@ func TestReplicasRollingRestartLosesNothing(t *testing.T) {
 		t.FailNow()
 	}
 
-	// Every acknowledged run counted once; every context on its kernel.
-	for i := range clients {
-		var e execution
-		frontCall("POST", "api/execute", body(ids[i+1], "n"), &e)
-		if e.text() != strconv.Itoa(counts[i]) {
-			t.Errorf("context %s: n = %s, its client counted %d acknowledged runs", ids[i+1], e.text(), counts[i])
-		}
-		if counts[i] == 0 {
-			t.Errorf("client %s had no run acknowledged", ids[i+1])
-		}
-	}
+	// Every context on its kernel.
 	var pids []int
-	for _, id := range ids {
+	for _, id := range append([]string{"slow"}, ids...) {
 		var cm ctxModel
-		frontCall("GET", "api/contexts/"+id, nil, &cm)
+		fr.call(t, "GET", "api/contexts/"+id, nil, &cm)
 		b := before[id]
 		if cm.KernelID == nil || *cm.KernelID != *b.KernelID || cm.KernelProcessID == nil || *cm.KernelProcessID != *b.KernelProcessID {
 			t.Errorf("context %s: kernel %v pid %v after the rolling restart, want %s pid %d", id, orNil(cm.KernelID), cm.KernelProcessID, *b.KernelID, *b.KernelProcessID)
@@ -365,10 +438,9 @@ func TestReplicasRollingRestartLosesNothing(t *testing.T) {
 		}
 		pids = append(pids, *b.KernelProcessID)
 	}
-	t.Logf("acknowledged runs: %v", counts)
 	// A kernel's websocket works through any replica after the moves.
-	if got := wsExecute(t, reps[1].g.url, *before[ids[1]].KernelID, "n"); got != strconv.Itoa(counts[0]) {
-		t.Errorf("n through %s's websocket to the kernel of %s: %q, want %d", reps[1].g.url, ids[1], got, counts[0])
+	if got := wsExecute(t, reps[1].g.url, *before[ids[0]].KernelID, "n"); got != strconv.Itoa(cs.counts[0]) {
+		t.Errorf("n through %s's websocket to the kernel of %s: %q, want %d", reps[1].g.url, ids[0], got, cs.counts[0])
 	}
 
 	// The replicas stop one after the other; the last one standing
@@ -386,8 +458,8 @@ func TestReplicasRollingRestartLosesNothing(t *testing.T) {
 			t.Errorf("kernel process %d outlived the last replica", pid)
 		}
 	}
-	for _, r := range reps {
-		waitProcs(t, r.runtime, true, nil)
+	for _, rt := range runtimes {
+		waitProcs(t, rt, true, nil)
 	}
 }
 
