@@ -89,7 +89,7 @@ func (cat *Catalog) warmable(spec *kernelspecs.Spec, env map[string]string) (boo
 // when none is ready or the context cannot take one (warmable); the caller
 // then starts one.
 func (c *Context) takeWarm(ctx context.Context) *Kernel {
-	if ok, _ := c.m.catalog.warmable(c.spec, c.Env); !ok || c.m.prov.Capabilities(c.spec).OwnWorkspace {
+	if ok, _ := c.m.catalog.warmable(c.spec, c.Env); !ok || c.m.ownWorkspace(c.spec) {
 		return nil
 	}
 	p := c.m.warm.get(c.spec)
@@ -221,4 +221,11 @@ func relink(ws *workspace.Workspace, from string) error {
 		return err
 	}
 	return os.Symlink(to, from)
+}
+
+// ownWorkspace says kernels of spec mount their own context's workspace
+// (a kernel pod with the workspace claim): a warm one serves no other
+// context. False without a provisioner (unit tests' fake starts).
+func (m *Manager) ownWorkspace(spec *kernelspecs.Spec) bool {
+	return m.prov != nil && m.prov.Capabilities(spec).OwnWorkspace
 }
