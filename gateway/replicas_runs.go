@@ -186,6 +186,21 @@ func (s *Server) forwardRun(c echo.Context, kind Kind, id string, target *url.UR
 	}
 	rr, ok := parseRunRequest(c, body)
 	if !ok || kind != KindContext {
+		if cached {
+			// Forwarded as any request, whose answer is relayed as it
+			// comes: to the owner the store names now, not the cache's.
+			h, ok := s.ownerNow(r.Context(), kind, id)
+			if !ok {
+				c.Response().Header().Set("Retry-After", "1")
+				return true, newError(http.StatusServiceUnavailable, "UNAVAILABLE", "finding the replica that owns "+string(kind)+" "+id+": the store did not answer")
+			}
+			if h.Local {
+				return false, nil
+			}
+			if target, err = url.Parse(h.URL); err != nil || target.Host == "" {
+				return true, newError(http.StatusServiceUnavailable, "UNAVAILABLE", "the replica that owns "+string(kind)+" "+id+" advertises no usable URL")
+			}
+		}
 		return s.forwardRetrying(c, kind, id, target)
 	}
 	// The owner Owners named; its epoch is read by its watch.
