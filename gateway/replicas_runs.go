@@ -25,9 +25,12 @@ import (
 // or in the background):
 //
 //  1. This replica gives the run its id and records it in the store,
-//     queued (Leases.RecordRun), before forwarding it; the owner takes
-//     that id (the signed principal carries it) and runs it under it, or
-//     answers the run it knows by that id already.
+//     queued (Leases.RecordRun), as it forwards it: the record is
+//     committed before this replica answers the client, drops the
+//     record, or asks any other replica for the run (runRelay.record).
+//     The owner takes that id (the signed principal carries it) and runs
+//     it under it, or answers the run it knows by that id already. The
+//     owner is the owner cache's when it has one (replicas_cache.go).
 //  2. While the owner has not answered in full, this replica watches the
 //     kernel's lease (every lease/3). When the connection fails, the
 //     owner answers that it does not own the context, or the lease lapses
@@ -51,7 +54,9 @@ type Leases interface {
 	// Lease is how long a lease lives without renewal.
 	Lease() time.Duration
 	// RecordRun commits the record of a run this replica accepted for
-	// run.Context, queued, under id, as its owner would write it.
+	// run.Context, queued, under id, as its owner would write it, unless
+	// the run has a record already (its owner's, newer); an error
+	// wrapping sessions.ErrNoSuchContext when the context has none.
 	RecordRun(ctx context.Context, id string, run ForwardedRun) error
 	// DropRun deletes that record while it is still queued and unsent:
 	// the owner refused the run (no replica is to send it).
@@ -267,6 +272,12 @@ func (rl *runRelay) follow(h Holding) error {
 		var o outcome
 		var err error
 		if h.Local {
+			if h.Held {
+				// Taken over here: the run is answered once the
+				// take-over has restored the context (a stream begun
+				// cannot be answered "not yet").
+				rl.s.awaitKnown(ctx, rl.kind, rl.id, until)
+			}
 			o, err = rl.local()
 		} else {
 			o, err = rl.remote(h)
@@ -359,13 +370,13 @@ func (rl *runRelay) record() error {
 // written: its context has no record (deleted), or the store does not
 // answer. Nothing was relayed yet.
 func (rl *runRelay) unrecorded(err error) error {
+	rl.s.log.Error("replicas: the record of a forwarded run was not written", "run", rl.runID, "context", rl.id, "err", err)
 	if rl.started {
 		return nil // a stream ends without its end
 	}
 	if ae := classify(err); ae.status != http.StatusInternalServerError {
 		return ae
 	}
-	rl.s.log.Error("replicas: the record of a forwarded run was not written", "run", rl.runID, "context", rl.id, "err", err)
 	rl.c.Response().Header().Set("Retry-After", "1")
 	rl.c.Response().Header().Set("X-Run-Id", rl.runID)
 	return newError(http.StatusServiceUnavailable, "UNAVAILABLE",
