@@ -259,7 +259,7 @@ func (s *Server) e2bFromReplica(next echo.HandlerFunc) echo.HandlerFunc {
 func (s *Server) forwardTo(c echo.Context, kind Kind, id string) (done bool, err error) {
 	runs := s.leases != nil && kind == KindContext && runRoute(c) && c.Get(forwardedKey) == nil
 	if runs && !s.servesContext(id) {
-		if owner, ok := s.ownerCache.get(kind, id, time.Now()); ok {
+		if owner, ok := s.holders.get(kind, id, time.Now()); ok {
 			if target, err := url.Parse(owner); err == nil && target.Host != "" {
 				return s.forwardRun(c, kind, id, target, true)
 			}
@@ -287,7 +287,7 @@ func (s *Server) forwardTo(c echo.Context, kind Kind, id string) (done bool, err
 	}
 	if s.leases != nil {
 		if runs {
-			s.ownerCache.put(kind, id, owner, asked.Add(s.leases.Lease()/3))
+			s.holders.put(kind, id, owner, asked.Add(s.leases.Lease()/3))
 		}
 		if runRoute(c) {
 			return s.forwardRun(c, kind, id, target, false)

@@ -292,7 +292,7 @@ func (rl *runRelay) follow(h Holding) error {
 		if err := rl.record(); err != nil {
 			return rl.unrecorded(err)
 		}
-		rl.s.ownerCache.forget(rl.kind, rl.id)
+		rl.s.holders.forget(rl.kind, rl.id)
 		if rl.cached && !rl.recovering && !rl.started {
 			// The owner the cache named did not take the run: it
 			// lost the lease or died since. The store is asked at
@@ -327,7 +327,7 @@ func (rl *runRelay) follow(h Holding) error {
 			return rl.unavailable()
 		}
 		if next.Held && !next.Local {
-			rl.s.ownerCache.put(rl.kind, rl.id, next.URL, time.Now().Add(lease/3))
+			rl.s.holders.put(rl.kind, rl.id, next.URL, time.Now().Add(lease/3))
 		}
 		h = next
 	}
@@ -345,7 +345,7 @@ func (s *Server) ownerNow(ctx context.Context, kind Kind, id string) (Holding, b
 	case local:
 		return Holding{Local: true}, true
 	}
-	s.ownerCache.put(kind, id, owner, asked.Add(s.leases.Lease()/3))
+	s.holders.put(kind, id, owner, asked.Add(s.leases.Lease()/3))
 	return Holding{Held: true, URL: owner}, true
 }
 
@@ -368,7 +368,7 @@ func (rl *runRelay) record() error {
 
 // unrecorded answers the client when the run's record could not be
 // written: its context has no record (deleted), or the store does not
-// answer. Nothing was relayed yet.
+// answer.
 func (rl *runRelay) unrecorded(err error) error {
 	rl.s.log.Error("replicas: the record of a forwarded run was not written", "run", rl.runID, "context", rl.id, "err", err)
 	if rl.started {

@@ -111,21 +111,21 @@ func (c *Config) fill() {
 
 // Server is the HTTP side of kernelgate.
 type Server struct {
-	cfg        Config
-	mgr        *sessions.Manager
-	log        *slog.Logger
-	echo       *echo.Echo
-	http       *http.Server
-	keys       []APIKey
-	tokens     *tokenStore
-	metrics    *Metrics
-	e2b        *e2b.Handler
-	owners     Owners         // nil: one gateway
-	proxy      *forward.Proxy // to the other replicas, with owners
-	cluster    Cluster        // the others' records, with owners
-	peers      *http.Client   // asks the others for their listings
-	leases     Leases         // the owners' leases, when they tell them (nil: none)
-	ownerCache ownerCache     // contexts' owners, for forwarded runs (replicas_cache.go)
+	cfg     Config
+	mgr     *sessions.Manager
+	log     *slog.Logger
+	echo    *echo.Echo
+	http    *http.Server
+	keys    []APIKey
+	tokens  *tokenStore
+	metrics *Metrics
+	e2b     *e2b.Handler
+	owners  Owners         // nil: one gateway
+	proxy   *forward.Proxy // to the other replicas, with owners
+	cluster Cluster        // the others' records, with owners
+	peers   *http.Client   // asks the others for their listings
+	leases  Leases         // the owners' leases, when they tell them (nil: none)
+	holders ownerCache     // contexts' owners, for forwarded runs (replicas_cache.go)
 
 	mu     sync.Mutex
 	conns  map[*wsConn]struct{}
