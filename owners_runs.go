@@ -47,18 +47,13 @@ func (o owners) Holder(ctx context.Context, kind gateway.Kind, id string) (gatew
 func (o owners) Lease() time.Duration { return o.mgr.Lease() }
 
 // RecordRun implements gateway.Leases: the run's record, queued, as its
-// owner would write it (runs.Record), committed without a fence (this
-// replica does not own the kernel; the owner's later writes are fenced).
+// owner would write it (runs.Record), its kernel and language read from
+// its context's record in the same statement, written without a fence
+// (this replica does not own the kernel; the owner's writes are fenced)
+// and never over a record the owner wrote already.
 func (o owners) RecordRun(ctx context.Context, id string, run gateway.ForwardedRun) error {
-	kernel, language, err := o.store.ContextKernel(ctx, run.Context)
-	if errors.Is(err, state.ErrNoSuchContext) {
-		return fmt.Errorf("%w: %s", sessions.ErrNoSuchContext, run.Context)
-	}
-	if err != nil {
-		return err
-	}
-	rec := runs.Record{Context: run.Context, Language: language, Code: run.Code, Stdin: run.Stdin,
-		Created: run.Accepted, State: runs.RunQueued, Kernel: kernel, Forwarded: true}
+	rec := runs.Record{Context: run.Context, Code: run.Code, Stdin: run.Stdin,
+		Created: run.Accepted, State: runs.RunQueued, Forwarded: true}
 	if run.Timeout > 0 {
 		rec.Deadline = run.Accepted.Add(run.Timeout)
 	}
@@ -69,7 +64,11 @@ func (o owners) RecordRun(ctx context.Context, id string, run gateway.ForwardedR
 	if err != nil {
 		return err
 	}
-	return o.store.CommitRun(ctx, id, data)
+	err = o.store.RecordForwardedRun(ctx, id, run.Context, data)
+	if errors.Is(err, state.ErrNoSuchContext) {
+		return fmt.Errorf("%w: %s", sessions.ErrNoSuchContext, run.Context)
+	}
+	return err
 }
 
 // DropRun implements gateway.Leases.

@@ -257,6 +257,15 @@ func (s *Server) e2bFromReplica(next echo.HandlerFunc) echo.HandlerFunc {
 // replica does not own what it addresses (ownership moved on the way), it
 // is refused with NOT_OWNER, for the client to retry.
 func (s *Server) forwardTo(c echo.Context, kind Kind, id string) (done bool, err error) {
+	runs := s.leases != nil && kind == KindContext && runRoute(c) && c.Get(forwardedKey) == nil
+	if runs && !s.servesContext(id) {
+		if owner, ok := s.holders.get(kind, id, time.Now()); ok {
+			if target, err := url.Parse(owner); err == nil && target.Host != "" {
+				return s.forwardRun(c, kind, id, target, true)
+			}
+		}
+	}
+	asked := time.Now()
 	owner, local, err := s.owners.Owner(c.Request().Context(), kind, id)
 	if err != nil {
 		if ae := classify(err); ae.status != http.StatusInternalServerError {
@@ -277,8 +286,11 @@ func (s *Server) forwardTo(c echo.Context, kind Kind, id string) (done bool, err
 		return true, newError(http.StatusServiceUnavailable, "UNAVAILABLE", "the replica that owns "+string(kind)+" "+id+" advertises no usable URL")
 	}
 	if s.leases != nil {
+		if runs {
+			s.holders.put(kind, id, owner, asked.Add(s.leases.Lease()/3))
+		}
 		if runRoute(c) {
-			return s.forwardRun(c, kind, id, target)
+			return s.forwardRun(c, kind, id, target, false)
 		}
 		return s.forwardRetrying(c, kind, id, target)
 	}

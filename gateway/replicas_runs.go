@@ -25,9 +25,12 @@ import (
 // or in the background):
 //
 //  1. This replica gives the run its id and records it in the store,
-//     queued (Leases.RecordRun), before forwarding it; the owner takes
-//     that id (the signed principal carries it) and runs it under it, or
-//     answers the run it knows by that id already.
+//     queued (Leases.RecordRun), as it forwards it: the record is
+//     committed before this replica answers the client, drops the
+//     record, or asks any other replica for the run (runRelay.record).
+//     The owner takes that id (the signed principal carries it) and runs
+//     it under it, or answers the run it knows by that id already. The
+//     owner is the owner cache's when it has one (replicas_cache.go).
 //  2. While the owner has not answered in full, this replica watches the
 //     kernel's lease (every lease/3). When the connection fails, the
 //     owner answers that it does not own the context, or the lease lapses
@@ -51,7 +54,9 @@ type Leases interface {
 	// Lease is how long a lease lives without renewal.
 	Lease() time.Duration
 	// RecordRun commits the record of a run this replica accepted for
-	// run.Context, queued, under id, as its owner would write it.
+	// run.Context, queued, under id, as its owner would write it, unless
+	// the run has a record already (its owner's, newer); an error
+	// wrapping sessions.ErrNoSuchContext when the context has none.
 	RecordRun(ctx context.Context, id string, run ForwardedRun) error
 	// DropRun deletes that record while it is still queued and unsent:
 	// the owner refused the run (no replica is to send it).
@@ -171,9 +176,10 @@ func parseRunRequest(c echo.Context, body []byte) (runRequest, bool) {
 func recoverFor(lease time.Duration) time.Duration { return 3*lease + 30*time.Second }
 
 // forwardRun forwards a run route's request for kind id to the replica
-// holding its lease, recording the run first (see the top of this
-// file). It answers the client itself.
-func (s *Server) forwardRun(c echo.Context, kind Kind, id string, target *url.URL) (done bool, err error) {
+// holding its lease, recording the run on the way (see the top of this
+// file); cached: target is the owner cache's. It answers the client
+// itself.
+func (s *Server) forwardRun(c echo.Context, kind Kind, id string, target *url.URL, cached bool) (done bool, err error) {
 	r := c.Request()
 	body, err := io.ReadAll(io.LimitReader(r.Body, s.cfg.MaxBodyBytes+1))
 	r.Body = struct {
@@ -185,21 +191,42 @@ func (s *Server) forwardRun(c echo.Context, kind Kind, id string, target *url.UR
 	}
 	rr, ok := parseRunRequest(c, body)
 	if !ok || kind != KindContext {
+		if cached {
+			// Forwarded as any request, whose answer is relayed as it
+			// comes: to the owner the store names now, not the cache's.
+			h, ok := s.ownerNow(r.Context(), kind, id)
+			if !ok {
+				c.Response().Header().Set("Retry-After", "1")
+				return true, newError(http.StatusServiceUnavailable, "UNAVAILABLE", "finding the replica that owns "+string(kind)+" "+id+": the store did not answer")
+			}
+			if h.Local {
+				return false, nil
+			}
+			if target, err = url.Parse(h.URL); err != nil || target.Host == "" {
+				return true, newError(http.StatusServiceUnavailable, "UNAVAILABLE", "the replica that owns "+string(kind)+" "+id+" advertises no usable URL")
+			}
+		}
 		return s.forwardRetrying(c, kind, id, target)
 	}
 	// The owner Owners named; its epoch is read by its watch.
 	holding := Holding{Held: true, URL: target.Scheme + "://" + target.Host}
 	rr.run.Context, rr.run.Accepted = id, time.Now()
-	rl := &runRelay{s: s, c: c, kind: kind, id: id, body: body, req: rr, runID: runs.NewID()}
-	if err := s.leases.RecordRun(r.Context(), rl.runID, rr.run); err != nil {
-		if ae := classify(err); ae.status != http.StatusInternalServerError {
-			return true, ae
-		}
-		c.Response().Header().Set("Retry-After", "1")
-		return true, newError(http.StatusServiceUnavailable, "UNAVAILABLE", "recording the run before forwarding it to the replica that owns context "+id+": "+err.Error())
-	}
+	rl := &runRelay{s: s, c: c, kind: kind, id: id, body: body, req: rr, runID: runs.NewID(), cached: cached}
+	// The record is written while the run travels to its owner, and
+	// awaited before this replica relies on it (rl.record): before it
+	// answers the client, drops the record, or asks another owner.
+	rl.recording = make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), recordTimeout)
+		defer cancel()
+		rl.recording <- s.leases.RecordRun(ctx, rl.runID, rr.run)
+	}()
+	defer rl.record() // the write ends before the request does
 	return true, rl.follow(holding)
 }
+
+// recordTimeout bounds the write of a forwarded run's record.
+const recordTimeout = 10 * time.Second
 
 // runRelay is one forwarded run as this replica follows it for its
 // client, from owner to owner.
@@ -211,6 +238,15 @@ type runRelay struct {
 	body  []byte
 	req   runRequest
 	runID string
+
+	// recording gives the outcome of the write of the run's record,
+	// begun as the run is first sent (RecordRun); recorded is it, once
+	// read (record).
+	recording  chan error
+	recordDone bool
+	recorded   error
+	// cached: the first owner asked is the owner cache's.
+	cached bool
 
 	last       int       // seq of the last event relayed
 	started    bool      // the client's answer has begun (a stream's header)
@@ -236,12 +272,36 @@ func (rl *runRelay) follow(h Holding) error {
 		var o outcome
 		var err error
 		if h.Local {
+			if h.Held {
+				// Taken over here: the run is answered once the
+				// take-over has restored the context (a stream begun
+				// cannot be answered "not yet").
+				rl.s.awaitKnown(ctx, rl.kind, rl.id, until)
+			}
 			o, err = rl.local()
 		} else {
 			o, err = rl.remote(h)
 		}
 		if o == answered || ctx.Err() != nil {
 			return err
+		}
+		// The run is asked of no other owner before its record is
+		// committed: a replica asked for it by its id after the owner
+		// was lost (or after a stale owner refused it) may hand its id
+		// out at once.
+		if err := rl.record(); err != nil {
+			return rl.unrecorded(err)
+		}
+		rl.s.holders.forget(rl.kind, rl.id)
+		if rl.cached && !rl.recovering && !rl.started {
+			// The owner the cache named did not take the run: it
+			// lost the lease or died since. The store is asked at
+			// once, as for a request this replica had not seen.
+			rl.cached = false
+			if next, ok := rl.s.ownerNow(ctx, rl.kind, rl.id); ok {
+				h = next
+				continue
+			}
 		}
 		if !rl.recovering {
 			rl.recovering = true
@@ -266,8 +326,61 @@ func (rl *runRelay) follow(h Holding) error {
 			}
 			return rl.unavailable()
 		}
+		if next.Held && !next.Local {
+			rl.s.holders.put(rl.kind, rl.id, next.URL, time.Now().Add(lease/3))
+		}
 		h = next
 	}
+}
+
+// ownerNow asks Owners who owns kind id now (taking it over here when
+// it is free or was handed here), and keeps the answer in the owner
+// cache; false when the store did not answer.
+func (s *Server) ownerNow(ctx context.Context, kind Kind, id string) (Holding, bool) {
+	asked := time.Now()
+	owner, local, err := s.owners.Owner(ctx, kind, id)
+	switch {
+	case err != nil:
+		return Holding{}, false
+	case local:
+		return Holding{Local: true}, true
+	}
+	s.holders.put(kind, id, owner, asked.Add(s.leases.Lease()/3))
+	return Holding{Held: true, URL: owner}, true
+}
+
+// record waits for the write of the run's record and returns how it
+// went; a write that failed for want of the store is tried once more
+// (it changes nothing when the record is there).
+func (rl *runRelay) record() error {
+	if rl.recordDone {
+		return rl.recorded
+	}
+	err := <-rl.recording
+	if err != nil && classify(err).status == http.StatusInternalServerError {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(rl.c.Request().Context()), recordTimeout)
+		err = rl.s.leases.RecordRun(ctx, rl.runID, rl.req.run)
+		cancel()
+	}
+	rl.recordDone, rl.recorded = true, err
+	return err
+}
+
+// unrecorded answers the client when the run's record could not be
+// written: its context has no record (deleted), or the store does not
+// answer.
+func (rl *runRelay) unrecorded(err error) error {
+	rl.s.log.Error("replicas: the record of a forwarded run was not written", "run", rl.runID, "context", rl.id, "err", err)
+	if rl.started {
+		return nil // a stream ends without its end
+	}
+	if ae := classify(err); ae.status != http.StatusInternalServerError {
+		return ae
+	}
+	rl.c.Response().Header().Set("Retry-After", "1")
+	rl.c.Response().Header().Set("X-Run-Id", rl.runID)
+	return newError(http.StatusServiceUnavailable, "UNAVAILABLE",
+		"recording run "+rl.runID+" of context "+rl.id+" failed: "+err.Error()+"; read it later at /api/runs/"+rl.runID)
 }
 
 // unavailable answers the client once no replica answered in time.
@@ -285,6 +398,9 @@ func (rl *runRelay) unavailable() error {
 // local answers the run here: this replica holds the lease now (it took
 // the kernel over).
 func (rl *runRelay) local() (outcome, error) {
+	if err := rl.record(); err != nil {
+		return answered, rl.unrecorded(err)
+	}
 	c := rl.c
 	c.Request().Body = io.NopCloser(bytes.NewReader(rl.body))
 	c.Set(forwardedRunKey, sessions.Forwarded{ID: rl.runID, Accepted: rl.req.run.Accepted})
@@ -344,13 +460,24 @@ func (rl *runRelay) remote(h Holding) (outcome, error) {
 		if rl.started {
 			return answered, nil
 		}
-		// Refused: no replica is to send it later.
-		if err := rl.s.leases.DropRun(context.WithoutCancel(ctx), rl.runID); err != nil {
-			rl.s.log.Warn("replicas: the record of a run its owner refused was not deleted", "run", rl.runID, "err", err)
+		// Refused: no replica is to send it later. Its record, once
+		// written, is deleted (the owner's answer is relayed whether
+		// or not it was written).
+		if rl.record() == nil {
+			if err := rl.s.leases.DropRun(context.WithoutCancel(ctx), rl.runID); err != nil {
+				rl.s.log.Warn("replicas: the record of a run its owner refused was not deleted", "run", rl.runID, "err", err)
+			}
 		}
 		return answered, rl.relayAll(resp, js)
 	}
 	if rl.req.format != noStream && resp.StatusCode == http.StatusOK {
+		// The run's id leaves with the stream's start: its record is
+		// committed first.
+		if !rl.started {
+			if err := rl.record(); err != nil {
+				return answered, rl.unrecorded(err)
+			}
+		}
 		return rl.relayStream(resp)
 	}
 	// A waited run's Execution (or a background run's id) comes whole,
@@ -359,6 +486,12 @@ func (rl *runRelay) remote(h Holding) (outcome, error) {
 	js, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return lost, nil
+	}
+	if err := rl.record(); err != nil && resp.StatusCode != http.StatusOK {
+		// A background run's id is not handed out unrecorded. A
+		// waited run's Execution is: the owner committed its own
+		// record before sending the code.
+		return answered, rl.unrecorded(err)
 	}
 	return answered, rl.relayAll(resp, js)
 }

@@ -125,6 +125,7 @@ type Server struct {
 	cluster Cluster        // the others' records, with owners
 	peers   *http.Client   // asks the others for their listings
 	leases  Leases         // the owners' leases, when they tell them (nil: none)
+	holders ownerCache     // contexts' owners, for forwarded runs (replicas_cache.go)
 
 	mu     sync.Mutex
 	conns  map[*wsConn]struct{}
