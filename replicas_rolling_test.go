@@ -5,128 +5,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/url"
-	"os"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
-
-	"kernelgate/internal/pgtest"
 )
-
-// rollingReplica is a replica of a rolling restart: what it was started
-// with, to start it again on the same address.
-type rollingReplica struct {
-	g       *gatewayProcess
-	args    []string
-	runtime string
-}
-
-// front stands for a Kubernetes Service before the replicas: it sends
-// each request to the next replica whose GET /readyz last answered 200,
-// and drops a replica that refuses the connection (nothing sent) for the
-// next one. Every other failure is the request's.
-type front struct {
-	backends []string
-	ready    []atomic.Bool
-	next     atomic.Uint64
-	client   *http.Client // no keep-alive: a refused replica is seen at once
-	stop     chan struct{}
-	wg       sync.WaitGroup
-}
-
-// newFront starts polling the backends' readiness every 50 ms until
-// close.
-func newFront(backends []string) *front {
-	f := &front{backends: backends, ready: make([]atomic.Bool, len(backends)), stop: make(chan struct{}),
-		client: &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{DisableKeepAlives: true}}}
-	probe := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	for i, b := range backends {
-		f.wg.Add(1)
-		go func() {
-			defer f.wg.Done()
-			tick := time.NewTicker(50 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				resp, err := probe.Get(b + "readyz")
-				if err == nil {
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-				}
-				f.ready[i].Store(err == nil && resp.StatusCode == 200)
-				select {
-				case <-f.stop:
-					return
-				case <-tick.C:
-				}
-			}
-		}()
-	}
-	return f
-}
-
-// anyReady reports whether a replica is ready.
-func (f *front) anyReady() bool {
-	for i := range f.ready {
-		if f.ready[i].Load() {
-			return true
-		}
-	}
-	return false
-}
-
-func (f *front) close() {
-	close(f.stop)
-	f.wg.Wait()
-}
-
-// do sends the request to a ready replica and returns the status and
-// body; an error once a request was sent (or when no replica is ready
-// within 30 s).
-func (f *front) do(method, path string, body any) (int, []byte, error) {
-	var b []byte
-	if body != nil {
-		b, _ = json.Marshal(body)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		n := f.next.Add(1)
-		i := int(n % uint64(len(f.backends)))
-		if !f.ready[i].Load() {
-			pollUntil(time.Second, f.anyReady)
-			continue
-		}
-		req, _ := http.NewRequest(method, f.backends[i]+path, bytes.NewReader(b))
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := f.client.Do(req)
-		var op *net.OpError
-		if err != nil && errors.As(err, &op) && op.Op == "dial" {
-			f.ready[i].Store(false) // refused: nothing was sent
-			continue
-		}
-		if err != nil {
-			return 0, nil, fmt.Errorf("%s %s through %s: %w", method, path, f.backends[i], err)
-		}
-		out, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return resp.StatusCode, out, fmt.Errorf("%s %s through %s: reading the answer: %w", method, path, f.backends[i], err)
-		}
-		return resp.StatusCode, out, nil
-	}
-	return 0, nil, fmt.Errorf("%s %s: no replica ready for 30 s", method, path)
-}
 
 // TestReplicasRollingRestartLosesNothing: three replicas behind a front
 // that sends to the ready ones, clients each counting `n += 1` in a
@@ -138,66 +24,11 @@ func (f *front) do(method, path string, body any) (int, []byte, error) {
 // are alive at the end and reaped once the last replica stops.
 func TestReplicasRollingRestartLosesNothing(t *testing.T) {
 	bin := buildBinary(t)
-	srv := pgtest.Start(t)
-	dbURL := srv.CreateDB("rolling")
-	secret := filepath.Join(t.TempDir(), "cluster-secret")
-	if err := os.WriteFile(secret, []byte(replicaSecret+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	workspaces := t.TempDir()
-	reps := make([]*rollingReplica, 3)
-	for i := range reps {
-		dirs := newRestartDirs(t)
-		args := []string{"--state-url", dbURL, "--cluster-secret-file", secret, "--runtime-dir", dirs.runtime,
-			"--workspace-root", workspaces, "--pool-size", "0", "--lease", "2s"}
-		g := startGateway(t, bin, args...)
-		u, _ := url.Parse(g.url)
-		reps[i] = &rollingReplica{g: g, args: append(args, "--port", u.Port()), runtime: dirs.runtime}
-	}
-	waitAllLive := func() {
-		for _, r := range reps {
-			var st replicaStatus
-			waitFor(t, func() bool {
-				st = replicaStatus{}
-				if _, err := tryCall(r.g.url+"api/status", &st); err != nil {
-					return false
-				}
-				for _, o := range reps {
-					if !slices.Contains(st.Replicas, replicaURL(o.g)) {
-						return false
-					}
-				}
-				return true
-			}, "%s: status %+v, want every replica live", func() []any { return []any{r.g.url, st} })
-		}
-	}
-	waitAllLive()
-	var backends []string
-	for _, r := range reps {
-		backends = append(backends, r.g.url)
-	}
-	fr := newFront(backends)
-	defer fr.close()
-	waitFor(t, func() bool {
-		for i := range fr.ready {
-			if !fr.ready[i].Load() {
-				return false
-			}
-		}
-		return true
-	}, "the front does not see every replica ready", func() []any { return nil })
-
+	reps := startReplicaSet(t, bin, "rolling", 3)
+	fr := frontTo(t, reps)
 	frontCall := func(method, path string, body any, out any) {
 		t.Helper()
-		code, b, err := fr.do(method, path, body)
-		if err != nil || code/100 != 2 {
-			t.Fatalf("%s %s: %d %s %v", method, path, code, b, err)
-		}
-		if out != nil {
-			if err := json.Unmarshal(b, out); err != nil {
-				t.Fatalf("%s %s: %v: %s", method, path, err, b)
-			}
-		}
+		fr.call(t, method, path, body, out)
 	}
 	// The clients' contexts, spread over the replicas by the front; the
 	// slow context is the first replica's, stopped first.
@@ -206,12 +37,7 @@ func TestReplicasRollingRestartLosesNothing(t *testing.T) {
 	call(t, "POST", reps[0].g.url+"api/contexts", map[string]any{"id": "slow", "language": "python"}, 201, nil)
 	// The last client runs without a context: on the cluster's shared
 	// Python context (code-python), which moves with its kernel too.
-	body := func(id, code string) map[string]any {
-		if id == "code-python" {
-			return map[string]any{"language": "python", "code": code}
-		}
-		return map[string]any{"context": id, "code": code}
-	}
+	body := runBody
 	for i := range clients {
 		id := "counter-" + strconv.Itoa(i)
 		if i == clients-1 {
@@ -240,52 +66,8 @@ func TestReplicasRollingRestartLosesNothing(t *testing.T) {
 
 	// The clients: each runs n += 1 in its context until told to stop,
 	// counting the runs acknowledged.
-	var mu sync.Mutex
-	var failures []string
-	fail := func(format string, args ...any) {
-		mu.Lock()
-		failures = append(failures, fmt.Sprintf(format, args...))
-		mu.Unlock()
-	}
-	counts := make([]int, clients)
-	stopClients := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			id := ids[i+1]
-			pace := time.NewTicker(25 * time.Millisecond) // a steady load, not a wait
-			defer pace.Stop()
-			for {
-				select {
-				case <-stopClients:
-					return
-				case <-pace.C:
-				}
-				code, b, err := fr.do("POST", "api/execute", body(id, "n += 1; n"))
-				if err != nil || code != 200 {
-					fail("client %s after %d runs: %d %s %v", id, counts[i], code, b, err)
-					return
-				}
-				var e execution
-				if err := json.Unmarshal(b, &e); err != nil || e.Error != nil || e.Process.Reason != "completed" {
-					fail("client %s after %d runs: an answer that is no completed run: %s", id, counts[i], b)
-					return
-				}
-				counts[i]++
-				if e.text() != strconv.Itoa(counts[i]) {
-					fail("client %s: run %d answered n = %s (a run counted twice, or lost)", id, counts[i], e.text())
-					return
-				}
-			}
-		}()
-	}
-	stopAll := sync.OnceFunc(func() {
-		close(stopClients)
-		wg.Wait()
-	})
-	defer stopAll()
+	cl := startCounters(fr, ids[1:])
+	defer cl.stopAll()
 
 	// The rolling restart: each replica stopped with SIGTERM while the
 	// clients run, started again on its address, ready, then the next.
@@ -321,17 +103,13 @@ func TestReplicasRollingRestartLosesNothing(t *testing.T) {
 			}
 		}
 		r.g = startGateway(t, bin, r.args...)
-		waitAllLive()
+		waitRollingLive(t, reps)
 		waitFor(t, func() bool { return fr.ready[i].Load() }, "replica %d is not ready again", func() []any { return []any{i} })
-		mu.Lock()
-		stop := len(failures) > 0
-		mu.Unlock()
-		if stop {
+		if cl.failed() {
 			break
 		}
 	}
-	stopAll()
-	for _, f := range failures {
+	for _, f := range cl.stopAll() {
 		t.Error(f)
 	}
 	if t.Failed() {
@@ -342,16 +120,7 @@ func TestReplicasRollingRestartLosesNothing(t *testing.T) {
 	}
 
 	// Every acknowledged run counted once; every context on its kernel.
-	for i := range clients {
-		var e execution
-		frontCall("POST", "api/execute", body(ids[i+1], "n"), &e)
-		if e.text() != strconv.Itoa(counts[i]) {
-			t.Errorf("context %s: n = %s, its client counted %d acknowledged runs", ids[i+1], e.text(), counts[i])
-		}
-		if counts[i] == 0 {
-			t.Errorf("client %s had no run acknowledged", ids[i+1])
-		}
-	}
+	cl.checkCounts(t, fr)
 	var pids []int
 	for _, id := range ids {
 		var cm ctxModel
@@ -365,10 +134,10 @@ func TestReplicasRollingRestartLosesNothing(t *testing.T) {
 		}
 		pids = append(pids, *b.KernelProcessID)
 	}
-	t.Logf("acknowledged runs: %v", counts)
+	t.Logf("acknowledged runs: %v", cl.counts)
 	// A kernel's websocket works through any replica after the moves.
-	if got := wsExecute(t, reps[1].g.url, *before[ids[1]].KernelID, "n"); got != strconv.Itoa(counts[0]) {
-		t.Errorf("n through %s's websocket to the kernel of %s: %q, want %d", reps[1].g.url, ids[1], got, counts[0])
+	if got := wsExecute(t, reps[1].g.url, *before[ids[1]].KernelID, "n"); got != strconv.Itoa(cl.counts[0]) {
+		t.Errorf("n through %s's websocket to the kernel of %s: %q, want %d", reps[1].g.url, ids[1], got, cl.counts[0])
 	}
 
 	// The replicas stop one after the other; the last one standing
