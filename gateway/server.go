@@ -248,7 +248,7 @@ func tag(sf surface) echo.MiddlewareFunc {
 func (s *Server) routes() {
 	e := s.echo
 	e.Pre(s.trimTrailingSlash)
-	e.Use(s.logRequests, s.securityHeaders, s.cors, s.guardBrowsers)
+	e.Use(s.logRequests, s.closeWhileLeaving, s.securityHeaders, s.cors, s.guardBrowsers)
 	base := e.Group(strings.TrimSuffix(s.cfg.BaseURL, "/"))
 
 	read, exec := s.need(ScopeRead, false), s.need(ScopeExec, false)
