@@ -48,6 +48,9 @@ type Cluster interface {
 	// ContextToken finds the context that keeps a context token of hash,
 	// whichever replica minted it; found false when none does.
 	ContextToken(ctx context.Context, hash [sha256.Size]byte) (t StoredToken, found bool, err error)
+	// SessionByPath finds the Jupyter session of path, whichever replica
+	// made it; found false when there is none.
+	SessionByPath(ctx context.Context, path string) (id string, found bool, err error)
 }
 
 // Listed is an entry of a listing read from the store.

@@ -286,7 +286,7 @@ func (s *Server) routes() {
 	ja.POST("/api/kernels/:id/restart", s.restartKernel, exec, byKernel)
 	ja.GET("/api/kernels/:id/channels", s.channels, ctxExec, byKernel)
 	ja.GET("/api/sessions", s.listSessions, read)
-	ja.POST("/api/sessions", s.createSession, exec, s.ownedInBody(KindKernel, sessionKernel))
+	ja.POST("/api/sessions", s.createSession, exec, s.ownedInBody(KindKernel, sessionKernel), s.ownedInBody(KindSession, s.sessionOfPath))
 	ja.GET("/api/sessions/:id", s.getSession, read, bySession)
 	ja.PATCH("/api/sessions/:id", s.updateSession, exec, bySession)
 	ja.DELETE("/api/sessions/:id", s.deleteSession, exec, bySession)
