@@ -24,7 +24,9 @@ type confirmer interface {
 // or a lease confirmed.
 func (m *Manager) acting(kernel string) error {
 	c, ok := m.cfg.Ownership.(confirmer)
-	if !ok || kernel == "" || c.Confirmed(kernel) {
+	if !ok || kernel == "" || !m.holds(kernel) || c.Confirmed(kernel) {
+		// A lease not held here (handed over, lost) is not this
+		// check's: the run's queue says where it goes.
 		return nil
 	}
 	return errorf(ErrUnconfirmed, "this replica could not renew its lease on kernel %s in time (the database does not answer): nothing runs on it until the database confirms the lease; retry", kernel)
