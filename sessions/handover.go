@@ -149,7 +149,7 @@ func (m *Manager) HandOver(ctx context.Context, drain time.Duration, tell func(c
 	// giver passes it on.
 	pctx, cancel := context.WithTimeout(ctx, ownTimeout)
 	if err := o.MarkLeaving(pctx); err != nil {
-		m.log.Warn("cluster: this replica could not be marked leaving: a replica stopping at the same moment may hand it kernels, which it passes back to be handed on", "err", err)
+		m.log.Warn("cluster: this replica could not be marked leaving: a replica stopping at the same moment may hand it kernels, which it refuses for their giver to pass on", "err", err)
 	}
 	cancel()
 	// A takeover begun before the mark ends before the kernels are
