@@ -55,11 +55,11 @@ func (o owners) Owner(ctx context.Context, kind gateway.Kind, id string) (string
 		return o.free(ctx, of, id)
 	case err != nil:
 		return "", false, err
-	case l.Owner == o.store.Replica() && o.mgr.Leaving():
-		return "", true, nil // still here while it is handed over
 	case l.Owner == o.store.Replica():
-		// Handed to this replica (or taken) and not taken over here
-		// yet: taken over now, for this request.
+		// Here (being handed over, perhaps), or handed to this replica
+		// (or taken) and not taken over here yet: taken over now, for
+		// this request, unless this replica is leaving (refused: its
+		// giver passes the lease on).
 		if err := o.mgr.AdoptKernel(ctx, l.Kernel); err != nil {
 			return o.again(ctx, of, id, err)
 		}

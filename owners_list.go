@@ -74,3 +74,15 @@ func (cr clusterRecords) ContextToken(ctx context.Context, hash [32]byte) (gatew
 	}
 	return gateway.StoredToken{}, false, nil
 }
+
+// SessionByPath implements gateway.Cluster.
+func (cr clusterRecords) SessionByPath(ctx context.Context, path string) (string, bool, error) {
+	id, err := cr.store.SessionByPath(ctx, path)
+	if errors.Is(err, state.ErrNoSuchSession) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	return id, true, nil
+}

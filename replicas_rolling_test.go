@@ -27,13 +27,15 @@ import (
 
 // front stands for a Kubernetes Service before the replicas: it sends
 // each request to the next replica whose GET /readyz last answered 200,
-// and drops a replica that refuses the connection (nothing sent) for the
-// next one. Every other failure is the request's.
+// over keep-alive connections, and drops a replica that refuses the
+// connection (nothing sent) for the next one. Every other failure is the
+// request's: a POST sent on an idle connection the replica closes as it
+// stops fails (a replica leaving answers Connection: close).
 type front struct {
 	backends []string
 	ready    []atomic.Bool
 	next     atomic.Uint64
-	client   *http.Client // no keep-alive: a refused replica is seen at once
+	client   *http.Client // keep-alive, as a proxy's connections to its backends
 	stop     chan struct{}
 	wg       sync.WaitGroup
 }
@@ -42,7 +44,7 @@ type front struct {
 // close.
 func newFront(backends []string) *front {
 	f := &front{backends: backends, ready: make([]atomic.Bool, len(backends)), stop: make(chan struct{}),
-		client: &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{DisableKeepAlives: true}}}
+		client: &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 16}}}
 	probe := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	for i, b := range backends {
 		f.wg.Add(1)
@@ -81,6 +83,7 @@ func (f *front) anyReady() bool {
 func (f *front) close() {
 	close(f.stop)
 	f.wg.Wait()
+	f.client.CloseIdleConnections()
 }
 
 // do sends the request to a ready replica and returns the status and
@@ -202,9 +205,12 @@ func startCounters(t *testing.T, fr *front, ids []string) *counters {
 					c.fail("client %s after %d runs: an answer that is no completed run: %s", id, c.counts[i], b)
 					return
 				}
+				c.mu.Lock()
 				c.counts[i]++
-				if e.text() != strconv.Itoa(c.counts[i]) {
-					c.fail("client %s: run %d answered n = %s (a run counted twice, or lost)", id, c.counts[i], e.text())
+				n := c.counts[i]
+				c.mu.Unlock()
+				if e.text() != strconv.Itoa(n) {
+					c.fail("client %s: run %d answered n = %s (a run counted twice, or lost)", id, n, e.text())
 					return
 				}
 			}

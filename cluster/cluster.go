@@ -79,6 +79,9 @@ type Store interface {
 	RenewLeases(ctx context.Context, held []state.Fence, ttl time.Duration) ([]state.Fence, error)
 	ReleaseLease(ctx context.Context, f state.Fence) error
 	TransferLease(ctx context.Context, f state.Fence, to string, ttl time.Duration) (state.Lease, error)
+	PassLease(ctx context.Context, f state.Fence, from, to string, ttl time.Duration) (state.Lease, error)
+	AdoptLease(ctx context.Context, f state.Fence, ttl time.Duration) error
+	MarkLeaving(ctx context.Context) error
 	LeaseOwner(ctx context.Context, kernel string) (state.Lease, error)
 	FreeKernels(ctx context.Context) ([]string, error)
 	Housekeep(ctx context.Context, deadFor time.Duration) (replicas, leases int, err error)

@@ -91,8 +91,9 @@ func (k *Keeper) Acquire(ctx context.Context, kernel string) (state.Lease, error
 }
 
 // Adopt starts keeping a lease another replica handed to this one
-// (TransferLease): it renews it at once and returns it. state.ErrNoLease
-// or state.ErrLeaseHeld when this replica does not hold it.
+// (TransferLease, PassLease): it adopts it in the store, renewed, and
+// returns it. state.ErrNoLease or state.ErrLeaseHeld when this replica
+// does not hold it, state.ErrReplicaLeaving when it is leaving.
 func (k *Keeper) Adopt(ctx context.Context, kernel string) (state.Lease, error) {
 	l, err := k.store.LeaseOwner(ctx, kernel)
 	if err != nil {
@@ -102,12 +103,8 @@ func (k *Keeper) Adopt(ctx context.Context, kernel string) (state.Lease, error) 
 		return l, fmt.Errorf("%w: kernel %s (owner %s)", state.ErrLeaseHeld, kernel, l.Owner)
 	}
 	sent := time.Now()
-	still, err := k.store.RenewLeases(ctx, []state.Fence{l.Fence()}, k.cfg.Lease)
-	if err != nil {
+	if err := k.store.AdoptLease(ctx, l.Fence(), k.cfg.Lease); err != nil {
 		return state.Lease{}, err
-	}
-	if len(still) != 1 {
-		return state.Lease{}, fmt.Errorf("%w: kernel %s", state.ErrNoLease, kernel)
 	}
 	k.hold(l.Fence(), sent)
 	return l, nil

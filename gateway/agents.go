@@ -52,6 +52,7 @@ func (s *Server) mcpHandler() http.Handler {
 		Authorize:      s.mcpAccess,
 		Describe:       describe,
 		ContextDeleted: s.tokens.revoke,
+		Contexts:       s.mcpContexts,
 		Files:          mcp.WorkspaceFiles(s.mgr, s.cfg.MaxUploadBytes),
 		MaxBodyBytes:   s.cfg.MaxBodyBytes,
 		Version:        s.cfg.ProductVersion,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"kernelgate/mcp"
 	"kernelgate/sessions"
 
 	"kernelgate/internal/timefmt"
@@ -47,6 +48,9 @@ type Cluster interface {
 	// ContextToken finds the context that keeps a context token of hash,
 	// whichever replica minted it; found false when none does.
 	ContextToken(ctx context.Context, hash [sha256.Size]byte) (t StoredToken, found bool, err error)
+	// SessionByPath finds the Jupyter session of path, whichever replica
+	// made it; found false when there is none.
+	SessionByPath(ctx context.Context, path string) (id string, found bool, err error)
 }
 
 // Listed is an entry of a listing read from the store.
@@ -104,6 +108,12 @@ type part struct {
 // returns each one's answer, in the order of their URLs; a part is not
 // ok when its replica did not answer 200 with a JSON array in time.
 func (s *Server) peerParts(c echo.Context, keep []string) []part {
+	p, _ := c.Get(principalKey).(principal)
+	return s.peerPartsFor(c.Request(), encodePrincipal(p), keep)
+}
+
+// peerPartsFor is peerParts for the request r, signed for principal.
+func (s *Server) peerPartsFor(r *http.Request, principal []byte, keep []string) []part {
 	self := s.cluster.Self()
 	var parts []part
 	for _, u := range s.cluster.Replicas() {
@@ -114,9 +124,6 @@ func (s *Server) peerParts(c echo.Context, keep []string) []part {
 	if len(parts) == 0 {
 		return nil
 	}
-	r := c.Request()
-	p, _ := c.Get(principalKey).(principal)
-	principal := encodePrincipal(p)
 	ctx, cancel := context.WithTimeout(r.Context(), listTimeout)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -175,7 +182,15 @@ func (s *Server) askPeer(ctx context.Context, base string, r *http.Request, keep
 // listed again.
 func (s *Server) merged(c echo.Context, own []json.RawMessage, idKey string, keep []string,
 	stored func(*StoredListing) []Listed) []json.RawMessage {
-	parts := s.peerParts(c, keep)
+	p, _ := c.Get(principalKey).(principal)
+	return s.mergedFor(c.Request(), encodePrincipal(p), own, idKey, keep, stored)
+}
+
+// mergedFor is merged for the request r (a GET of a listing), signed
+// for principal.
+func (s *Server) mergedFor(r *http.Request, principal []byte, own []json.RawMessage, idKey string, keep []string,
+	stored func(*StoredListing) []Listed) []json.RawMessage {
+	parts := s.peerPartsFor(r, principal, keep)
 	seen := make(map[string]bool, len(own))
 	out := own
 	for _, it := range own {
@@ -197,7 +212,7 @@ func (s *Server) merged(c echo.Context, own []json.RawMessage, idKey string, kee
 	if len(missing) == 0 {
 		return out
 	}
-	ctx, cancel := context.WithTimeout(c.Request().Context(), listTimeout)
+	ctx, cancel := context.WithTimeout(r.Context(), listTimeout)
 	defer cancel()
 	l, err := s.cluster.Stored(ctx)
 	if err != nil {
@@ -266,6 +281,22 @@ func (s *Server) listClusterContexts(c echo.Context) error {
 		own = append(own, ctx.Model())
 	}
 	return c.JSON(http.StatusOK, s.merged(c, rawItems(own), "id", noHeaders, func(l *StoredListing) []Listed { return l.Contexts }))
+}
+
+// mcpContexts is MCP's list_contexts among replicas: own, this
+// replica's contexts, followed by the other replicas' (as GET
+// /api/contexts lists them). A context token's call (which lists its
+// own context, on the replica that owns it) gets own.
+func (s *Server) mcpContexts(ctx context.Context, a mcp.Access, own []json.RawMessage) []json.RawMessage {
+	if s.cluster == nil || a.Context != "" {
+		return own
+	}
+	r, err := http.NewRequestWithContext(ctx, http.MethodGet, s.BaseURL()+"api/contexts", nil)
+	if err != nil {
+		return own
+	}
+	p := principal{name: "mcp", scopes: ScopeRead}
+	return s.mergedFor(r, encodePrincipal(p), own, "id", noHeaders, func(l *StoredListing) []Listed { return l.Contexts })
 }
 
 func (s *Server) listClusterSessions(c echo.Context) error {

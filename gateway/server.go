@@ -249,7 +249,7 @@ func tag(sf surface) echo.MiddlewareFunc {
 func (s *Server) routes() {
 	e := s.echo
 	e.Pre(s.trimTrailingSlash)
-	e.Use(s.logRequests, s.securityHeaders, s.cors, s.guardBrowsers)
+	e.Use(s.logRequests, s.closeWhileLeaving, s.securityHeaders, s.cors, s.guardBrowsers)
 	base := e.Group(strings.TrimSuffix(s.cfg.BaseURL, "/"))
 
 	read, exec := s.need(ScopeRead, false), s.need(ScopeExec, false)
@@ -287,7 +287,7 @@ func (s *Server) routes() {
 	ja.POST("/api/kernels/:id/restart", s.restartKernel, exec, byKernel)
 	ja.GET("/api/kernels/:id/channels", s.channels, ctxExec, byKernel)
 	ja.GET("/api/sessions", s.listSessions, read)
-	ja.POST("/api/sessions", s.createSession, exec, s.ownedInBody(KindKernel, sessionKernel))
+	ja.POST("/api/sessions", s.createSession, exec, s.ownedInBody(KindKernel, sessionKernel), s.ownedInBody(KindSession, s.sessionOfPath))
 	ja.GET("/api/sessions/:id", s.getSession, read, bySession)
 	ja.PATCH("/api/sessions/:id", s.updateSession, exec, bySession)
 	ja.DELETE("/api/sessions/:id", s.deleteSession, exec, bySession)

@@ -76,6 +76,11 @@ type Config struct {
 	Describe func(err error) (code, message string)
 	// ContextDeleted is told of each context a tool deleted.
 	ContextDeleted func(id string)
+	// Contexts, when set, makes list_contexts' listing of what a's
+	// caller may see of this gateway's own contexts (own, as
+	// ContextModel JSON) the whole listing, own first: among replicas,
+	// the others' contexts follow.
+	Contexts func(ctx context.Context, a Access, own []json.RawMessage) []json.RawMessage
 	// Files serves the file tools; nil leaves them out.
 	Files Files
 	// MaxBodyBytes bounds a request's body.

@@ -230,18 +230,30 @@ func (h *Handler) listContexts(ctx context.Context, a Access, _ struct{}) (*sdk.
 	if err := h.check(Access{Read: a.Read, Exec: a.Exec}, false, ""); err != nil {
 		return nil, err
 	}
-	out := []sessions.ContextModel{}
+	out := []json.RawMessage{}
 	for _, c := range h.mgr.Contexts() {
 		if a.Context != "" && h.check(a, false, c.ID) != nil {
 			continue // a context token sees its own context only
 		}
-		out = append(out, c.Model())
+		js, err := json.Marshal(c.Model())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, js)
+	}
+	if h.cfg.Contexts != nil {
+		out = h.cfg.Contexts(ctx, a, out)
 	}
 	var b strings.Builder
 	if len(out) == 0 {
 		b.WriteString("No contexts yet: create one with create_context.")
 	}
-	for _, m := range out {
+	for _, js := range out {
+		var m struct {
+			ID, Language, ExecutionState, LastActivity string
+			Active                                     bool
+		}
+		json.Unmarshal(js, &m)
 		state := "kernel running"
 		if !m.Active {
 			state = "no kernel (the next run starts a fresh one)"

@@ -143,7 +143,20 @@ func (m *Manager) HandOver(ctx context.Context, drain time.Duration, tell func(c
 		return rep
 	}
 	m.handing.leaving.Store(true)
+	// Marked leaving in the store, no replica hands this one a kernel
+	// from now on (one that stops at the same moment picks another),
+	// and a lease handed to it just before is not adopted here: its
+	// giver passes it on.
 	pctx, cancel := context.WithTimeout(ctx, ownTimeout)
+	if err := o.MarkLeaving(pctx); err != nil {
+		m.log.Warn("cluster: this replica could not be marked leaving: a replica stopping at the same moment may hand it kernels, which it refuses for their giver to pass on", "err", err)
+	}
+	cancel()
+	// A takeover begun before the mark ends before the kernels are
+	// counted: what it took is handed over too.
+	m.handing.takeMu.Lock()
+	m.handing.takeMu.Unlock()
+	pctx, cancel = context.WithTimeout(ctx, ownTimeout)
 	peers, err := o.Peers(pctx)
 	cancel()
 	if err != nil {
@@ -293,13 +306,16 @@ func (m *Manager) handOverKernel(ctx context.Context, k *Kernel, ctxs []*Context
 			unfinished++
 		}
 	}
-	for _, p := range peers {
+	var lease state.Lease // the lease as handed
+	next := 0             // the next of peers to try
+	for ; next < len(peers) && h.to == ""; next++ {
+		p := peers[next]
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ownTimeout)
-		err := o.Handover(tctx, k.id, p.ID)
+		l, err := o.Handover(tctx, k.id, p.ID)
 		cancel()
 		if err == nil {
-			h.to = p.URL
-			break
+			lease, h.to = l, p.URL
+			continue
 		}
 		if errors.Is(err, state.ErrFenced) || errors.Is(err, state.ErrNoLease) {
 			m.log.Warn("kernel lease lost before its handover: the replica that holds it now has it", "kernel", k.id, "err", err)
@@ -330,16 +346,55 @@ func (m *Manager) handOverKernel(ctx context.Context, k *Kernel, ctxs []*Context
 	// again, and the new owner takes it over once this replica lets it go
 	// (or, asked first, at once: this replica no longer writes for it).
 	m.letGo(k, handedOverDuring, "this replica stopped during the command and handed the context's kernel over to another replica")
+	if tell != nil {
+		m.tellNewOwner(ctx, k.id, h, lease, peers[next:], tell)
+	}
+	// The requests that waited go to the owner told (or, when none
+	// answered, to the last one handed the lease).
 	close(h.done)
 	m.log.Info("kernel handed over", "kernel", k.id, "to", h.to, "contexts", len(ctxs), "unfinished_runs", unfinished)
-	if tell != nil {
-		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ownTimeout)
-		if err := tell(tctx, h.to, k.id); err != nil {
-			m.log.Info("the new owner was not told of its kernel: it takes it over on the first request for it, or when the lease lapses", "kernel", k.id, "to", h.to, "err", err)
-		}
-		cancel()
-	}
 	return unfinished, true
+}
+
+// tellNewOwner asks the replica the lease was handed to (h.to) to take
+// the kernel over now. One that refuses (it began leaving as the lease
+// reached it: it adopts nothing) or does not answer has the lease passed
+// on to the next of peers, which is asked in turn, until one takes it
+// over or adopted it meanwhile (the lease is no longer handed), or no
+// peer is left: the lease then lapses and the failover scan takes the
+// kernel.
+func (m *Manager) tellNewOwner(ctx context.Context, kernel string, h *handover, lease state.Lease, peers []state.Replica, tell func(ctx context.Context, url, kernel string) error) {
+	o := m.cfg.Ownership
+	for {
+		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ownTimeout)
+		err := tell(tctx, h.to, kernel)
+		cancel()
+		if err == nil {
+			return
+		}
+		passed := false
+		for len(peers) > 0 && !passed {
+			p := peers[0]
+			peers = peers[1:]
+			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ownTimeout)
+			l, perr := o.PassOn(tctx, lease, p.ID)
+			cancel()
+			switch {
+			case perr == nil:
+				m.log.Info("the replica handed a kernel did not take it over: its lease passed on to the next", "kernel", kernel, "from", h.to, "to", p.URL, "err", err)
+				lease, h.to, passed = l, p.URL, true
+			case errors.Is(perr, state.ErrNotHanded):
+				m.log.Info("the new owner was not told of its kernel, and took it meanwhile", "kernel", kernel, "to", h.to, "err", err)
+				return
+			default:
+				m.log.Warn("a kernel's lease not passed on to a replica: trying the next", "kernel", kernel, "to", p.URL, "err", perr)
+			}
+		}
+		if !passed {
+			m.log.Info("the new owner was not told of its kernel: it takes it over on the first request for it, or its lease lapses and the failover scan takes it", "kernel", kernel, "to", h.to, "err", err)
+			return
+		}
+	}
 }
 
 // drainPoll is how often a drain looks again at a queue between two runs.
@@ -373,21 +428,29 @@ func drainQueue(q *runs.Queue, deadline time.Time) {
 // AdoptKernel takes over here the kernel of id whose lease was handed
 // to this replica, or is free (released, or lapsed), with its contexts,
 // Jupyter sessions and runs, as the failover scan does, at once: for a
-// request that names it. Nothing when this replica has it already;
-// state.ErrLeaseHeld when another replica holds it; ErrShuttingDown when
-// this replica is leaving.
+// request that names it. Nothing when this replica has it already (or
+// is handing it over); state.ErrLeaseHeld when another replica holds it;
+// ErrShuttingDown when this replica is leaving: a kernel handed to it
+// then is refused, and its giver passes the lease on (HandOver).
 func (m *Manager) AdoptKernel(ctx context.Context, id string) error {
 	o := m.cfg.Ownership
 	if o == nil {
 		return nil
 	}
+	var moved *MovedError
+	if _, err := m.Kernel(id); err == nil || errors.As(err, &moved) {
+		return nil // here, or being handed over from here
+	}
 	if m.handing.leaving.Load() {
-		return errorf(ErrShuttingDown, "this replica is handing its kernels over")
+		return errorf(ErrShuttingDown, "this replica is handing its kernels over: it takes none over")
 	}
 	m.handing.takeMu.Lock()
 	defer m.handing.takeMu.Unlock()
 	if _, err := m.Kernel(id); err == nil {
 		return nil
+	}
+	if m.handing.leaving.Load() {
+		return errorf(ErrShuttingDown, "this replica is handing its kernels over: it takes none over")
 	}
 	if m.elsewhere.has(id) {
 		// A local kernel of another host, left to its replicas

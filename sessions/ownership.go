@@ -33,12 +33,21 @@ type Ownership interface {
 	// Free returns the kernels with a record whose lease no replica
 	// holds (released, or lapsed: their owner died or froze).
 	Free(ctx context.Context) ([]string, error)
-	// Peers are the live replicas other than this one, as the store
-	// says now: those a kernel can be handed over to.
+	// Peers are the live replicas other than this one that are not
+	// leaving, as the store says now: those a kernel can be handed over
+	// to.
 	Peers(ctx context.Context) ([]state.Replica, error)
+	// MarkLeaving marks this replica leaving in the store: no lease is
+	// handed to it from then on, and it adopts none handed to it.
+	MarkLeaving(ctx context.Context) error
 	// Handover hands the kernel's lease to the live replica of id `to`
-	// under the next epoch; the lease is kept when that fails.
-	Handover(ctx context.Context, kernel, to string) error
+	// under the next epoch and returns it; the lease is kept when that
+	// fails (state.ErrReplicaLeaving: `to` is leaving).
+	Handover(ctx context.Context, kernel, to string) (state.Lease, error)
+	// PassOn passes a lease handed to a replica that did not adopt it
+	// on to the live replica `to` and returns it; state.ErrNotHanded
+	// when its holder adopted it meanwhile.
+	PassOn(ctx context.Context, handed state.Lease, to string) (state.Lease, error)
 	// Adopt starts keeping the lease of a kernel another replica handed
 	// to this one; state.ErrLeaseHeld or state.ErrNoLease otherwise.
 	Adopt(ctx context.Context, kernel string) (state.Fence, error)
@@ -291,6 +300,9 @@ func (m *Manager) adoptFree(ctx context.Context) {
 	// One takeover at a time (AdoptKernel too): a kernel is taken once.
 	m.handing.takeMu.Lock()
 	defer m.handing.takeMu.Unlock()
+	if m.handing.leaving.Load() {
+		return // it began leaving while this waited (HandOver)
+	}
 	ids, err := o.Free(ctx)
 	if err != nil {
 		if ctx.Err() == nil {

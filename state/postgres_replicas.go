@@ -28,6 +28,12 @@ var (
 	ErrNoLease = errors.New("state: no replica holds the kernel's lease")
 	// ErrNoReplica: no live replica has that id.
 	ErrNoReplica = errors.New("state: no live replica of that id")
+	// ErrReplicaLeaving: the replica is leaving (MarkLeaving): it is
+	// handed no lease and adopts none.
+	ErrReplicaLeaving = errors.New("state: the replica is leaving")
+	// ErrNotHanded: the lease is no longer the unadopted one handed to
+	// its owner (adopted, passed on, or lapsed).
+	ErrNotHanded = errors.New("state: the lease is no longer handed over and unadopted")
 )
 
 // Replica is a row of the replicas table.
@@ -38,6 +44,8 @@ type Replica struct {
 	// Started is when it joined, Heard when it last said it is alive
 	// (the database's clock).
 	Started, Heard time.Time
+	// Leaving: it hands its kernels over as it stops (MarkLeaving).
+	Leaving bool
 }
 
 // Lease is a kernel's lease: who owns the kernel, and under which epoch.
@@ -116,7 +124,7 @@ func (p *Postgres) JoinReplicas(ctx context.Context, url string) error {
 		return ErrNotReplica
 	}
 	_, err := p.pool.Exec(ctx, `INSERT INTO replicas (id, url, started_at, heard_at) VALUES ($1, $2, now(), now())
-		ON CONFLICT (id) DO UPDATE SET url = excluded.url, started_at = now(), heard_at = now()`, p.replica, url)
+		ON CONFLICT (id) DO UPDATE SET url = excluded.url, started_at = now(), heard_at = now(), leaving = false`, p.replica, url)
 	return p.replicaCall(err)
 }
 
@@ -143,13 +151,13 @@ func (p *Postgres) Heartbeat(ctx context.Context, url string, within time.Durati
 	return live, nil
 }
 
-const liveReplicasSQL = `SELECT id, url, started_at, heard_at FROM replicas
+const liveReplicasSQL = `SELECT id, url, started_at, heard_at, leaving FROM replicas
 	WHERE heard_at > now() - $1 * interval '1 microsecond' ORDER BY id`
 
 func scanReplicas(rows pgx.Rows) ([]Replica, error) {
 	var out []Replica
 	var r Replica
-	_, err := pgx.ForEachRow(rows, []any{&r.ID, &r.URL, &r.Started, &r.Heard}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&r.ID, &r.URL, &r.Started, &r.Heard, &r.Leaving}, func() error {
 		out = append(out, r)
 		return nil
 	})
@@ -179,6 +187,19 @@ func (p *Postgres) LeaveReplicas(ctx context.Context) error {
 	return p.replicaCall(err)
 }
 
+// MarkLeaving marks this replica leaving: from now on no lease is
+// transferred or passed to it, and it adopts none handed to it
+// (AdoptLease). A transfer to it that was being made meanwhile is
+// committed first (its row is locked by both), so that one either lands
+// before the mark, for the replica to adopt or refuse, or is refused.
+func (p *Postgres) MarkLeaving(ctx context.Context) error {
+	if p.replica == "" {
+		return ErrNotReplica
+	}
+	_, err := p.pool.Exec(ctx, "UPDATE replicas SET leaving = true WHERE id = $1", p.replica)
+	return p.replicaCall(err)
+}
+
 // AcquireLease takes the kernel's lease for this replica, for ttl, if no
 // other replica holds it (never taken, released, or lapsed), or if this
 // one does: each success starts a new term, its epoch one more than the
@@ -196,8 +217,8 @@ func (p *Postgres) AcquireLease(ctx context.Context, kernel string, ttl time.Dur
 	var b pgx.Batch
 	b.Queue(`INSERT INTO leases AS l (kernel_id, owner, epoch, expires_at)
 		VALUES ($1, $2, 1, now() + $3 * interval '1 microsecond')
-		ON CONFLICT (kernel_id) DO UPDATE SET owner = excluded.owner, epoch = l.epoch + 1, expires_at = excluded.expires_at
-		WHERE l.owner = excluded.owner OR l.owner = '' OR l.expires_at <= now()
+		ON CONFLICT (kernel_id) DO UPDATE SET owner = excluded.owner, epoch = l.epoch + 1, expires_at = excluded.expires_at, handed = false
+		WHERE l.owner = excluded.owner AND NOT l.handed OR l.owner = '' OR l.expires_at <= now()
 		RETURNING epoch, expires_at`, kernel, p.replica, micros(ttl)).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&l.Epoch, &l.Expires)
 	})
@@ -274,30 +295,118 @@ func (p *Postgres) ReleaseLease(ctx context.Context, f Fence) error {
 }
 
 // TransferLease hands the lease f, held by this replica, to the live
-// replica `to`, for ttl, under the next epoch, and returns the new lease:
+// replica `to` that is not leaving, for ttl, under the next epoch, and
+// returns the new lease, handed (its new owner adopts it: AdoptLease):
 // from then on the writes under f are refused and `to` finds itself the
 // owner (LeaseOwner). ErrFenced when f is not held, ErrNoReplica when
-// `to` is not live.
+// `to` is not live, ErrReplicaLeaving when it is leaving.
 func (p *Postgres) TransferLease(ctx context.Context, f Fence, to string, ttl time.Duration) (Lease, error) {
 	if p.replica == "" {
 		return Lease{}, ErrNotReplica
 	}
 	l := Lease{Kernel: f.Kernel, Owner: to}
-	err := p.rowClocked(ctx, `UPDATE leases AS l SET owner = $4, epoch = l.epoch + 1,
-			expires_at = now() + $5 * interval '1 microsecond'
-		FROM replicas r
-		WHERE l.kernel_id = $1 AND l.epoch = $2 AND l.owner = $3 AND l.expires_at > now()
-			AND r.id = $4 AND r.heard_at > now() - $5 * interval '1 microsecond'
-		RETURNING l.epoch, l.expires_at, r.url`, []any{f.Kernel, f.Epoch, p.replica, to, micros(ttl)}, &l.Epoch, &l.Expires, &l.OwnerURL)
+	err := p.rowClocked(ctx, handLeaseSQL(false), []any{f.Kernel, f.Epoch, p.replica, to, micros(ttl)}, &l.Epoch, &l.Expires, &l.OwnerURL)
 	if errors.Is(err, pgx.ErrNoRows) {
-		live, err := p.LiveReplicas(ctx, ttl)
-		if err != nil {
+		if err := p.whyNotHanded(ctx, to, ttl); err != nil {
 			return Lease{}, err
 		}
-		for _, r := range live {
-			if r.ID == to {
-				return Lease{}, fencedError(&f)
-			}
+		return Lease{}, fencedError(&f)
+	}
+	if err != nil {
+		return Lease{}, p.replicaCall(err)
+	}
+	return l, nil
+}
+
+// handLeaseSQL moves the lease ($1 kernel, $2 epoch, held by $3, and
+// handed or not as handed says) to the live replica $4 that is not
+// leaving, for $5 µs, under the next epoch, handed. The receiver's row is
+// locked, so that MarkLeaving waits for the move (and sees it) or the
+// move sees the mark.
+func handLeaseSQL(handed bool) string {
+	cond := "NOT l.handed"
+	if handed {
+		cond = "l.handed"
+	}
+	return `WITH r AS (SELECT id, url FROM replicas
+			WHERE id = $4 AND heard_at > now() - $5 * interval '1 microsecond' AND NOT leaving FOR SHARE)
+		UPDATE leases AS l SET owner = r.id, epoch = l.epoch + 1,
+			expires_at = now() + $5 * interval '1 microsecond', handed = true
+		FROM r
+		WHERE l.kernel_id = $1 AND l.epoch = $2 AND l.owner = $3 AND l.expires_at > now() AND ` + cond + `
+		RETURNING l.epoch, l.expires_at, r.url`
+}
+
+// whyNotHanded says why a lease could not go to `to`: ErrNoReplica when
+// it is not live, ErrReplicaLeaving when it is leaving; nil when it
+// could have taken it.
+func (p *Postgres) whyNotHanded(ctx context.Context, to string, ttl time.Duration) error {
+	live, err := p.LiveReplicas(ctx, ttl)
+	if err != nil {
+		return err
+	}
+	for _, r := range live {
+		if r.ID == to && r.Leaving {
+			return fmt.Errorf("%w: %q", ErrReplicaLeaving, to)
+		}
+		if r.ID == to {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %q", ErrNoReplica, to)
+}
+
+// AdoptLease makes the lease f, handed to this replica (TransferLease,
+// PassLease), this replica's own, renewed for ttl: from then on it is
+// kept as any lease acquired. ErrReplicaLeaving when this replica is
+// leaving (the lease stays handed, for its giver to pass on), ErrNoLease
+// when f is not held by this replica.
+func (p *Postgres) AdoptLease(ctx context.Context, f Fence, ttl time.Duration) error {
+	if p.replica == "" {
+		return ErrNotReplica
+	}
+	var epoch int64
+	err := p.rowClocked(ctx, `WITH me AS (SELECT id FROM replicas WHERE id = $3 AND NOT leaving FOR SHARE)
+		UPDATE leases AS l SET handed = false, expires_at = now() + $4 * interval '1 microsecond'
+		FROM me
+		WHERE l.kernel_id = $1 AND l.epoch = $2 AND l.owner = me.id AND l.expires_at > now()
+		RETURNING l.epoch`, []any{f.Kernel, f.Epoch, p.replica, micros(ttl)}, &epoch)
+	if errors.Is(err, pgx.ErrNoRows) {
+		var leaving bool
+		err := p.pool.QueryRow(ctx, "SELECT leaving FROM replicas WHERE id = $1", p.replica).Scan(&leaving)
+		if err == nil && leaving {
+			return fmt.Errorf("%w: kernel %s is not adopted", ErrReplicaLeaving, f.Kernel)
+		}
+		return fmt.Errorf("%w: kernel %s", ErrNoLease, f.Kernel)
+	}
+	return p.replicaCall(err)
+}
+
+// PassLease passes the lease f, handed to the replica `from` and not
+// adopted by it (it refused: it is leaving, or it did not answer), on to
+// the live replica `to` that is not leaving, under the next epoch,
+// handed, and returns it. Any replica may: `from` never acted under f,
+// and cannot adopt it once it moved. ErrNotHanded when f is no longer
+// that (adopted meanwhile, passed on, lapsed), ErrNoReplica or
+// ErrReplicaLeaving when `to` cannot take it.
+func (p *Postgres) PassLease(ctx context.Context, f Fence, from, to string, ttl time.Duration) (Lease, error) {
+	if p.replica == "" {
+		return Lease{}, ErrNotReplica
+	}
+	l := Lease{Kernel: f.Kernel, Owner: to}
+	err := p.rowClocked(ctx, handLeaseSQL(true), []any{f.Kernel, f.Epoch, from, to, micros(ttl)}, &l.Epoch, &l.Expires, &l.OwnerURL)
+	if errors.Is(err, pgx.ErrNoRows) {
+		var still bool
+		err := p.rowClocked(ctx, `SELECT EXISTS (SELECT 1 FROM leases WHERE kernel_id = $1 AND epoch = $2
+			AND owner = $3 AND handed AND expires_at > now())`, []any{f.Kernel, f.Epoch, from}, &still)
+		if err != nil {
+			return Lease{}, p.replicaCall(err)
+		}
+		if !still {
+			return Lease{}, fmt.Errorf("%w: kernel %s", ErrNotHanded, f.Kernel)
+		}
+		if err := p.whyNotHanded(ctx, to, ttl); err != nil {
+			return Lease{}, err
 		}
 		return Lease{}, fmt.Errorf("%w: %q", ErrNoReplica, to)
 	}
