@@ -50,7 +50,7 @@ cross:
 # KERNELGATE_REQUIRE_ALL: a test whose prerequisites are missing fails
 # instead of skipping, since this target installs or builds them all.
 test: test-deps vet cross k8s-binaries
-	KERNELGATE_REQUIRE_ALL=1 $(GO) test -count=1 -timeout 15m ./...
+	KERNELGATE_REQUIRE_ALL=1 $(GO) test -count=1 -timeout 25m ./...
 	$(MAKE) fuzz
 
 # The whole suite again with every Python kernel exec'd (make test forks
