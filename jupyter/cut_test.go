@@ -354,6 +354,15 @@ func TestOversizedDenoOutputIsCut(t *testing.T) {
 	if _, err := k.Execute(ctx, "console.log(survivor)", c.handle); err != nil {
 		t.Fatal(err)
 	}
+	// As above: its output may come after its idle status.
+	deadline = time.After(30 * time.Second)
+	for len(c.ofType(StreamMsg)) == 0 {
+		select {
+		case <-c.more:
+		case <-deadline:
+			t.Fatal("no stream message after the big output")
+		}
+	}
 	if text, _ := streamText(t, c); text != "5\n" {
 		t.Fatalf("state after the big output: %q", text)
 	}
