@@ -65,6 +65,34 @@ type loadPhase struct {
 }
 
 // run runs the phase; measured phases add to their result.
+// runLoadRounds warms each phase up (two executes per worker, not
+// measured), then runs rounds of them all in turn, measured, and says
+// which phases had errors; what names the section in the progress lines,
+// unit what a phase counts.
+func runLoadRounds(ctx context.Context, what, unit string, phases []loadPhase, rounds int) error {
+	progress("%s: warming up", what)
+	for _, p := range phases {
+		p.count = 2 // p is a copy: the rounds keep their count
+		if err := p.run(ctx, false); err != nil {
+			return err
+		}
+	}
+	for r := range rounds {
+		for _, p := range phases {
+			progress("%s: round %d/%d, %s, %d %s", what, r+1, rounds, p.name, p.workers*p.count, unit)
+			if err := p.run(ctx, true); err != nil {
+				return err
+			}
+		}
+	}
+	for _, p := range phases {
+		if p.res.first != nil {
+			progress("%s: %s: %d errors, the first: %v", what, p.name, p.res.errs, p.res.first)
+		}
+	}
+	return nil
+}
+
 func (p loadPhase) run(ctx context.Context, measured bool) error {
 	if p.open != nil {
 		if err := p.open(ctx); err != nil {
@@ -281,25 +309,8 @@ func (b *bench) benchLoad(ctx context.Context) error {
 		wsB, restB = kgB.phases("kernelgate B", o.loadCount)
 		phases = append(phases, wsB, restB)
 	}
-	progress("load: warming up")
-	for _, p := range phases {
-		p.count = 2
-		if err := p.run(sctx, false); err != nil {
-			return err
-		}
-	}
-	for r := range o.loadRounds {
-		for _, p := range phases {
-			progress("load: round %d/%d, %s, %d executes", r+1, o.loadRounds, p.name, p.workers*p.count)
-			if err := p.run(sctx, true); err != nil {
-				return err
-			}
-		}
-	}
-	for _, p := range phases {
-		if p.res.first != nil {
-			progress("load: %s: %d errors, the first: %v", p.name, p.res.errs, p.res.first)
-		}
+	if err := runLoadRounds(sctx, "load", "executes", phases, o.loadRounds); err != nil {
+		return err
 	}
 
 	shape := fmt.Sprintf("%d %s kernels × %d clients", o.loadKernels, specName, o.loadClients)

@@ -371,25 +371,8 @@ func (b *bench) benchReplicaLoad(ctx context.Context, srv *pgtest.Server, rs *re
 		}
 		phases = append(phases, l.phase(sys.name, o.loadCount))
 	}
-	progress("replicas: load: warming up")
-	for _, p := range phases {
-		p.count = 2
-		if err := p.run(sctx, false); err != nil {
-			return err
-		}
-	}
-	for r := range o.loadRounds {
-		for _, p := range phases {
-			progress("replicas: load: round %d/%d, %s, %d runs", r+1, o.loadRounds, p.name, p.workers*p.count)
-			if err := p.run(sctx, true); err != nil {
-				return err
-			}
-		}
-	}
-	for _, p := range phases {
-		if p.res.first != nil {
-			progress("replicas: load: %s: %d errors, the first: %v", p.name, p.res.errs, p.res.first)
-		}
+	if err := runLoadRounds(sctx, "replicas: load", "runs", phases, o.loadRounds); err != nil {
+		return err
 	}
 	spread, one, bb := phases[0].res, phases[1].res, phases[2].res
 	cell := func(r *loadResult) string {

@@ -254,21 +254,8 @@ func (k *Kernel) letGo() {
 	k.cancelAdoption()
 	k.life.Lock()
 	defer k.life.Unlock()
-	k.mu.Lock()
-	if k.removed {
-		k.mu.Unlock()
-		return
-	}
-	k.removed = true
-	jk := k.jk
-	k.jk = nil
-	clients := k.clients
-	k.clients = map[*Client]struct{}{}
-	k.mu.Unlock()
-	for c := range clients {
-		c.closeWith(ErrShuttingDown)
-	}
-	if d, ok := jk.(interface{ Detach() }); ok && jk != nil {
+	jk, _ := k.unhook()
+	if d, ok := jk.(interface{ Detach() }); ok {
 		d.Detach()
 	}
 }

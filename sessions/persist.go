@@ -242,10 +242,26 @@ func (k *Kernel) leave() {
 	k.cancelAdoption() // a kept kernel not adopted yet stays as it is
 	k.life.Lock()
 	defer k.life.Unlock()
+	jk, ok := k.unhook()
+	if !ok || jk == nil {
+		return
+	}
+	k.m.records.putKernel(k, jk)
+	if d, ok := jk.(interface{ Detach() }); ok {
+		d.Detach()
+		return
+	}
+	jk.Shutdown(context.Background())
+}
+
+// unhook marks the kernel removed and takes its process from it, closing
+// its clients, without stopping the process; false when it was removed
+// already. The caller holds k.life.
+func (k *Kernel) unhook() (process, bool) {
 	k.mu.Lock()
 	if k.removed {
 		k.mu.Unlock()
-		return
+		return nil, false
 	}
 	k.removed = true
 	jk := k.jk
@@ -256,15 +272,7 @@ func (k *Kernel) leave() {
 	for c := range clients {
 		c.closeWith(ErrShuttingDown)
 	}
-	if jk == nil {
-		return
-	}
-	k.m.records.putKernel(k, jk)
-	if d, ok := jk.(interface{ Detach() }); ok {
-		d.Detach()
-		return
-	}
-	jk.Shutdown(context.Background())
+	return jk, true
 }
 
 // stopRuns ends the context's queued runs as the gateway stops, and its
